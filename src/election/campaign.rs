@@ -1,0 +1,359 @@
+//! One node's campaign for one group: a single task that owns every decision
+//! about that group's lease for this node, so no two code paths can disagree
+//! about whether it leads.
+//!
+//! The rules, in order of priority inside the loop:
+//! 1. A leader is leader only while its local view of the lease is valid:
+//!    the send time of its last confirmed claim or renewal plus ttl, on the
+//!    monotonic clock. Redis set its expiry no earlier than that send, so the
+//!    local view always ends first and two nodes never both believe they lead.
+//! 2. A renewal that fails with a store error (or does not answer in time)
+//!    demotes at once; the next claim takes back the still-held lease.
+//! 3. Followers claim on their retry tick, and earlier when the lease is
+//!    released (pub/sub) or due to expire (from the PTTL of their last claim).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::time::Instant;
+
+use super::{LocalLease, Role};
+use crate::config::ElectionConfig;
+use crate::events::{Event, LostReason};
+use crate::node::Shared;
+use crate::store::{bounded, Claim, GroupKeys, Renewal, StoreError};
+
+pub(crate) enum Command {
+    StepDown(oneshot::Sender<Result<bool, StoreError>>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+pub(crate) struct Campaign {
+    pub group: String,
+    pub keys: GroupKeys,
+    pub config: ElectionConfig,
+    pub shared: Arc<Shared>,
+    pub role: watch::Sender<Role>,
+    pub lease: Arc<Mutex<LocalLease>>,
+    pub wake: Arc<Notify>,
+    pub commands: mpsc::Receiver<Command>,
+}
+
+/// What the loop does next, and when.
+enum Next {
+    Renew,
+    Claim,
+}
+
+struct State {
+    /// `Some((term, valid_until))` while this node leads.
+    leading: Option<(u64, Instant)>,
+    /// When the last successful claim/renewal was sent (schedules renewals).
+    last_sent: Instant,
+    /// This node may still hold the lease in Redis though it no longer leads
+    /// (fail-safe demotion): shutdown must clear it.
+    may_hold: bool,
+    abstain_until: Option<Instant>,
+    next_claim: Instant,
+    /// Highest term seen for this group: terms never go backwards, even if
+    /// Redis loses its data.
+    seen_term: u64,
+}
+
+impl Campaign {
+    fn ttl_ms(&self) -> u64 {
+        self.config.ttl_ms
+    }
+
+    /// A candidacy outlives the gap between two claims or renewals.
+    fn candidacy_ms(&self) -> u64 {
+        self.config.ttl_ms + self.config.retry_interval_ms
+    }
+
+    fn node(&self) -> &str {
+        &self.shared.id
+    }
+
+    fn set_role(&self, role: Role) {
+        self.role.send_if_modified(|current| {
+            if *current == role {
+                false
+            } else {
+                *current = role;
+                true
+            }
+        });
+    }
+
+    fn set_leading(&self, st: &mut State, leading: Option<(u64, Instant)>) {
+        st.leading = leading;
+        *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = LocalLease { leading };
+        if let Some((term, _)) = leading {
+            self.set_role(Role::Leader { term });
+        }
+    }
+
+    /// Stops leading locally (before any I/O, so no work runs past this point)
+    /// and reports why.
+    fn demote(&self, st: &mut State, reason: LostReason, next: Role) {
+        if let Some((term, _)) = st.leading {
+            self.set_leading(st, None);
+            st.may_hold = reason != LostReason::Replaced;
+            self.set_role(next);
+            self.shared.events.emit(Event::Lost {
+                node: self.node().to_owned(),
+                group: self.group.clone(),
+                term,
+                reason,
+            });
+        } else {
+            self.set_role(next);
+        }
+    }
+
+    pub async fn run(mut self) {
+        let now = Instant::now();
+        let mut st = State {
+            leading: None,
+            last_sent: now,
+            may_hold: false,
+            abstain_until: None,
+            next_claim: now,
+            seen_term: 0,
+        };
+        let mut displaced = self.shared.displaced.subscribe();
+        loop {
+            if displaced.borrow().is_some() {
+                self.demote(&mut st, LostReason::Replaced, Role::Candidate);
+                return;
+            }
+            let now = Instant::now();
+            if let Some((_, valid_until)) = st.leading {
+                if now >= valid_until {
+                    self.demote(&mut st, LostReason::Expired, Role::Candidate);
+                    st.next_claim = now;
+                    continue;
+                }
+            }
+            if let Some(until) = st.abstain_until {
+                if now >= until {
+                    st.abstain_until = None;
+                    st.next_claim = now;
+                    self.set_role(Role::Candidate);
+                }
+            }
+            let (next, at) = match (st.leading, st.abstain_until) {
+                (Some(_), _) => (Next::Renew, st.last_sent + self.config.renew_interval()),
+                (None, Some(until)) => (Next::Claim, until),
+                (None, None) => (Next::Claim, st.next_claim),
+            };
+            let deadline = st.leading.map(|(_, v)| v);
+            let can_wake = st.leading.is_none() && st.abstain_until.is_none();
+            tokio::select! {
+                biased;
+                _ = displaced.changed() => continue,
+                command = self.commands.recv() => match command {
+                    Some(Command::StepDown(reply)) => {
+                        let result = self.step_down(&mut st).await;
+                        let _ = reply.send(result);
+                    }
+                    Some(Command::Shutdown(reply)) => {
+                        self.shutdown(&mut st).await;
+                        let _ = reply.send(());
+                        return;
+                    }
+                    None => {
+                        self.shutdown(&mut st).await;
+                        return;
+                    }
+                },
+                _ = sleep_until_opt(deadline) => continue,
+                _ = self.wake.notified(), if can_wake => {
+                    self.claim(&mut st).await;
+                }
+                _ = tokio::time::sleep_until(at) => match next {
+                    Next::Renew => self.renew(&mut st).await,
+                    Next::Claim => {
+                        if st.abstain_until.is_none() {
+                            self.claim(&mut st).await;
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    async fn claim(&self, st: &mut State) {
+        let retry = self.config.retry_interval();
+        let sent = Instant::now();
+        let result = bounded(
+            retry,
+            self.shared.store.claim(
+                &self.keys,
+                self.node(),
+                &self.shared.incarnation,
+                self.ttl_ms(),
+                st.seen_term,
+                self.candidacy_ms(),
+            ),
+        )
+        .await;
+        match result {
+            Ok(Claim::Won { term, fresh }) => {
+                st.seen_term = st.seen_term.max(term);
+                st.last_sent = sent;
+                st.may_hold = true;
+                self.set_leading(st, Some((term, sent + self.config.ttl())));
+                tracing::debug!(group = %self.group, term, fresh, "lease won");
+                self.shared.events.emit(Event::Elected {
+                    node: self.node().to_owned(),
+                    group: self.group.clone(),
+                    term,
+                });
+            }
+            Ok(Claim::Lost { term, pttl_ms, holder }) => {
+                st.seen_term = st.seen_term.max(term);
+                st.may_hold = false;
+                self.set_role(Role::Follower { leader: holder, term });
+                // Wake when the lease is due to expire, if that comes before
+                // the retry tick; 1 ms past it so Redis sees it expired.
+                let wait = match u64::try_from(pttl_ms) {
+                    Ok(ms) => Duration::from_millis(ms + 1).min(retry),
+                    Err(_) => retry,
+                };
+                st.next_claim = Instant::now() + wait;
+            }
+            Err(e) => {
+                self.set_role(Role::Candidate);
+                self.store_error("claim", &e);
+                st.next_claim = Instant::now() + retry;
+            }
+        }
+    }
+
+    async fn renew(&self, st: &mut State) {
+        let Some((term, valid_until)) = st.leading else { return };
+        let sent = Instant::now();
+        // Never wait past the local lease, nor longer than a retry interval.
+        let limit = valid_until
+            .saturating_duration_since(sent)
+            .min(self.config.retry_interval());
+        let result = bounded(
+            limit,
+            self.shared.store.renew(
+                &self.keys,
+                self.node(),
+                &self.shared.incarnation,
+                self.ttl_ms(),
+                self.candidacy_ms(),
+            ),
+        )
+        .await;
+        match result {
+            Ok(Renewal::Renewed) => {
+                st.last_sent = sent;
+                self.set_leading(st, Some((term, sent + self.config.ttl())));
+            }
+            Ok(Renewal::Gone) => {
+                self.demote(st, LostReason::Expired, Role::Candidate);
+                st.may_hold = false;
+                st.next_claim = Instant::now();
+            }
+            Ok(Renewal::Replaced { holder }) => {
+                if holder == self.node() {
+                    // Our id, another incarnation: a second live process uses
+                    // this node id. The node reports it and stops campaigning.
+                    self.shared.mark_displaced("another incarnation holds a lease of this node id".into());
+                }
+                self.demote(st, LostReason::Replaced, Role::Follower { leader: holder, term });
+                st.may_hold = false;
+                st.next_claim = Instant::now() + self.config.retry_interval();
+            }
+            Err(e) => {
+                self.store_error("renew", &e);
+                self.demote(st, LostReason::StoreError, Role::Candidate);
+                st.next_claim = Instant::now() + self.config.retry_interval();
+            }
+        }
+    }
+
+    async fn release(&self, withdraw: bool) -> Result<bool, StoreError> {
+        bounded(
+            self.config.retry_interval(),
+            self.shared
+                .store
+                .release(&self.keys, self.node(), &self.shared.incarnation, withdraw),
+        )
+        .await
+    }
+
+    async fn step_down(&self, st: &mut State) -> Result<bool, StoreError> {
+        let was_leader = st.leading.is_some();
+        let term = st.leading.map(|(t, _)| t);
+        // Stop leading first, then let go of the lease.
+        st.leading = None;
+        *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = LocalLease { leading: None };
+        st.abstain_until = Some(Instant::now() + self.config.ttl());
+        self.set_role(Role::Abstaining);
+        let released = if was_leader || st.may_hold {
+            self.release(false).await
+        } else {
+            Ok(false)
+        };
+        if let Some(term) = term {
+            self.shared.events.emit(Event::Lost {
+                node: self.node().to_owned(),
+                group: self.group.clone(),
+                term,
+                reason: LostReason::StepDown,
+            });
+        }
+        match released {
+            Ok(_) => {
+                st.may_hold = false;
+                Ok(was_leader)
+            }
+            Err(e) => {
+                self.store_error("step-down release", &e);
+                Err(e)
+            }
+        }
+    }
+
+    async fn shutdown(&self, st: &mut State) {
+        let term = st.leading.map(|(t, _)| t);
+        st.leading = None;
+        *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = LocalLease { leading: None };
+        self.set_role(Role::Candidate);
+        // Release also when merely possibly held: a lease left behind by a
+        // fail-safe demotion would block the group for the rest of its ttl.
+        if let Err(e) = self.release(true).await {
+            self.store_error("shutdown release", &e);
+        }
+        if let Some(term) = term {
+            self.shared.events.emit(Event::Lost {
+                node: self.node().to_owned(),
+                group: self.group.clone(),
+                term,
+                reason: LostReason::Shutdown,
+            });
+        }
+    }
+
+    fn store_error(&self, during: &'static str, e: &StoreError) {
+        tracing::warn!(group = %self.group, during, error = %e, "store error");
+        self.shared.events.emit(Event::StoreError {
+            node: self.node().to_owned(),
+            during,
+            message: e.to_string(),
+        });
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,238 @@
+//! Leader election: the groups a node campaigns for, joined and left at run
+//! time. Each group runs one [`campaign`] task; this module owns their
+//! handles, the shared wake-up subscription and the bounded shutdown.
+//!
+//! Shutdown bounds every await by the group's retry interval (rendezvous
+//! with the campaign, then its release) and runs all groups concurrently, so a
+//! hung connection costs at most about two retry intervals however many
+//! groups there are; a release that cannot land is forfeited and the lease
+//! simply expires.
+
+mod campaign;
+mod wake;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::Instant;
+
+use crate::config::{validate_name, ElectionConfig};
+use crate::node::Shared;
+use crate::store::bounded;
+use crate::task::Task;
+use crate::Error;
+use campaign::{Campaign, Command};
+
+/// A node's role in one group, as seen by that node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "role", rename_all = "camelCase")]
+pub enum Role {
+    /// Neither leading nor aware of a leader (just joined, or Redis is away).
+    Candidate,
+    /// Another node leads under `term`.
+    Follower { leader: String, term: u64 },
+    /// This node leads under `term` (a fencing token: it only increases).
+    Leader { term: u64 },
+    /// Stepped down: not claiming for one ttl.
+    Abstaining,
+}
+
+impl Role {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Role::Candidate => "candidate",
+            Role::Follower { .. } => "follower",
+            Role::Leader { .. } => "leader",
+            Role::Abstaining => "abstaining",
+        }
+    }
+}
+
+/// The local view of a held lease, shared with [`Group::leader_term`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct LocalLease {
+    pub leading: Option<(u64, Instant)>,
+}
+
+/// A handle on one joined group: watch the role, or ask right now whether
+/// this node leads.
+#[derive(Clone)]
+pub struct Group {
+    name: String,
+    role: watch::Receiver<Role>,
+    lease: Arc<Mutex<LocalLease>>,
+}
+
+impl Group {
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// A receiver of role changes; `changed()` fails once the node left the group.
+    pub fn role(&self) -> watch::Receiver<Role> {
+        self.role.clone()
+    }
+
+    /// The term, if this node leads right now by its local lease view. This is
+    /// the check to make immediately before doing leader-only work: it also
+    /// turns false the instant the local lease runs out, even if the campaign
+    /// task has not yet been scheduled to notice.
+    pub fn leader_term(&self) -> Option<u64> {
+        let lease = *self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        lease
+            .leading
+            .and_then(|(term, valid_until)| (Instant::now() < valid_until).then_some(term))
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.leader_term().is_some()
+    }
+}
+
+struct Entry {
+    group: Group,
+    config: ElectionConfig,
+    commands: mpsc::Sender<Command>,
+    task: Task,
+}
+
+/// All campaigns of one node.
+pub(crate) struct Campaigns {
+    shared: Arc<Shared>,
+    wake: wake::Wake,
+    entries: Mutex<HashMap<String, Entry>>,
+}
+
+impl Campaigns {
+    pub fn new(shared: Arc<Shared>) -> Self {
+        let wake = wake::Wake::start(&shared.store);
+        Self {
+            shared,
+            wake,
+            entries: Mutex::default(),
+        }
+    }
+
+    fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
+        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.entries().keys().cloned().collect();
+        names.sort();
+        names
+    }
+
+    pub fn group(&self, name: &str) -> Option<Group> {
+        self.entries().get(name).map(|e| e.group.clone())
+    }
+
+    pub fn join(&self, name: &str, config: ElectionConfig) -> Result<Group, Error> {
+        validate_name("group name", name)?;
+        config.validate()?;
+        if self.shared.displaced.borrow().is_some() {
+            return Err(Error::Displaced);
+        }
+        let mut entries = self.entries();
+        if entries.contains_key(name) {
+            return Err(Error::AlreadyJoined(name.to_owned()));
+        }
+        let keys = self.shared.store.keys().group(name);
+        let wake = self.wake.add(&keys.released);
+        let (role_tx, role_rx) = watch::channel(Role::Candidate);
+        let lease = Arc::new(Mutex::new(LocalLease::default()));
+        let (commands, commands_rx) = mpsc::channel(8);
+        let campaign = Campaign {
+            group: name.to_owned(),
+            keys,
+            config,
+            shared: self.shared.clone(),
+            role: role_tx,
+            lease: lease.clone(),
+            wake,
+            commands: commands_rx,
+        };
+        let span = tracing::info_span!("campaign", node = %self.shared.id, group = %name);
+        let task = Task::spawn(tracing::Instrument::instrument(campaign.run(), span));
+        let group = Group {
+            name: name.to_owned(),
+            role: role_rx,
+            lease,
+        };
+        entries.insert(
+            name.to_owned(),
+            Entry {
+                group: group.clone(),
+                config,
+                commands,
+                task,
+            },
+        );
+        Ok(group)
+    }
+
+    /// Releases the lease (if held) and abstains for one ttl. Returns whether
+    /// this node was leading.
+    pub async fn step_down(&self, name: &str) -> Result<bool, Error> {
+        let (commands, config) = {
+            let entries = self.entries();
+            let entry = entries.get(name).ok_or_else(|| Error::NotJoined(name.to_owned()))?;
+            (entry.commands.clone(), entry.config)
+        };
+        let (tx, rx) = oneshot::channel();
+        commands
+            .send(Command::StepDown(tx))
+            .await
+            .map_err(|_| Error::NotJoined(name.to_owned()))?;
+        // The campaign answers within one bounded release; allow for the
+        // claim or renewal it may be finishing first.
+        match tokio::time::timeout(config.retry_interval() * 3, rx).await {
+            Ok(Ok(result)) => Ok(result?),
+            _ => Err(Error::NotJoined(name.to_owned())),
+        }
+    }
+
+    /// Leaves one group: stops campaigning and releases the lease if held.
+    pub async fn leave(&self, name: &str) -> Result<(), Error> {
+        let entry = self
+            .entries()
+            .remove(name)
+            .ok_or_else(|| Error::NotJoined(name.to_owned()))?;
+        self.wake.remove(&self.shared.store.keys().group(name).released);
+        stop(&self.shared, name.to_owned(), entry).await;
+        Ok(())
+    }
+
+    /// Leaves every group at once; see the module docs for the bounds.
+    pub async fn shutdown(&self) {
+        let entries: Vec<(String, Entry)> = self.entries().drain().collect();
+        let mut set = tokio::task::JoinSet::new();
+        for (name, entry) in entries {
+            self.wake.remove(&self.shared.store.keys().group(&name).released);
+            set.spawn(stop(self.shared.clone(), name, entry));
+        }
+        while set.join_next().await.is_some() {}
+    }
+}
+
+/// Stops one campaign: a bounded rendezvous in which the campaign releases its
+/// lease itself; if it does not answer in time, the task is aborted and the
+/// release is made from here, bounded the same way.
+async fn stop(shared: impl AsRef<Shared>, name: String, entry: Entry) {
+    let shared = shared.as_ref();
+    let retry = entry.config.retry_interval();
+    let (tx, rx) = oneshot::channel();
+    let rendezvous = async {
+        entry.commands.send(Command::Shutdown(tx)).await.ok()?;
+        rx.await.ok()
+    };
+    if tokio::time::timeout(retry * 2, rendezvous).await.ok().flatten().is_some() {
+        entry.task.join().await;
+        return;
+    }
+    entry.task.abort();
+    let keys = shared.store.keys().group(&name);
+    let released = bounded(retry, shared.store.release(&keys, &shared.id, &shared.incarnation, true)).await;
+    tracing::warn!(group = %name, ?released, "campaign did not answer shutdown in time; released from outside");
+}

@@ -1,0 +1,123 @@
+//! Wake-ups for followers: one pub/sub connection per process that listens on
+//! the release channel of every joined group and pokes that group's campaign
+//! the moment its lease is released, instead of letting it sleep until its
+//! next retry tick. The retry tick stays as the safety net for anything this
+//! misses (a message lost while the connection was down is followed by a
+//! resubscription, which pokes the group too).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::{PushInfo, PushKind, Value};
+use tokio::sync::{mpsc, Notify};
+
+use crate::store::Store;
+
+type Routes = Arc<Mutex<HashMap<String, Arc<Notify>>>>;
+
+pub(crate) struct Wake {
+    routes: Routes,
+    changes: mpsc::UnboundedSender<()>,
+    _tasks: [crate::task::Task; 2],
+}
+
+impl Wake {
+    pub fn start(store: &Store) -> Self {
+        let routes: Routes = Arc::default();
+        let (push_tx, push_rx) = mpsc::unbounded_channel();
+        let (changes, changes_rx) = mpsc::unbounded_channel();
+        let conn = store.subscriber(push_tx);
+        let dispatcher = crate::task::Task::spawn(dispatch(push_rx, routes.clone()));
+        let subscriber = crate::task::Task::spawn(keep_subscribed(conn, routes.clone(), changes_rx));
+        Self {
+            routes,
+            changes,
+            _tasks: [dispatcher, subscriber],
+        }
+    }
+
+    /// Routes releases announced on `channel` to the returned `Notify`.
+    pub fn add(&self, channel: &str) -> Arc<Notify> {
+        let notify = Arc::new(Notify::new());
+        lock(&self.routes).insert(channel.to_owned(), notify.clone());
+        let _ = self.changes.send(());
+        notify
+    }
+
+    pub fn remove(&self, channel: &str) {
+        lock(&self.routes).remove(channel);
+        let _ = self.changes.send(());
+    }
+}
+
+fn lock(routes: &Routes) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
+    routes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+async fn dispatch(mut pushes: mpsc::UnboundedReceiver<PushInfo>, routes: Routes) {
+    while let Some(push) = pushes.recv().await {
+        match push.kind {
+            // A release, or a (re)subscription after which a release may have
+            // been missed: either way the group should look again now.
+            PushKind::Message | PushKind::Subscribe => {
+                let Some(channel) = push.data.first().and_then(text) else { continue };
+                if let Some(notify) = lock(&routes).get(&channel) {
+                    notify.notify_one();
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Keeps the connection subscribed to exactly the routed channels. A failed
+/// (un)subscribe is retried; once subscribed, the connection manager
+/// resubscribes by itself after reconnecting.
+async fn keep_subscribed(
+    conn: Result<redis::aio::ConnectionManager, crate::store::StoreError>,
+    routes: Routes,
+    mut changes: mpsc::UnboundedReceiver<()>,
+) {
+    let mut conn = match conn {
+        Ok(conn) => conn,
+        Err(e) => {
+            tracing::warn!(error = %e, "no pub/sub connection: followers wake on their retry tick only");
+            return;
+        }
+    };
+    let mut subscribed: Vec<String> = Vec::new();
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let wanted: Vec<String> = lock(&routes).keys().cloned().collect();
+        let add: Vec<&String> = wanted.iter().filter(|c| !subscribed.contains(c)).collect();
+        let drop: Vec<&String> = subscribed.iter().filter(|c| !wanted.contains(c)).collect();
+        let mut ok = true;
+        if !add.is_empty() {
+            ok &= conn.subscribe(&add).await.is_ok();
+        }
+        if ok && !drop.is_empty() {
+            ok &= conn.unsubscribe(&drop).await.is_ok();
+        }
+        if ok {
+            subscribed = wanted;
+            backoff = Duration::from_millis(50);
+            if changes.recv().await.is_none() {
+                return;
+            }
+        } else {
+            tracing::debug!(?backoff, "pub/sub (un)subscribe failed, retrying");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(2));
+        }
+        while changes.try_recv().is_ok() {}
+    }
+}

@@ -1,0 +1,52 @@
+//! leasehold: leader election and a live-node registry on Redis.
+//!
+//! The engine (this crate without its binary) knows nothing of Kubernetes:
+//! a [`Node`] registers itself in Redis, keeps its registration alive, sweeps
+//! dead nodes, and campaigns for the groups it joins. The operator's
+//! controller and the agent sidecar are built on it, and a Rust service can
+//! embed it directly:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), leasehold::Error> {
+//! use leasehold::{ElectionConfig, Node, NodeConfig, Store};
+//! let store = Store::connect("redis://127.0.0.1:6379", "leasehold")?;
+//! let node = Node::start(store, "default/worker-0", NodeConfig::default()).await?;
+//! let group = node.join("default/reports", ElectionConfig::default())?;
+//! if let Some(term) = group.leader_term() {
+//!     // leader-only work, fenced by `term`
+//! }
+//! node.close().await?;
+//! # Ok(()) }
+//! ```
+
+pub mod config;
+pub mod election;
+pub mod events;
+pub mod node;
+pub mod store;
+pub mod telemetry;
+
+mod task;
+
+pub use config::{ConfigError, ElectionConfig, NodeConfig};
+pub use election::{Group, Role};
+pub use events::{Event, LostReason};
+pub use node::{Node, NodeOptions};
+pub use store::{ConnectError, Store, StoreError};
+
+/// Every error the engine's API returns.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("group {0:?} is already joined by this node")]
+    AlreadyJoined(String),
+    #[error("group {0:?} is not joined by this node")]
+    NotJoined(String),
+    #[error("another live process took over this node id; this node no longer campaigns")]
+    Displaced,
+}

@@ -1,0 +1,88 @@
+//! Redis key names. Every key starts with the configured prefix; a group's
+//! keys share the hash tag `{GROUP}` so one group's scripts touch one slot.
+//! `scripts/remove_node.lua` builds node and topic keys the same way.
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+}
+
+/// The keys of one group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupKeys {
+    /// Holder's `NODE_ID#INCARNATION`, with PX = ttl.
+    pub lease: String,
+    /// Fencing token: +1 on every new acquisition.
+    pub term: String,
+    /// Timings written by the controller from the custom resource.
+    pub config: String,
+    /// Node id -> candidacy expiry (ms, Redis clock).
+    pub members: String,
+    /// Pub/sub channel on which a release is announced, so followers wake.
+    pub released: String,
+}
+
+impl Keys {
+    pub fn new(prefix: &str) -> Self {
+        Self {
+            prefix: prefix.to_owned(),
+        }
+    }
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+    pub fn nodes(&self) -> String {
+        format!("{}:nodes", self.prefix)
+    }
+    pub fn node(&self, id: &str) -> String {
+        format!("{}:node:{id}", self.prefix)
+    }
+    pub fn inbox(&self, id: &str) -> String {
+        format!("{}:node:{id}:inbox", self.prefix)
+    }
+    pub fn node_subs(&self, id: &str) -> String {
+        format!("{}:node:{id}:subs", self.prefix)
+    }
+    pub fn topic_subs(&self, topic: &str) -> String {
+        format!("{}:topic:{topic}:subs", self.prefix)
+    }
+    pub fn topic_retained(&self, topic: &str) -> String {
+        format!("{}:topic:{topic}:retained", self.prefix)
+    }
+    /// Channel carrying every engine transition as JSON, for the controller.
+    pub fn events(&self) -> String {
+        format!("{}:events", self.prefix)
+    }
+    pub fn group(&self, group: &str) -> GroupKeys {
+        let base = format!("{}:g:{{{group}}}", self.prefix);
+        GroupKeys {
+            lease: format!("{base}:lease"),
+            term: format!("{base}:term"),
+            config: format!("{base}:config"),
+            members: format!("{base}:members"),
+            released: format!("{base}:released"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_follow_the_data_model() {
+        let k = Keys::new("lh");
+        assert_eq!(k.nodes(), "lh:nodes");
+        assert_eq!(k.node("ns/a"), "lh:node:ns/a");
+        assert_eq!(k.inbox("ns/a"), "lh:node:ns/a:inbox");
+        assert_eq!(k.node_subs("ns/a"), "lh:node:ns/a:subs");
+        assert_eq!(k.topic_subs("t"), "lh:topic:t:subs");
+        assert_eq!(k.topic_retained("t"), "lh:topic:t:retained");
+        assert_eq!(k.events(), "lh:events");
+        let g = k.group("ns/web");
+        assert_eq!(g.lease, "lh:g:{ns/web}:lease");
+        assert_eq!(g.term, "lh:g:{ns/web}:term");
+        assert_eq!(g.config, "lh:g:{ns/web}:config");
+        assert_eq!(g.members, "lh:g:{ns/web}:members");
+    }
+}

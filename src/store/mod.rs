@@ -1,0 +1,509 @@
+//! The one module that talks to Redis.
+//!
+//! It owns the connections, the key names and the Lua scripts, and turns every
+//! script reply into a typed outcome. Every read-compare-write is one script,
+//! and every expiry is computed from the Redis server's clock inside it, so
+//! machines whose clocks disagree still agree on who holds what.
+//!
+//! Calls are never retried here and never wait forever: the caller bounds each
+//! one with [`bounded`] (the engine's loops know how long they can afford to
+//! wait) and retries on its own schedule. `ConnectionManager` reconnects in
+//! the background, so a retried call finds a fresh connection.
+
+mod keys;
+mod scripts;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{IntoConnectionInfo, ProtocolVersion, Value};
+
+pub use keys::{GroupKeys, Keys};
+
+use crate::config::{self, ConfigError};
+
+/// A failed Redis call. Never fatal: loops report it and try again.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("redis did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("unexpected reply from redis: {0}")]
+    Reply(String),
+}
+
+/// Runs one store call, giving up after `limit`. A hung connection (a paused
+/// Redis, a black-holed network) must never wedge a loop or a shutdown.
+pub async fn bounded<T>(
+    limit: Duration,
+    call: impl Future<Output = Result<T, StoreError>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(limit, call).await {
+        Ok(result) => result,
+        Err(_) => Err(StoreError::Timeout(limit)),
+    }
+}
+
+/// Why [`Store::connect`] refused to start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("redis_url is invalid ({0}); expected redis://[user:password@]host[:port][/db] or rediss://…")]
+    Url(redis::RedisError),
+    #[error(transparent)]
+    Prefix(#[from] ConfigError),
+    #[error("could not set up the redis connection: {0}")]
+    Setup(redis::RedisError),
+}
+
+/// Outcome of a claim attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This node holds the lease now. `fresh` is false when it kept a lease it
+    /// already held (re-claim after a fail-safe demotion).
+    Won { term: u64, fresh: bool },
+    /// Another node holds it for `pttl_ms` more (Redis clock).
+    Lost {
+        term: u64,
+        pttl_ms: i64,
+        holder: String,
+    },
+}
+
+/// Outcome of a renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Renewal {
+    Renewed,
+    /// The lease expired before the renewal reached Redis.
+    Gone,
+    /// Someone else holds it now (possibly this node id's newer incarnation).
+    Replaced { holder: String },
+}
+
+/// Outcome of a node heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Heartbeat {
+    Extended,
+    /// The node's lease ran out (swept or not): it must register again.
+    Expired,
+    /// Another incarnation registered under this node id.
+    Displaced { incarnation: String },
+}
+
+/// Outcome of one sweep pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sweep {
+    pub swept: Vec<String>,
+    pub now_ms: u64,
+    /// Earliest lease expiry among the remaining nodes, if any.
+    pub next_expiry_ms: Option<u64>,
+}
+
+/// A group's state in Redis, read in one script so the parts agree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupState {
+    pub holder: Option<String>,
+    pub term: u64,
+    /// Remaining lease time in ms, when held.
+    pub lease_pttl_ms: Option<u64>,
+    /// Node ids with live candidacy and their candidacy expiry (ms, Redis clock).
+    pub members: Vec<(String, u64)>,
+    pub now_ms: u64,
+}
+
+/// A handle on Redis: cheap to clone, shared by every loop of a process.
+#[derive(Clone)]
+pub struct Store {
+    conn: ConnectionManager,
+    info: redis::ConnectionInfo,
+    keys: Arc<Keys>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("prefix", &self.keys.prefix()).finish()
+    }
+}
+
+fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config::CONNECT_TIMEOUT))
+        .set_max_delay(Duration::from_secs(1))
+}
+
+impl Store {
+    /// Prepares a connection to `url` (`redis://` or `rediss://` for TLS; a
+    /// password in the URL is used for AUTH). The connection is made lazily:
+    /// a Redis that is down at start is normal weather, and the first calls
+    /// fail and are retried like any other.
+    pub fn connect(url: &str, prefix: &str) -> Result<Self, ConnectError> {
+        config::validate_prefix(prefix)?;
+        // rustls needs a process-wide crypto provider; a second install is a no-op error.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let info = url.into_connection_info().map_err(ConnectError::Url)?;
+        let client = redis::Client::open(info.clone()).map_err(ConnectError::Url)?;
+        let conn = ConnectionManager::new_lazy_with_config(client, manager_config())
+            .map_err(ConnectError::Setup)?;
+        Ok(Self {
+            conn,
+            info,
+            keys: Arc::new(Keys::new(prefix)),
+        })
+    }
+
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    /// A separate RESP3 connection whose pub/sub messages go to `sink`; it
+    /// resubscribes by itself after a reconnect. Blocking and push traffic
+    /// never share the command connection.
+    pub(crate) fn subscriber(
+        &self,
+        sink: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
+    ) -> Result<ConnectionManager, StoreError> {
+        let settings = self
+            .info
+            .redis_settings()
+            .clone()
+            .set_protocol(ProtocolVersion::RESP3);
+        let client = redis::Client::open(self.info.clone().set_redis_settings(settings))?;
+        let config = manager_config()
+            .set_push_sender(sink)
+            .set_automatic_resubscription();
+        Ok(ConnectionManager::new_lazy_with_config(client, config)?)
+    }
+
+    /// The Redis server's clock, in ms since the epoch.
+    pub async fn time_ms(&self) -> Result<u64, StoreError> {
+        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut self.conn()).await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        let _: String = redis::cmd("PING").query_async(&mut self.conn()).await?;
+        Ok(())
+    }
+
+    pub async fn publish(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(channel)
+            .arg(payload)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(())
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    async fn run(&self, invocation: &mut redis::ScriptInvocation<'_>) -> Result<Value, StoreError> {
+        Ok(invocation.invoke_async(&mut self.conn()).await?)
+    }
+
+    // ---- election ----
+
+    pub async fn claim(
+        &self,
+        group: &GroupKeys,
+        id: &str,
+        incarnation: &str,
+        ttl_ms: u64,
+        seen_term: u64,
+        candidacy_ms: u64,
+    ) -> Result<Claim, StoreError> {
+        let reply = self
+            .run(
+                scripts::CLAIM
+                    .key(&group.lease)
+                    .key(&group.term)
+                    .key(&group.members)
+                    .arg(id)
+                    .arg(incarnation)
+                    .arg(ttl_ms)
+                    .arg(seen_term)
+                    .arg(candidacy_ms),
+            )
+            .await?;
+        let items = array(reply)?;
+        match int_at(&items, 0)? {
+            1 => Ok(Claim::Won {
+                term: uint_at(&items, 1)?,
+                fresh: int_at(&items, 2)? == 1,
+            }),
+            _ => Ok(Claim::Lost {
+                term: uint_at(&items, 1)?,
+                pttl_ms: int_at(&items, 2)?,
+                holder: string_at(&items, 3)?,
+            }),
+        }
+    }
+
+    pub async fn renew(
+        &self,
+        group: &GroupKeys,
+        id: &str,
+        incarnation: &str,
+        ttl_ms: u64,
+        candidacy_ms: u64,
+    ) -> Result<Renewal, StoreError> {
+        let reply = self
+            .run(
+                scripts::RENEW
+                    .key(&group.lease)
+                    .key(&group.members)
+                    .arg(id)
+                    .arg(incarnation)
+                    .arg(ttl_ms)
+                    .arg(candidacy_ms),
+            )
+            .await?;
+        let items = array(reply)?;
+        Ok(match int_at(&items, 0)? {
+            1 => Renewal::Renewed,
+            0 => Renewal::Gone,
+            _ => Renewal::Replaced {
+                holder: string_at(&items, 1)?,
+            },
+        })
+    }
+
+    /// Compare-and-delete; `withdraw` also removes the node from the members.
+    pub async fn release(
+        &self,
+        group: &GroupKeys,
+        id: &str,
+        incarnation: &str,
+        withdraw: bool,
+    ) -> Result<bool, StoreError> {
+        let reply = self
+            .run(
+                scripts::RELEASE
+                    .key(&group.lease)
+                    .key(&group.members)
+                    .arg(id)
+                    .arg(incarnation)
+                    .arg(&group.released)
+                    .arg(if withdraw { "1" } else { "0" }),
+            )
+            .await?;
+        Ok(as_int(&reply)? == 1)
+    }
+
+    /// Holder, term, lease time left and live members of a group.
+    pub async fn group_state(&self, group: &str) -> Result<GroupState, StoreError> {
+        let keys = self.keys.group(group);
+        let reply = self
+            .run(
+                scripts::GROUP_STATE
+                    .key(&keys.lease)
+                    .key(&keys.term)
+                    .key(&keys.members),
+            )
+            .await?;
+        let items = array(reply)?;
+        let holder = match items.first() {
+            Some(Value::BulkString(b)) => Some(holder_id(&String::from_utf8_lossy(b)).to_owned()),
+            _ => None,
+        };
+        let pttl = int_at(&items, 2)?;
+        let flat = match items.get(4) {
+            Some(Value::Array(v)) => v.clone(),
+            _ => Vec::new(),
+        };
+        let mut members = Vec::with_capacity(flat.len() / 2);
+        for pair in flat.chunks(2) {
+            members.push((string_at(pair, 0)?, uint_at(pair, 1)?));
+        }
+        Ok(GroupState {
+            holder,
+            term: uint_at(&items, 1)?,
+            lease_pttl_ms: (pttl >= 0).then_some(pttl as u64),
+            members,
+            now_ms: uint_at(&items, 3)?,
+        })
+    }
+
+    // ---- nodes ----
+
+    /// Registers a node incarnation; returns the previous incarnation of the
+    /// same id, if another one was registered.
+    pub async fn register(
+        &self,
+        id: &str,
+        incarnation: &str,
+        lease_ms: u64,
+        metadata: &[(String, String)],
+    ) -> Result<Option<String>, StoreError> {
+        let mut invocation = scripts::REGISTER.key(self.keys.nodes());
+        invocation
+            .key(self.keys.node(id))
+            .arg(id)
+            .arg(incarnation)
+            .arg(lease_ms);
+        for (field, value) in metadata {
+            invocation.arg(field).arg(value);
+        }
+        let items = array(self.run(&mut invocation).await?)?;
+        let previous = string_at(&items, 1)?;
+        Ok((!previous.is_empty() && previous != incarnation).then_some(previous))
+    }
+
+    pub async fn heartbeat(
+        &self,
+        id: &str,
+        incarnation: &str,
+        lease_ms: u64,
+    ) -> Result<Heartbeat, StoreError> {
+        let reply = self
+            .run(
+                scripts::HEARTBEAT
+                    .key(self.keys.nodes())
+                    .key(self.keys.node(id))
+                    .arg(id)
+                    .arg(incarnation)
+                    .arg(lease_ms),
+            )
+            .await?;
+        let items = array(reply)?;
+        Ok(match int_at(&items, 0)? {
+            1 => Heartbeat::Extended,
+            0 => Heartbeat::Expired,
+            _ => Heartbeat::Displaced {
+                incarnation: string_at(&items, 1)?,
+            },
+        })
+    }
+
+    /// Writes one metadata field of a node (e.g. its groups).
+    pub async fn set_node_field(&self, id: &str, field: &str, value: &str) -> Result<(), StoreError> {
+        let _: i64 = redis::cmd("HSET")
+            .arg(self.keys.node(id))
+            .arg(field)
+            .arg(value)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(())
+    }
+
+    pub async fn sweep(&self, batch: usize) -> Result<Sweep, StoreError> {
+        let reply = self
+            .run(
+                scripts::SWEEP
+                    .key(self.keys.nodes())
+                    .arg(self.keys.prefix())
+                    .arg(batch),
+            )
+            .await?;
+        let items = array(reply)?;
+        let swept = match items.first() {
+            Some(Value::Array(ids)) => ids
+                .iter()
+                .map(|v| as_string(v))
+                .collect::<Result<Vec<_>, _>>()?,
+            other => return Err(StoreError::Reply(format!("sweep: {other:?}"))),
+        };
+        let next = int_at(&items, 2)?;
+        Ok(Sweep {
+            swept,
+            now_ms: uint_at(&items, 1)?,
+            next_expiry_ms: (next >= 0).then_some(next as u64),
+        })
+    }
+
+    /// Removes a node and its keys, unless a newer incarnation owns the id.
+    pub async fn unregister(&self, id: &str, incarnation: &str) -> Result<bool, StoreError> {
+        let reply = self
+            .run(
+                scripts::UNREGISTER
+                    .key(self.keys.node(id))
+                    .arg(self.keys.prefix())
+                    .arg(id)
+                    .arg(incarnation),
+            )
+            .await?;
+        Ok(as_int(&reply)? == 1)
+    }
+
+    /// Lease expiry (ms, Redis clock) of every registered node, earliest first.
+    pub async fn node_leases(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let pairs: Vec<(String, u64)> = redis::cmd("ZRANGE")
+            .arg(self.keys.nodes())
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(pairs)
+    }
+}
+
+/// The node id part of a lease value `NODE_ID#INCARNATION`.
+pub fn holder_id(value: &str) -> &str {
+    value.split_once('#').map_or(value, |(id, _)| id)
+}
+
+fn array(v: Value) -> Result<Vec<Value>, StoreError> {
+    match v {
+        Value::Array(items) => Ok(items),
+        other => Err(StoreError::Reply(format!("expected an array, got {other:?}"))),
+    }
+}
+
+fn as_int(v: &Value) -> Result<i64, StoreError> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| StoreError::Reply(format!("expected an integer, got {v:?}"))),
+        other => Err(StoreError::Reply(format!("expected an integer, got {other:?}"))),
+    }
+}
+
+fn as_string(v: &Value) -> Result<String, StoreError> {
+    match v {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        Value::Int(i) => Ok(i.to_string()),
+        other => Err(StoreError::Reply(format!("expected a string, got {other:?}"))),
+    }
+}
+
+fn at(items: &[Value], i: usize) -> Result<&Value, StoreError> {
+    items
+        .get(i)
+        .ok_or_else(|| StoreError::Reply(format!("reply has no element {i}: {items:?}")))
+}
+fn int_at(items: &[Value], i: usize) -> Result<i64, StoreError> {
+    as_int(at(items, i)?)
+}
+fn uint_at(items: &[Value], i: usize) -> Result<u64, StoreError> {
+    let n = int_at(items, i)?;
+    u64::try_from(n).map_err(|_| StoreError::Reply(format!("expected a non-negative integer, got {n}")))
+}
+fn string_at(items: &[Value], i: usize) -> Result<String, StoreError> {
+    as_string(at(items, i)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn holder_id_strips_the_incarnation() {
+        assert_eq!(holder_id("ns/pod-0#ab12"), "ns/pod-0");
+        assert_eq!(holder_id("plain"), "plain");
+    }
+
+    #[test]
+    fn a_bad_url_names_the_option() {
+        let err = Store::connect("http://nope", "leasehold").unwrap_err();
+        assert!(err.to_string().starts_with("redis_url is invalid"), "{err}");
+        let err = Store::connect("redis://127.0.0.1:1", "bad prefix").unwrap_err();
+        assert!(err.to_string().contains("prefix"), "{err}");
+    }
+}

@@ -1,0 +1,11 @@
+-- Read a group's state in one step.
+-- KEYS: lease, term, members
+-- Returns {lease value or false, term, pttl ms (-2 when free), now ms, {id, expiry, ...} of live members}.
+local now = now_ms()
+return {
+  redis.call('GET', KEYS[1]),
+  tonumber(redis.call('GET', KEYS[2]) or '0'),
+  redis.call('PTTL', KEYS[1]),
+  now,
+  redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now, '+inf', 'WITHSCORES'),
+}

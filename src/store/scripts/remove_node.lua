@@ -1,0 +1,17 @@
+-- Shared by sweep and unregister: delete a node and everything hanging off it.
+-- Key names are built here from the prefix; src/store/keys.rs builds the same.
+local function remove_node(prefix, id)
+  local node_key = prefix .. ':node:' .. id
+  local groups = redis.call('HGET', node_key, 'groups')
+  if groups then
+    for group in string.gmatch(groups, '[^,]+') do
+      redis.call('ZREM', prefix .. ':g:{' .. group .. '}:members', id)
+    end
+  end
+  local subs_key = node_key .. ':subs'
+  for _, topic in ipairs(redis.call('SMEMBERS', subs_key)) do
+    redis.call('SREM', prefix .. ':topic:' .. topic .. ':subs', id)
+  end
+  redis.call('DEL', node_key, subs_key, node_key .. ':inbox')
+  redis.call('ZREM', prefix .. ':nodes', id)
+end

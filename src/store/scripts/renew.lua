@@ -1,0 +1,16 @@
+-- Renew a held lease (compare-and-expire).
+-- KEYS: lease, members
+-- ARGV: node id, incarnation, ttl ms, candidacy ms
+-- Returns {1} renewed, {0} the lease is gone (expired), {-1, holder id} another holder.
+local me = ARGV[1] .. '#' .. ARGV[2]
+local current = redis.call('GET', KEYS[1])
+if current == me then
+  local now = now_ms()
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[1])
+  -- The leader keeps the member list tidy: drop candidacies that lapsed.
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  return {1}
+end
+if not current then return {0} end
+return {-1, holder_id(current)}
