@@ -1,1 +1,35 @@
-fn main() {}
+//! The `leasehold` command: one binary for every job.
+
+mod demo;
+mod local_redis;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Debug, Parser)]
+#[command(name = "leasehold", version, about = "Leader election and a live-node registry on Redis")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Three nodes on a local Redis: crash the leader, step down, show the handover times.
+    Demo(demo::DemoArgs),
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    leasehold::telemetry::init("warn");
+    let result = match cli.command {
+        Command::Demo(args) => demo::run(args).await,
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
