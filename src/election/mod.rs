@@ -64,6 +64,15 @@ pub struct Group {
     lease: Arc<Mutex<LocalLease>>,
 }
 
+impl std::fmt::Debug for Group {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Group")
+            .field("name", &self.name)
+            .field("role", &*self.role.borrow())
+            .finish()
+    }
+}
+
 impl Group {
     pub fn name(&self) -> &str {
         &self.name

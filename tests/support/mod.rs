@@ -3,6 +3,8 @@
 //! waiting helpers with explicit bounds.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod proxy;
+
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

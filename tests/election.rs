@@ -1,0 +1,413 @@
+//! Leader election against a real redis-server: one test per row of the
+//! election seed's failover table, plus the behaviours leasehold adds.
+//! Timings are short (see `support::fast`); bounds carry a margin of at
+//! least two retry intervals.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use leasehold::{ElectionConfig, Event, LostReason, Node, Role};
+use support::{eventually, fast, next_event, node, one_leader, role, RedisServer};
+
+const GROUP: &str = "test/group";
+
+async fn three(redis: &RedisServer, config: ElectionConfig) -> (Vec<Node>, Vec<leasehold::Group>) {
+    let mut nodes = Vec::new();
+    let mut groups = Vec::new();
+    for i in 0..3 {
+        let n = node(redis, &format!("test/n{i}")).await;
+        groups.push(n.join(GROUP, config).unwrap());
+        nodes.push(n);
+    }
+    (nodes, groups)
+}
+
+fn refs(groups: &[leasehold::Group]) -> Vec<&leasehold::Group> {
+    groups.iter().collect()
+}
+
+/// Seed row "Graceful shutdown": the lease is released, takeover <= retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn graceful_shutdown_hands_over_within_retry() {
+    let redis = RedisServer::start();
+    let cfg = fast();
+    let (mut nodes, mut groups) = three(&redis, cfg).await;
+    let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
+    let old_term = groups[leader].leader_term().unwrap();
+    let mut events = nodes[leader].events();
+    let node = nodes.remove(leader);
+    groups.remove(leader);
+    let start = Instant::now();
+    node.shutdown().await;
+    let lost = next_event(&mut events, Duration::from_secs(1), |e| matches!(e, Event::Lost { .. })).await;
+    assert!(matches!(lost, Event::Lost { reason: LostReason::Shutdown, term, .. } if term == old_term), "{lost:?}");
+    let next = one_leader(&refs(&groups), cfg.retry_interval() * 3).await;
+    let took = start.elapsed();
+    assert!(took <= cfg.retry_interval() * 3, "takeover took {took:?}");
+    assert!(groups[next].leader_term().unwrap() > old_term);
+    node.close().await.unwrap();
+}
+
+/// Seed row "stepDown()": released at once, takeover <= retry, and the
+/// stepping-down node does not win its own seat back for one ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_down_releases_at_once_and_abstains_for_a_ttl() {
+    let redis = RedisServer::start();
+    let cfg = fast();
+    let (nodes, groups) = three(&redis, cfg).await;
+    let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
+    let start = Instant::now();
+    assert!(nodes[leader].step_down(GROUP).await.unwrap(), "it was leading");
+    assert!(!groups[leader].is_leader());
+    assert_eq!(role(&groups[leader]), Role::Abstaining);
+    let next = one_leader(&refs(&groups), cfg.retry_interval() * 3).await;
+    assert_ne!(next, leader);
+    // The new leader steps down too, inside the first node's cooldown: the
+    // seat must go to the third node, never back to the first.
+    nodes[next].step_down(GROUP).await.unwrap();
+    let third = one_leader(&refs(&groups), cfg.retry_interval() * 3).await;
+    assert!(third != leader && third != next);
+    // Until one ttl after its step-down (less a margin), the first node abstains.
+    while start.elapsed() < cfg.ttl() - cfg.retry_interval() {
+        assert_eq!(role(&groups[leader]), Role::Abstaining);
+        assert!(!groups[leader].is_leader());
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // After the cooldown it is a candidate again and follows the third node.
+    eventually(cfg.ttl() + cfg.retry_interval() * 3, "first node follows again", || {
+        matches!(role(&groups[leader]), Role::Follower { .. })
+    })
+    .await;
+    for n in nodes {
+        n.close().await.unwrap();
+    }
+}
+
+/// A lone node that steps down takes its seat back after the cooldown, not before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_down_alone_retakes_after_one_ttl() {
+    let redis = RedisServer::start();
+    let cfg = fast();
+    let n = node(&redis, "test/alone").await;
+    let g = n.join(GROUP, cfg).unwrap();
+    eventually(Duration::from_secs(3), "leads", || g.is_leader()).await;
+    let start = Instant::now();
+    n.step_down(GROUP).await.unwrap();
+    eventually(cfg.ttl() + cfg.retry_interval() * 3, "leads again", || g.is_leader()).await;
+    let took = start.elapsed();
+    assert!(took >= cfg.ttl() - Duration::from_millis(5), "re-took after {took:?}, inside its cooldown");
+    n.close().await.unwrap();
+}
+
+/// Seed row "Crash": the lease expires on its own; takeover <= ttl + retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_takeover_within_ttl_plus_retry() {
+    let redis = RedisServer::start();
+    let cfg = fast();
+    let (mut nodes, mut groups) = three(&redis, cfg).await;
+    let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
+    let start = Instant::now();
+    drop(nodes.remove(leader)); // no release: a crash
+    groups.remove(leader);
+    one_leader(&refs(&groups), cfg.ttl() + cfg.retry_interval() * 3).await;
+    let took = start.elapsed();
+    assert!(took <= cfg.ttl() + cfg.retry_interval() * 3, "takeover took {took:?}");
+    assert!(took >= cfg.ttl() - cfg.renew_interval() - Duration::from_millis(20), "took over a live lease after {took:?}");
+}
+
+/// Beyond the seed: followers wake when the lease is due to expire, so a
+/// crash costs ttl plus a few ms, not ttl plus up to a retry interval. The
+/// retry interval here is far longer than the bound, so a retry-tick design
+/// fails this test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_takeover_wakes_at_lease_expiry() {
+    let redis = RedisServer::start();
+    let cfg = ElectionConfig { ttl_ms: 600, renew_interval_ms: 200, retry_interval_ms: 5_000 };
+    let (mut nodes, mut groups) = three(&redis, cfg).await;
+    let leader = one_leader(&refs(&groups), Duration::from_secs(12)).await;
+    // Let the followers see the leader (their claim reads the PTTL).
+    eventually(Duration::from_secs(12), "followers see the leader", || {
+        groups.iter().filter(|g| matches!(role(g), Role::Follower { .. })).count() == 2
+    })
+    .await;
+    let start = Instant::now();
+    drop(nodes.remove(leader));
+    groups.remove(leader);
+    one_leader(&refs(&groups), cfg.ttl() + Duration::from_millis(400)).await;
+    let took = start.elapsed();
+    assert!(took <= cfg.ttl() + Duration::from_millis(400), "takeover took {took:?}");
+}
+
+/// Beyond the seed: a release is announced on pub/sub, so followers take
+/// over at once rather than on their retry tick (5 s here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_wake_on_release_not_on_their_retry_tick() {
+    let redis = RedisServer::start();
+    let cfg = ElectionConfig { ttl_ms: 10_000, renew_interval_ms: 1_000, retry_interval_ms: 5_000 };
+    let (nodes, groups) = three(&redis, cfg).await;
+    let leader = one_leader(&refs(&groups), Duration::from_secs(12)).await;
+    eventually(Duration::from_secs(12), "followers see the leader", || {
+        groups.iter().filter(|g| matches!(role(g), Role::Follower { .. })).count() == 2
+    })
+    .await;
+    let start = Instant::now();
+    nodes[leader].step_down(GROUP).await.unwrap();
+    one_leader(&refs(&groups), Duration::from_millis(500)).await;
+    assert!(start.elapsed() <= Duration::from_millis(500));
+    for n in nodes {
+        n.close().await.unwrap();
+    }
+}
+
+/// Seed row "Unclean restart with a stable id": the stale own lease is
+/// re-claimed at once, under a new term, while the others still wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unclean_restart_with_stable_id_reclaims_at_boot() {
+    let redis = RedisServer::start();
+    let cfg = ElectionConfig { ttl_ms: 3_000, renew_interval_ms: 500, retry_interval_ms: 100 };
+    let a = node(&redis, "test/stable").await;
+    let ga = a.join(GROUP, cfg).unwrap();
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    let b = node(&redis, "test/other").await;
+    let gb = b.join(GROUP, cfg).unwrap();
+    eventually(Duration::from_secs(3), "b follows", || matches!(role(&gb), Role::Follower { .. })).await;
+    let old_term = ga.leader_term().unwrap();
+    drop(a); // crash, lease left behind
+    drop(ga);
+    let start = Instant::now();
+    let restarted = node(&redis, "test/stable").await;
+    let gr = restarted.join(GROUP, cfg).unwrap();
+    eventually(cfg.retry_interval() * 3, "the restarted node leads", || gr.is_leader()).await;
+    assert!(start.elapsed() < cfg.ttl() / 2, "waited for the ttl instead");
+    assert!(gr.leader_term().unwrap() > old_term, "a restart is a new acquisition");
+    assert!(!gb.is_leader());
+    restarted.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// Seed row "Redis briefly unavailable": the leader demotes on its first failed
+/// renewal, then re-claims its still-held lease when Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_briefly_unavailable_demotes_then_reclaims() {
+    let mut redis = RedisServer::start();
+    let cfg = ElectionConfig { ttl_ms: 3_000, renew_interval_ms: 200, retry_interval_ms: 100 };
+    let (nodes, groups) = three(&redis, cfg).await;
+    let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
+    let term = groups[leader].leader_term().unwrap();
+    let mut events = nodes[leader].events();
+    redis.pause();
+    let paused = Instant::now();
+    // The next renewal is due within renew_interval and is bounded by retry.
+    let lost = next_event(&mut events, cfg.renew_interval() + cfg.retry_interval() * 3, |e| {
+        matches!(e, Event::Lost { .. })
+    })
+    .await;
+    assert!(matches!(lost, Event::Lost { reason: LostReason::StoreError, .. }), "{lost:?}");
+    assert!(groups.iter().all(|g| !g.is_leader()), "nobody leads while Redis is away");
+    let demoted_after = paused.elapsed();
+    assert!(demoted_after < cfg.ttl() / 2, "demoted only after {demoted_after:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.resume();
+    let back = Instant::now();
+    let again = one_leader(&refs(&groups), cfg.retry_interval() * 3).await;
+    assert!(back.elapsed() <= cfg.retry_interval() * 3);
+    assert_eq!(again, leader, "the lease was still held, so its holder re-claims it");
+    assert_eq!(groups[again].leader_term(), Some(term), "an unbroken lease keeps its term");
+    for n in nodes {
+        n.close().await.unwrap();
+    }
+}
+
+/// A leader counts as leader only while its local view of the lease is valid:
+/// with renewals hanging (Redis paused) and a retry interval longer than the
+/// ttl, it stops leading when its local lease runs out, before Redis's expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leader_stops_leading_when_its_local_lease_runs_out() {
+    let mut redis = RedisServer::start();
+    let cfg = ElectionConfig { ttl_ms: 500, renew_interval_ms: 100, retry_interval_ms: 5_000 };
+    let n = node(&redis, "test/local").await;
+    let g = n.join(GROUP, cfg).unwrap();
+    eventually(Duration::from_secs(3), "leads", || g.is_leader()).await;
+    // Right after a renewal, pause: the local view has at most ttl left.
+    let mut role_rx = g.role();
+    redis.pause();
+    let paused = Instant::now();
+    let lost_after = eventually(cfg.ttl() + Duration::from_millis(200), "local lease ran out", || !g.is_leader()).await;
+    assert!(lost_after <= cfg.ttl(), "led for {lost_after:?} past the pause, longer than ttl");
+    eventually(Duration::from_millis(200), "role follows", || !matches!(*role_rx.borrow_and_update(), Role::Leader { .. })).await;
+    assert!(paused.elapsed() < cfg.ttl() + Duration::from_millis(200));
+    redis.resume();
+    drop(n);
+}
+
+/// Shutdown with a hung connection (Redis paused) still returns within about
+/// three retry intervals, whatever the number of groups.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_hung_connection_is_bounded() {
+    let mut redis = RedisServer::start();
+    let cfg = ElectionConfig { ttl_ms: 5_000, renew_interval_ms: 1_000, retry_interval_ms: 200 };
+    let n = node(&redis, "test/hung").await;
+    let groups: Vec<_> = (0..5).map(|i| n.join(&format!("test/g{i}"), cfg).unwrap()).collect();
+    eventually(Duration::from_secs(3), "leads all", || groups.iter().all(|g| g.is_leader())).await;
+    redis.pause();
+    let start = Instant::now();
+    n.shutdown().await;
+    let took = start.elapsed();
+    assert!(took <= cfg.retry_interval() * 5, "shutdown took {took:?}");
+    assert!(groups.iter().all(|g| !g.is_leader()));
+    redis.resume();
+}
+
+/// Shutdown also clears a lease still held after a fail-safe demotion, so
+/// the group is not blocked for the rest of its ttl.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_clears_a_lease_left_by_fail_safe_demotion() {
+    let mut redis = RedisServer::start();
+    let cfg = ElectionConfig { ttl_ms: 8_000, renew_interval_ms: 200, retry_interval_ms: 1_000 };
+    let a = node(&redis, "test/a").await;
+    let ga = a.join(GROUP, cfg).unwrap();
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    let b = node(&redis, "test/b").await;
+    let gb = b.join(GROUP, cfg).unwrap();
+    let mut events = a.events();
+    redis.pause();
+    next_event(&mut events, Duration::from_secs(3), |e| {
+        matches!(e, Event::Lost { reason: LostReason::StoreError, .. })
+    })
+    .await;
+    redis.resume();
+    // Before a's next claim (one retry interval after the demotion) the lease
+    // is still a's in Redis; shut a down now.
+    let lease_key = "lh:g:{test/group}:lease";
+    assert!(redis.cli(&["GET", lease_key]).starts_with("test/a#"), "a's lease is still in redis");
+    a.shutdown().await;
+    // Cleared: free, or already b's (the release wakes b at once).
+    let after = redis.cli(&["GET", lease_key]);
+    assert!(after.is_empty() || after.starts_with("test/b#"), "lease after shutdown: {after}");
+    let start = Instant::now();
+    eventually(cfg.retry_interval() * 3, "b leads", || gb.is_leader()).await;
+    assert!(start.elapsed() < cfg.ttl() / 2);
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// Terms increase on every new acquisition and come with `Elected`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_new_acquisition_increases_the_term() {
+    let redis = RedisServer::start();
+    let cfg = fast();
+    let (nodes, groups) = three(&redis, cfg).await;
+    let mut events: Vec<_> = nodes.iter().map(|n| n.events()).collect();
+    let mut elected: Vec<_> = nodes.iter().map(|n| n.events()).collect();
+    let mut last = 0;
+    let mut terms = Vec::new();
+    for _ in 0..4 {
+        let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
+        let term = groups[leader].leader_term().unwrap();
+        assert!(term > last, "term {term} after {last}");
+        last = term;
+        terms.push(term);
+        nodes[leader].step_down(GROUP).await.unwrap();
+        let elected = next_event(&mut events[leader], Duration::from_secs(1), |e| matches!(e, Event::Lost { .. })).await;
+        assert!(matches!(elected, Event::Lost { term: t, .. } if t == term));
+    }
+    let mut seen = Vec::new();
+    for rx in elected.iter_mut() {
+        while let Ok(e) = rx.try_recv() {
+            if let Event::Elected { term, .. } = e {
+                seen.push(term);
+            }
+        }
+    }
+    // The first election happened before the test subscribed.
+    for term in &terms[1..] {
+        assert!(seen.contains(term), "Elected carries term {term}: {seen:?}");
+    }
+    for n in nodes {
+        n.close().await.unwrap();
+    }
+}
+
+/// Terms never go backwards, also when Redis restarts empty: the nodes
+/// remember the highest term they saw and claim above it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn terms_survive_redis_restarting_empty() {
+    let mut redis = RedisServer::start();
+    let cfg = fast();
+    let (nodes, groups) = three(&redis, cfg).await;
+    for _ in 0..3 {
+        let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
+        nodes[leader].step_down(GROUP).await.unwrap();
+    }
+    let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
+    let before = groups[leader].leader_term().unwrap();
+    // Every node must have seen the current term before the data goes.
+    eventually(Duration::from_secs(2), "followers saw the term", || {
+        groups.iter().all(|g| match role(g) {
+            Role::Leader { term } | Role::Follower { term, .. } => term == before,
+            _ => false,
+        })
+    })
+    .await;
+    redis.restart();
+    assert_eq!(redis.cli(&["EXISTS", "lh:g:{test/group}:term"]), "0");
+    // The old leader may lead by its local view until its next renewal fails;
+    // the next acquisition must carry a larger term, never a smaller one.
+    let mut after = 0;
+    eventually(Duration::from_secs(5), "a new acquisition", || {
+        let terms: Vec<u64> = groups.iter().filter_map(|g| g.leader_term()).collect();
+        assert!(terms.iter().all(|&t| t >= before), "term went backwards: {terms:?} after {before}");
+        after = terms.into_iter().max().unwrap_or(0);
+        after > before
+    })
+    .await;
+    let stored: u64 = redis.cli(&["GET", "lh:g:{test/group}:term"]).parse().unwrap();
+    assert_eq!(stored, after, "the counter in the new redis carries on from {before}");
+    for n in nodes {
+        n.close().await.unwrap();
+    }
+}
+
+/// Groups can be joined and left at run time; leaving releases the lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn groups_join_and_leave_at_run_time() {
+    let redis = RedisServer::start();
+    let cfg = fast();
+    let a = node(&redis, "test/a").await;
+    let b = node(&redis, "test/b").await;
+    let ga = a.join("test/x", cfg).unwrap();
+    eventually(Duration::from_secs(3), "a leads x", || ga.is_leader()).await;
+    let gb = b.join("test/x", cfg).unwrap();
+    let gy = b.join("test/y", cfg).unwrap();
+    eventually(Duration::from_secs(3), "b leads y", || gy.is_leader()).await;
+    assert!(matches!(a.join("test/x", cfg), Err(leasehold::Error::AlreadyJoined(_))));
+    assert_eq!(a.groups(), vec!["test/x".to_owned()]);
+    let start = Instant::now();
+    a.leave("test/x").await.unwrap();
+    eventually(cfg.retry_interval() * 3, "b leads x", || gb.is_leader()).await;
+    assert!(start.elapsed() <= cfg.retry_interval() * 3);
+    assert!(matches!(a.step_down("test/x").await, Err(leasehold::Error::NotJoined(_))));
+    assert!(a.groups().is_empty());
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// Bad group names and timings are refused with the option named, and
+/// nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_join_arguments_are_refused_without_side_effects() {
+    let redis = RedisServer::start();
+    let n = node(&redis, "test/a").await;
+    let err = n.join("bad name", fast()).unwrap_err().to_string();
+    assert!(err.contains("group name") && err.contains("\"bad name\""), "{err}");
+    let cfg = ElectionConfig { ttl_ms: 100, renew_interval_ms: 100, retry_interval_ms: 10 };
+    let err = n.join(GROUP, cfg).unwrap_err().to_string();
+    assert!(err.contains("renew_interval_ms = 100") && err.contains("ttl_ms = 100"), "{err}");
+    let cfg = ElectionConfig { retry_interval_ms: 0, ..fast() };
+    let err = n.join(GROUP, cfg).unwrap_err().to_string();
+    assert!(err.contains("retry_interval_ms = 0") && err.contains("from 1 to 2147483647"), "{err}");
+    assert!(n.groups().is_empty());
+    assert_eq!(redis.cli(&["KEYS", "lh:g:*"]), "");
+    n.close().await.unwrap();
+}
