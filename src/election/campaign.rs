@@ -51,9 +51,9 @@ struct State {
     leading: Option<(u64, Instant)>,
     /// When the last successful claim/renewal was sent (schedules renewals).
     last_sent: Instant,
-    /// This node may still hold the lease in Redis though it no longer leads
-    /// (fail-safe demotion): shutdown must clear it.
-    may_hold: bool,
+    /// Term of a lease this node may still hold in Redis though it no longer
+    /// leads (fail-safe demotion): shutdown and step-down must clear it.
+    held: Option<u64>,
     abstain_until: Option<Instant>,
     next_claim: Instant,
     /// Highest term seen for this group: terms never go backwards, even if
@@ -86,9 +86,11 @@ impl Campaign {
         });
     }
 
-    fn set_leading(&self, st: &mut State, leading: Option<(u64, Instant)>) {
+    /// The only writer of the shared local lease view.
+    fn set_lease(&self, st: &mut State, leading: Option<(u64, Instant)>, held: Option<u64>) {
         st.leading = leading;
-        *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = LocalLease { leading };
+        st.held = held;
+        *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = LocalLease { leading, held };
         if let Some((term, _)) = leading {
             self.set_role(Role::Leader { term });
         }
@@ -98,8 +100,8 @@ impl Campaign {
     /// and reports why.
     fn demote(&self, st: &mut State, reason: LostReason, next: Role) {
         if let Some((term, _)) = st.leading {
-            self.set_leading(st, None);
-            st.may_hold = reason != LostReason::Replaced;
+            let held = (reason != LostReason::Replaced).then_some(term);
+            self.set_lease(st, None, held);
             self.set_role(next);
             self.shared.events.emit(Event::Lost {
                 node: self.node().to_owned(),
@@ -117,7 +119,7 @@ impl Campaign {
         let mut st = State {
             leading: None,
             last_sent: now,
-            may_hold: false,
+            held: None,
             abstain_until: None,
             next_claim: now,
             seen_term: 0,
@@ -203,8 +205,7 @@ impl Campaign {
             Ok(Claim::Won { term, fresh }) => {
                 st.seen_term = st.seen_term.max(term);
                 st.last_sent = sent;
-                st.may_hold = true;
-                self.set_leading(st, Some((term, sent + self.config.ttl())));
+                self.set_lease(st, Some((term, sent + self.config.ttl())), Some(term));
                 tracing::debug!(group = %self.group, term, fresh, "lease won");
                 self.shared.events.emit(Event::Elected {
                     node: self.node().to_owned(),
@@ -214,7 +215,7 @@ impl Campaign {
             }
             Ok(Claim::Lost { term, pttl_ms, holder }) => {
                 st.seen_term = st.seen_term.max(term);
-                st.may_hold = false;
+                self.set_lease(st, None, None);
                 self.set_role(Role::Follower { leader: holder, term });
                 // Wake when the lease is due to expire, if that comes before
                 // the retry tick; 1 ms past it so Redis sees it expired.
@@ -245,6 +246,7 @@ impl Campaign {
                 &self.keys,
                 self.node(),
                 &self.shared.incarnation,
+                term,
                 self.ttl_ms(),
                 self.candidacy_ms(),
             ),
@@ -253,11 +255,11 @@ impl Campaign {
         match result {
             Ok(Renewal::Renewed) => {
                 st.last_sent = sent;
-                self.set_leading(st, Some((term, sent + self.config.ttl())));
+                self.set_lease(st, Some((term, sent + self.config.ttl())), Some(term));
             }
             Ok(Renewal::Gone) => {
                 self.demote(st, LostReason::Expired, Role::Candidate);
-                st.may_hold = false;
+                self.set_lease(st, None, None);
                 st.next_claim = Instant::now();
             }
             Ok(Renewal::Replaced { holder }) => {
@@ -267,7 +269,6 @@ impl Campaign {
                     self.shared.mark_displaced("another incarnation holds a lease of this node id".into());
                 }
                 self.demote(st, LostReason::Replaced, Role::Follower { leader: holder, term });
-                st.may_hold = false;
                 st.next_claim = Instant::now() + self.config.retry_interval();
             }
             Err(e) => {
@@ -278,28 +279,26 @@ impl Campaign {
         }
     }
 
-    async fn release(&self, withdraw: bool) -> Result<bool, StoreError> {
+    async fn release(&self, term: Option<u64>, withdraw: bool) -> Result<bool, StoreError> {
         bounded(
             self.config.retry_interval(),
             self.shared
                 .store
-                .release(&self.keys, self.node(), &self.shared.incarnation, withdraw),
+                .release(&self.keys, self.node(), &self.shared.incarnation, term, withdraw),
         )
         .await
     }
 
     async fn step_down(&self, st: &mut State) -> Result<bool, StoreError> {
-        let was_leader = st.leading.is_some();
         let term = st.leading.map(|(t, _)| t);
+        let held = st.held;
         // Stop leading first, then let go of the lease.
-        st.leading = None;
-        *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = LocalLease { leading: None };
+        self.set_lease(st, None, held);
         st.abstain_until = Some(Instant::now() + self.config.ttl());
         self.set_role(Role::Abstaining);
-        let released = if was_leader || st.may_hold {
-            self.release(false).await
-        } else {
-            Ok(false)
+        let released = match held {
+            Some(_) => self.release(held, false).await,
+            None => Ok(false),
         };
         if let Some(term) = term {
             self.shared.events.emit(Event::Lost {
@@ -311,8 +310,8 @@ impl Campaign {
         }
         match released {
             Ok(_) => {
-                st.may_hold = false;
-                Ok(was_leader)
+                self.set_lease(st, None, None);
+                Ok(term.is_some())
             }
             Err(e) => {
                 self.store_error("step-down release", &e);
@@ -323,13 +322,14 @@ impl Campaign {
 
     async fn shutdown(&self, st: &mut State) {
         let term = st.leading.map(|(t, _)| t);
-        st.leading = None;
-        *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = LocalLease { leading: None };
+        let held = st.held;
+        self.set_lease(st, None, held);
         self.set_role(Role::Candidate);
-        // Release also when merely possibly held: a lease left behind by a
+        // Release also a lease merely possibly held: one left behind by a
         // fail-safe demotion would block the group for the rest of its ttl.
-        if let Err(e) = self.release(true).await {
-            self.store_error("shutdown release", &e);
+        match self.release(held, true).await {
+            Ok(_) => self.set_lease(st, None, None),
+            Err(e) => self.store_error("shutdown release", &e),
         }
         if let Some(term) = term {
             self.shared.events.emit(Event::Lost {

@@ -52,7 +52,11 @@ impl Role {
 /// The local view of a held lease, shared with [`Group::leader_term`].
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct LocalLease {
+    /// `(term, valid_until)` while this node leads.
     pub leading: Option<(u64, Instant)>,
+    /// The term of a lease this node may still hold in Redis, leading or not
+    /// (after a fail-safe demotion): what a shutdown must release.
+    pub held: Option<u64>,
 }
 
 /// A handle on one joined group: watch the role, or ask right now whether
@@ -241,7 +245,12 @@ async fn stop(shared: impl AsRef<Shared>, name: String, entry: Entry) {
         return;
     }
     entry.task.abort();
+    let held = entry.group.lease.lock().unwrap_or_else(|p| p.into_inner()).held;
     let keys = shared.store.keys().group(&name);
-    let released = bounded(retry, shared.store.release(&keys, &shared.id, &shared.incarnation, true)).await;
+    let released = bounded(
+        retry,
+        shared.store.release(&keys, &shared.id, &shared.incarnation, held, true),
+    )
+    .await;
     tracing::warn!(group = %name, ?released, "campaign did not answer shutdown in time; released from outside");
 }

@@ -10,7 +10,7 @@ pub struct Keys {
 /// The keys of one group.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupKeys {
-    /// Holder's `NODE_ID#INCARNATION`, with PX = ttl.
+    /// Holder's `NODE_ID#INCARNATION#TERM`, with PX = ttl.
     pub lease: String,
     /// Fencing token: +1 on every new acquisition.
     pub term: String,

@@ -247,6 +247,7 @@ impl Store {
         group: &GroupKeys,
         id: &str,
         incarnation: &str,
+        term: u64,
         ttl_ms: u64,
         candidacy_ms: u64,
     ) -> Result<Renewal, StoreError> {
@@ -257,6 +258,7 @@ impl Store {
                     .key(&group.members)
                     .arg(id)
                     .arg(incarnation)
+                    .arg(term)
                     .arg(ttl_ms)
                     .arg(candidacy_ms),
             )
@@ -271,14 +273,19 @@ impl Store {
         })
     }
 
-    /// Compare-and-delete; `withdraw` also removes the node from the members.
+    /// Compare-and-delete of the lease this incarnation holds under `term`
+    /// (`None`: it holds none, only withdraw); `withdraw` also removes the node
+    /// from the members.
     pub async fn release(
         &self,
         group: &GroupKeys,
         id: &str,
         incarnation: &str,
+        term: Option<u64>,
         withdraw: bool,
     ) -> Result<bool, StoreError> {
+        // Term 0 is never issued, so it matches no lease.
+        let term = term.unwrap_or(0);
         let reply = self
             .run(
                 scripts::RELEASE
@@ -286,6 +293,7 @@ impl Store {
                     .key(&group.members)
                     .arg(id)
                     .arg(incarnation)
+                    .arg(term)
                     .arg(&group.released)
                     .arg(if withdraw { "1" } else { "0" }),
             )
@@ -441,7 +449,7 @@ impl Store {
     }
 }
 
-/// The node id part of a lease value `NODE_ID#INCARNATION`.
+/// The node id part of a lease value `NODE_ID#INCARNATION#TERM`.
 pub fn holder_id(value: &str) -> &str {
     value.split_once('#').map_or(value, |(id, _)| id)
 }
@@ -495,7 +503,7 @@ mod tests {
 
     #[test]
     fn holder_id_strips_the_incarnation() {
-        assert_eq!(holder_id("ns/pod-0#ab12"), "ns/pod-0");
+        assert_eq!(holder_id("ns/pod-0#ab12#7"), "ns/pod-0");
         assert_eq!(holder_id("plain"), "plain");
     }
 

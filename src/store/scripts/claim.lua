@@ -4,17 +4,17 @@
 -- Returns {1, term, fresh} when this node holds the lease afterwards
 -- (fresh = 1 for a new acquisition, 0 when it kept a lease it already held),
 -- or {0, term, pttl ms, holder id} when another node holds it.
-local me = ARGV[1] .. '#' .. ARGV[2]
+local mine = ARGV[1] .. '#' .. ARGV[2] .. '#'
 local ttl = tonumber(ARGV[3])
 local seen = tonumber(ARGV[4])
 local now = now_ms()
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1])
 local stored = tonumber(redis.call('GET', KEYS[2]) or '0')
 local current = redis.call('GET', KEYS[1])
-if current == me then
+if current and string.sub(current, 1, #mine) == mine then
   -- Our own lease, still standing after a fail-safe demotion: nobody else
-  -- could have held it in between, so the term stays the same.
-  local term = math.max(stored, seen)
+  -- could have held it in between, so it keeps its term.
+  local term = tonumber(string.sub(current, #mine + 1))
   if term > stored then redis.call('SET', KEYS[2], term) end
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, term, 0}
@@ -26,5 +26,5 @@ end
 -- with a stable id): a new acquisition, under a term larger than any before.
 local term = math.max(stored, seen) + 1
 redis.call('SET', KEYS[2], term)
-redis.call('SET', KEYS[1], me, 'PX', ttl)
+redis.call('SET', KEYS[1], mine .. term, 'PX', ttl)
 return {1, term, 1}

@@ -1,13 +1,12 @@
 -- Renew a held lease (compare-and-expire).
 -- KEYS: lease, members
--- ARGV: node id, incarnation, ttl ms, candidacy ms
+-- ARGV: node id, incarnation, term, ttl ms, candidacy ms
 -- Returns {1} renewed, {0} the lease is gone (expired), {-1, holder id} another holder.
-local me = ARGV[1] .. '#' .. ARGV[2]
 local current = redis.call('GET', KEYS[1])
-if current == me then
+if current == ARGV[1] .. '#' .. ARGV[2] .. '#' .. ARGV[3] then
   local now = now_ms()
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[3]))
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[1])
+  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
+  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[1])
   -- The leader keeps the member list tidy: drop candidacies that lapsed.
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
   return {1}
