@@ -24,6 +24,16 @@ pub const SWEEP_BATCH: usize = 100;
 /// How long a connection attempt to Redis may take before it counts as failed.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// A connection whose sent data stays unacknowledged this long is dropped and
+/// rebuilt (Linux `TCP_USER_TIMEOUT`). Engine calls carry their own, shorter
+/// bounds; this only retires a connection into a black-holed network, which
+/// otherwise would hang until the kernel's retransmissions give up (minutes).
+pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Keepalive probes on idle connections (the pub/sub one is mostly idle):
+/// first probe after this much silence, then every half of it.
+pub const TCP_KEEPALIVE: Duration = Duration::from_secs(10);
+
 /// A refused option value. The message is meant for the person who set it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -176,10 +186,20 @@ mod tests {
     #[test]
     fn defaults_follow_the_seed() {
         let e = ElectionConfig::default();
-        assert_eq!((e.ttl_ms, e.renew_interval_ms, e.retry_interval_ms), (15_000, 5_000, 2_000));
+        assert_eq!(
+            (e.ttl_ms, e.renew_interval_ms, e.retry_interval_ms),
+            (15_000, 5_000, 2_000)
+        );
         e.validate().unwrap();
         let n = NodeConfig::default();
-        assert_eq!((n.lease_duration_ms, n.heartbeat_interval_ms, n.sweep_interval_ms), (30_000, 10_000, 30_000));
+        assert_eq!(
+            (
+                n.lease_duration_ms,
+                n.heartbeat_interval_ms,
+                n.sweep_interval_ms
+            ),
+            (30_000, 10_000, 30_000)
+        );
         n.validate().unwrap();
     }
 
@@ -193,36 +213,96 @@ mod tests {
     #[test]
     fn zero_and_too_large_values_name_the_option_and_range() {
         for (cfg, option, value) in [
-            (ElectionConfig { ttl_ms: 0, ..Default::default() }, "ttl_ms", 0),
-            (ElectionConfig { ttl_ms: MAX_MS + 1, ..Default::default() }, "ttl_ms", MAX_MS + 1),
-            (ElectionConfig { renew_interval_ms: 0, ..Default::default() }, "renew_interval_ms", 0),
-            (ElectionConfig { retry_interval_ms: MAX_MS + 1, ..Default::default() }, "retry_interval_ms", MAX_MS + 1),
+            (
+                ElectionConfig {
+                    ttl_ms: 0,
+                    ..Default::default()
+                },
+                "ttl_ms",
+                0,
+            ),
+            (
+                ElectionConfig {
+                    ttl_ms: MAX_MS + 1,
+                    ..Default::default()
+                },
+                "ttl_ms",
+                MAX_MS + 1,
+            ),
+            (
+                ElectionConfig {
+                    renew_interval_ms: 0,
+                    ..Default::default()
+                },
+                "renew_interval_ms",
+                0,
+            ),
+            (
+                ElectionConfig {
+                    retry_interval_ms: MAX_MS + 1,
+                    ..Default::default()
+                },
+                "retry_interval_ms",
+                MAX_MS + 1,
+            ),
         ] {
             let err = cfg.validate().unwrap_err();
             assert_eq!(err, ConfigError::OutOfRange { option, value });
             let msg = err.to_string();
-            assert!(msg.contains(option) && msg.contains(&value.to_string()), "{msg}");
+            assert!(
+                msg.contains(option) && msg.contains(&value.to_string()),
+                "{msg}"
+            );
             assert!(msg.contains("from 1 to 2147483647"), "{msg}");
         }
-        let max = ElectionConfig { ttl_ms: MAX_MS, renew_interval_ms: MAX_MS - 1, retry_interval_ms: MAX_MS };
+        let max = ElectionConfig {
+            ttl_ms: MAX_MS,
+            renew_interval_ms: MAX_MS - 1,
+            retry_interval_ms: MAX_MS,
+        };
         max.validate().unwrap();
     }
 
     #[test]
     fn renew_must_be_below_ttl() {
-        let err = ElectionConfig { ttl_ms: 1000, renew_interval_ms: 1000, retry_interval_ms: 10 }
-            .validate()
-            .unwrap_err();
+        let err = ElectionConfig {
+            ttl_ms: 1000,
+            renew_interval_ms: 1000,
+            retry_interval_ms: 10,
+        }
+        .validate()
+        .unwrap_err();
         let msg = err.to_string();
-        assert!(msg.contains("renew_interval_ms = 1000") && msg.contains("ttl_ms = 1000"), "{msg}");
+        assert!(
+            msg.contains("renew_interval_ms = 1000") && msg.contains("ttl_ms = 1000"),
+            "{msg}"
+        );
     }
 
     #[test]
     fn node_options_are_checked_by_name() {
         for (cfg, option) in [
-            (NodeConfig { lease_duration_ms: 0, ..NodeConfig::default() }, "lease_duration_ms"),
-            (NodeConfig { heartbeat_interval_ms: 0, ..NodeConfig::default() }, "heartbeat_interval_ms"),
-            (NodeConfig { sweep_interval_ms: MAX_MS + 1, ..NodeConfig::default() }, "sweep_interval_ms"),
+            (
+                NodeConfig {
+                    lease_duration_ms: 0,
+                    ..NodeConfig::default()
+                },
+                "lease_duration_ms",
+            ),
+            (
+                NodeConfig {
+                    heartbeat_interval_ms: 0,
+                    ..NodeConfig::default()
+                },
+                "heartbeat_interval_ms",
+            ),
+            (
+                NodeConfig {
+                    sweep_interval_ms: MAX_MS + 1,
+                    ..NodeConfig::default()
+                },
+                "sweep_interval_ms",
+            ),
         ] {
             let msg = cfg.validate().unwrap_err().to_string();
             assert!(msg.starts_with(option), "{msg}");
@@ -242,9 +322,15 @@ mod tests {
             ("ü", "character"),
         ] {
             let msg = validate_name("group name", bad).unwrap_err().to_string();
-            assert!(msg.contains("group name") && msg.contains(reason) && msg.contains("253 bytes"), "{msg}");
+            assert!(
+                msg.contains("group name") && msg.contains(reason) && msg.contains("253 bytes"),
+                "{msg}"
+            );
         }
         let long = "x".repeat(254);
-        assert!(validate_name("node id", &long).unwrap_err().to_string().contains("too long"));
+        assert!(validate_name("node id", &long)
+            .unwrap_err()
+            .to_string()
+            .contains("too long"));
     }
 }

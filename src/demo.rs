@@ -36,12 +36,16 @@ fn ms(d: Duration) -> String {
 async fn leader_of(members: &[(Node, Group)], limit: Duration) -> Result<usize, String> {
     let start = Instant::now();
     loop {
-        let leaders: Vec<usize> = (0..members.len()).filter(|&i| members[i].1.is_leader()).collect();
+        let leaders: Vec<usize> = (0..members.len())
+            .filter(|&i| members[i].1.is_leader())
+            .collect();
         if let [one] = leaders[..] {
             return Ok(one);
         }
         if start.elapsed() > limit {
-            return Err(format!("no single leader within {limit:?} (leaders: {leaders:?})"));
+            return Err(format!(
+                "no single leader within {limit:?} (leaders: {leaders:?})"
+            ));
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -58,7 +62,10 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         Some(url) => (None, url),
         None => {
             let local = LocalRedis::start()?;
-            println!("started redis-server on 127.0.0.1:{} (stopped at exit)", local.port);
+            println!(
+                "started redis-server on 127.0.0.1:{} (stopped at exit)",
+                local.port
+            );
             let url = local.url();
             (Some(local), url)
         }
@@ -78,7 +85,9 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     let node_config = NodeConfig::with_lease(election.ttl_ms);
     let mut members = Vec::new();
     for id in NODES {
-        let node = Node::start(store.clone(), id, node_config).await.map_err(|e| e.to_string())?;
+        let node = Node::start(store.clone(), id, node_config)
+            .await
+            .map_err(|e| e.to_string())?;
         let group = node.join(GROUP, election).map_err(|e| e.to_string())?;
         members.push((node, group));
     }
@@ -94,7 +103,10 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     let crashed_id = crashed.id().to_owned();
     let killed = Instant::now();
     drop(crashed);
-    println!("2. {crashed_id} crashes (its lease has {} left in Redis)", ms(lease_left));
+    println!(
+        "2. {crashed_id} crashes (its lease has {} left in Redis)",
+        ms(lease_left)
+    );
     let second = leader_of(&members, limit).await?;
     let takeover = killed.elapsed();
     let term = members[second].1.leader_term().unwrap_or_default();

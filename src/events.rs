@@ -42,14 +42,22 @@ impl LostReason {
 
 /// One engine transition. `node` is the node that observed it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "type", rename_all = "camelCase", rename_all_fields = "camelCase")]
+#[serde(
+    tag = "type",
+    rename_all = "camelCase",
+    rename_all_fields = "camelCase"
+)]
 pub enum Event {
     /// The node registered (first time, or again after being displaced by nobody).
     Registered { node: String },
     /// The node found its lease expired, registered again, and carries on.
     Recovered { node: String },
     /// This node won a group's lease under `term`.
-    Elected { node: String, group: String, term: u64 },
+    Elected {
+        node: String,
+        group: String,
+        term: u64,
+    },
     /// This node stopped leading a group.
     Lost {
         node: String,
@@ -60,7 +68,10 @@ pub enum Event {
     /// This node's sweeper removed expired nodes.
     Swept { node: String, nodes: Vec<String> },
     /// Another live process registered with this node's id; this one stops.
-    Displaced { node: String, by_incarnation: String },
+    Displaced {
+        node: String,
+        by_incarnation: String,
+    },
     /// A Redis call failed; the loop named by `during` retries.
     StoreError {
         node: String,
@@ -88,8 +99,14 @@ impl EventBus {
         let channel = store.keys().events();
         tokio::spawn(async move {
             while let Some(event) = queue.recv().await {
-                let Ok(json) = serde_json::to_string(&event) else { continue };
-                let sent = bounded(crate::config::CONNECT_TIMEOUT, store.publish(&channel, &json)).await;
+                let Ok(json) = serde_json::to_string(&event) else {
+                    continue;
+                };
+                let sent = bounded(
+                    crate::config::CONNECT_TIMEOUT,
+                    store.publish(&channel, &json),
+                )
+                .await;
                 if let Err(e) = sent {
                     tracing::debug!(error = %e, "event not published to redis");
                 }
@@ -125,7 +142,14 @@ mod tests {
             serde_json::to_string(&e).unwrap(),
             r#"{"type":"lost","node":"ns/a","group":"ns/g","term":3,"reason":"stepDown"}"#
         );
-        let e = Event::Elected { node: "n".into(), group: "g".into(), term: 1 };
-        assert_eq!(serde_json::to_string(&e).unwrap(), r#"{"type":"elected","node":"n","group":"g","term":1}"#);
+        let e = Event::Elected {
+            node: "n".into(),
+            group: "g".into(),
+            term: 1,
+        };
+        assert_eq!(
+            serde_json::to_string(&e).unwrap(),
+            r#"{"type":"elected","node":"n","group":"g","term":1}"#
+        );
     }
 }

@@ -36,7 +36,9 @@ impl LocalRedis {
                 return Err(format!("redis-server exited at start ({status})"));
             }
             if Instant::now() > deadline {
-                return Err(format!("redis-server did not listen on port {port} within 10 s"));
+                return Err(format!(
+                    "redis-server did not listen on port {port} within 10 s"
+                ));
             }
             std::thread::sleep(Duration::from_millis(10));
         }

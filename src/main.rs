@@ -6,7 +6,11 @@ mod local_redis;
 use clap::{Parser, Subcommand};
 
 #[derive(Debug, Parser)]
-#[command(name = "leasehold", version, about = "Leader election and a live-node registry on Redis")]
+#[command(
+    name = "leasehold",
+    version,
+    about = "Leader election and a live-node registry on Redis"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

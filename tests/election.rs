@@ -40,8 +40,14 @@ async fn graceful_shutdown_hands_over_within_retry() {
     groups.remove(leader);
     let start = Instant::now();
     node.shutdown().await;
-    let lost = next_event(&mut events, Duration::from_secs(1), |e| matches!(e, Event::Lost { .. })).await;
-    assert!(matches!(lost, Event::Lost { reason: LostReason::Shutdown, term, .. } if term == old_term), "{lost:?}");
+    let lost = next_event(&mut events, Duration::from_secs(1), |e| {
+        matches!(e, Event::Lost { .. })
+    })
+    .await;
+    assert!(
+        matches!(lost, Event::Lost { reason: LostReason::Shutdown, term, .. } if term == old_term),
+        "{lost:?}"
+    );
     let next = one_leader(&refs(&groups), cfg.retry_interval() * 3).await;
     let took = start.elapsed();
     assert!(took <= cfg.retry_interval() * 3, "takeover took {took:?}");
@@ -58,7 +64,10 @@ async fn step_down_releases_at_once_and_abstains_for_a_ttl() {
     let (nodes, groups) = three(&redis, cfg).await;
     let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
     let start = Instant::now();
-    assert!(nodes[leader].step_down(GROUP).await.unwrap(), "it was leading");
+    assert!(
+        nodes[leader].step_down(GROUP).await.unwrap(),
+        "it was leading"
+    );
     assert!(!groups[leader].is_leader());
     assert_eq!(role(&groups[leader]), Role::Abstaining);
     let next = one_leader(&refs(&groups), cfg.retry_interval() * 3).await;
@@ -75,9 +84,11 @@ async fn step_down_releases_at_once_and_abstains_for_a_ttl() {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     // After the cooldown it is a candidate again and follows the third node.
-    eventually(cfg.ttl() + cfg.retry_interval() * 3, "first node follows again", || {
-        matches!(role(&groups[leader]), Role::Follower { .. })
-    })
+    eventually(
+        cfg.ttl() + cfg.retry_interval() * 3,
+        "first node follows again",
+        || matches!(role(&groups[leader]), Role::Follower { .. }),
+    )
     .await;
     for n in nodes {
         n.close().await.unwrap();
@@ -94,9 +105,15 @@ async fn step_down_alone_retakes_after_one_ttl() {
     eventually(Duration::from_secs(3), "leads", || g.is_leader()).await;
     let start = Instant::now();
     n.step_down(GROUP).await.unwrap();
-    eventually(cfg.ttl() + cfg.retry_interval() * 3, "leads again", || g.is_leader()).await;
+    eventually(cfg.ttl() + cfg.retry_interval() * 3, "leads again", || {
+        g.is_leader()
+    })
+    .await;
     let took = start.elapsed();
-    assert!(took >= cfg.ttl() - Duration::from_millis(5), "re-took after {took:?}, inside its cooldown");
+    assert!(
+        took >= cfg.ttl() - Duration::from_millis(5),
+        "re-took after {took:?}, inside its cooldown"
+    );
     n.close().await.unwrap();
 }
 
@@ -112,8 +129,14 @@ async fn crash_takeover_within_ttl_plus_retry() {
     groups.remove(leader);
     one_leader(&refs(&groups), cfg.ttl() + cfg.retry_interval() * 3).await;
     let took = start.elapsed();
-    assert!(took <= cfg.ttl() + cfg.retry_interval() * 3, "takeover took {took:?}");
-    assert!(took >= cfg.ttl() - cfg.renew_interval() - Duration::from_millis(20), "took over a live lease after {took:?}");
+    assert!(
+        took <= cfg.ttl() + cfg.retry_interval() * 3,
+        "takeover took {took:?}"
+    );
+    assert!(
+        took >= cfg.ttl() - cfg.renew_interval() - Duration::from_millis(20),
+        "took over a live lease after {took:?}"
+    );
 }
 
 /// Beyond the seed: followers wake when the lease is due to expire, so a
@@ -123,12 +146,20 @@ async fn crash_takeover_within_ttl_plus_retry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_takeover_wakes_at_lease_expiry() {
     let redis = RedisServer::start();
-    let cfg = ElectionConfig { ttl_ms: 600, renew_interval_ms: 200, retry_interval_ms: 5_000 };
+    let cfg = ElectionConfig {
+        ttl_ms: 600,
+        renew_interval_ms: 200,
+        retry_interval_ms: 5_000,
+    };
     let (mut nodes, mut groups) = three(&redis, cfg).await;
     let leader = one_leader(&refs(&groups), Duration::from_secs(12)).await;
     // Let the followers see the leader (their claim reads the PTTL).
     eventually(Duration::from_secs(12), "followers see the leader", || {
-        groups.iter().filter(|g| matches!(role(g), Role::Follower { .. })).count() == 2
+        groups
+            .iter()
+            .filter(|g| matches!(role(g), Role::Follower { .. }))
+            .count()
+            == 2
     })
     .await;
     let start = Instant::now();
@@ -136,7 +167,10 @@ async fn crash_takeover_wakes_at_lease_expiry() {
     groups.remove(leader);
     one_leader(&refs(&groups), cfg.ttl() + Duration::from_millis(400)).await;
     let took = start.elapsed();
-    assert!(took <= cfg.ttl() + Duration::from_millis(400), "takeover took {took:?}");
+    assert!(
+        took <= cfg.ttl() + Duration::from_millis(400),
+        "takeover took {took:?}"
+    );
 }
 
 /// Beyond the seed: a release is announced on pub/sub, so followers take
@@ -144,11 +178,19 @@ async fn crash_takeover_wakes_at_lease_expiry() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn followers_wake_on_release_not_on_their_retry_tick() {
     let redis = RedisServer::start();
-    let cfg = ElectionConfig { ttl_ms: 10_000, renew_interval_ms: 1_000, retry_interval_ms: 5_000 };
+    let cfg = ElectionConfig {
+        ttl_ms: 10_000,
+        renew_interval_ms: 1_000,
+        retry_interval_ms: 5_000,
+    };
     let (nodes, groups) = three(&redis, cfg).await;
     let leader = one_leader(&refs(&groups), Duration::from_secs(12)).await;
     eventually(Duration::from_secs(12), "followers see the leader", || {
-        groups.iter().filter(|g| matches!(role(g), Role::Follower { .. })).count() == 2
+        groups
+            .iter()
+            .filter(|g| matches!(role(g), Role::Follower { .. }))
+            .count()
+            == 2
     })
     .await;
     let start = Instant::now();
@@ -165,22 +207,38 @@ async fn followers_wake_on_release_not_on_their_retry_tick() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unclean_restart_with_stable_id_reclaims_at_boot() {
     let redis = RedisServer::start();
-    let cfg = ElectionConfig { ttl_ms: 3_000, renew_interval_ms: 500, retry_interval_ms: 100 };
+    let cfg = ElectionConfig {
+        ttl_ms: 3_000,
+        renew_interval_ms: 500,
+        retry_interval_ms: 100,
+    };
     let a = node(&redis, "test/stable").await;
     let ga = a.join(GROUP, cfg).unwrap();
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
     let b = node(&redis, "test/other").await;
     let gb = b.join(GROUP, cfg).unwrap();
-    eventually(Duration::from_secs(3), "b follows", || matches!(role(&gb), Role::Follower { .. })).await;
+    eventually(Duration::from_secs(3), "b follows", || {
+        matches!(role(&gb), Role::Follower { .. })
+    })
+    .await;
     let old_term = ga.leader_term().unwrap();
     drop(a); // crash, lease left behind
     drop(ga);
     let start = Instant::now();
     let restarted = node(&redis, "test/stable").await;
     let gr = restarted.join(GROUP, cfg).unwrap();
-    eventually(cfg.retry_interval() * 3, "the restarted node leads", || gr.is_leader()).await;
-    assert!(start.elapsed() < cfg.ttl() / 2, "waited for the ttl instead");
-    assert!(gr.leader_term().unwrap() > old_term, "a restart is a new acquisition");
+    eventually(cfg.retry_interval() * 3, "the restarted node leads", || {
+        gr.is_leader()
+    })
+    .await;
+    assert!(
+        start.elapsed() < cfg.ttl() / 2,
+        "waited for the ttl instead"
+    );
+    assert!(
+        gr.leader_term().unwrap() > old_term,
+        "a restart is a new acquisition"
+    );
     assert!(!gb.is_leader());
     restarted.close().await.unwrap();
     b.close().await.unwrap();
@@ -191,7 +249,11 @@ async fn unclean_restart_with_stable_id_reclaims_at_boot() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_briefly_unavailable_demotes_then_reclaims() {
     let mut redis = RedisServer::start();
-    let cfg = ElectionConfig { ttl_ms: 3_000, renew_interval_ms: 200, retry_interval_ms: 100 };
+    let cfg = ElectionConfig {
+        ttl_ms: 3_000,
+        renew_interval_ms: 200,
+        retry_interval_ms: 100,
+    };
     let (nodes, groups) = three(&redis, cfg).await;
     let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
     let term = groups[leader].leader_term().unwrap();
@@ -199,21 +261,45 @@ async fn redis_briefly_unavailable_demotes_then_reclaims() {
     redis.pause();
     let paused = Instant::now();
     // The next renewal is due within renew_interval and is bounded by retry.
-    let lost = next_event(&mut events, cfg.renew_interval() + cfg.retry_interval() * 3, |e| {
-        matches!(e, Event::Lost { .. })
-    })
+    let lost = next_event(
+        &mut events,
+        cfg.renew_interval() + cfg.retry_interval() * 3,
+        |e| matches!(e, Event::Lost { .. }),
+    )
     .await;
-    assert!(matches!(lost, Event::Lost { reason: LostReason::StoreError, .. }), "{lost:?}");
-    assert!(groups.iter().all(|g| !g.is_leader()), "nobody leads while Redis is away");
+    assert!(
+        matches!(
+            lost,
+            Event::Lost {
+                reason: LostReason::StoreError,
+                ..
+            }
+        ),
+        "{lost:?}"
+    );
+    assert!(
+        groups.iter().all(|g| !g.is_leader()),
+        "nobody leads while Redis is away"
+    );
     let demoted_after = paused.elapsed();
-    assert!(demoted_after < cfg.ttl() / 2, "demoted only after {demoted_after:?}");
+    assert!(
+        demoted_after < cfg.ttl() / 2,
+        "demoted only after {demoted_after:?}"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     redis.resume();
     let back = Instant::now();
     let again = one_leader(&refs(&groups), cfg.retry_interval() * 3).await;
     assert!(back.elapsed() <= cfg.retry_interval() * 3);
-    assert_eq!(again, leader, "the lease was still held, so its holder re-claims it");
-    assert_eq!(groups[again].leader_term(), Some(term), "an unbroken lease keeps its term");
+    assert_eq!(
+        again, leader,
+        "the lease was still held, so its holder re-claims it"
+    );
+    assert_eq!(
+        groups[again].leader_term(),
+        Some(term),
+        "an unbroken lease keeps its term"
+    );
     for n in nodes {
         n.close().await.unwrap();
     }
@@ -225,7 +311,11 @@ async fn redis_briefly_unavailable_demotes_then_reclaims() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_stops_leading_when_its_local_lease_runs_out() {
     let mut redis = RedisServer::start();
-    let cfg = ElectionConfig { ttl_ms: 500, renew_interval_ms: 100, retry_interval_ms: 5_000 };
+    let cfg = ElectionConfig {
+        ttl_ms: 500,
+        renew_interval_ms: 100,
+        retry_interval_ms: 5_000,
+    };
     let n = node(&redis, "test/local").await;
     let g = n.join(GROUP, cfg).unwrap();
     eventually(Duration::from_secs(3), "leads", || g.is_leader()).await;
@@ -233,9 +323,20 @@ async fn leader_stops_leading_when_its_local_lease_runs_out() {
     let mut role_rx = g.role();
     redis.pause();
     let paused = Instant::now();
-    let lost_after = eventually(cfg.ttl() + Duration::from_millis(200), "local lease ran out", || !g.is_leader()).await;
-    assert!(lost_after <= cfg.ttl(), "led for {lost_after:?} past the pause, longer than ttl");
-    eventually(Duration::from_millis(200), "role follows", || !matches!(*role_rx.borrow_and_update(), Role::Leader { .. })).await;
+    let lost_after = eventually(
+        cfg.ttl() + Duration::from_millis(200),
+        "local lease ran out",
+        || !g.is_leader(),
+    )
+    .await;
+    assert!(
+        lost_after <= cfg.ttl(),
+        "led for {lost_after:?} past the pause, longer than ttl"
+    );
+    eventually(Duration::from_millis(200), "role follows", || {
+        !matches!(*role_rx.borrow_and_update(), Role::Leader { .. })
+    })
+    .await;
     assert!(paused.elapsed() < cfg.ttl() + Duration::from_millis(200));
     redis.resume();
     drop(n);
@@ -246,10 +347,19 @@ async fn leader_stops_leading_when_its_local_lease_runs_out() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_hung_connection_is_bounded() {
     let mut redis = RedisServer::start();
-    let cfg = ElectionConfig { ttl_ms: 5_000, renew_interval_ms: 1_000, retry_interval_ms: 200 };
+    let cfg = ElectionConfig {
+        ttl_ms: 5_000,
+        renew_interval_ms: 1_000,
+        retry_interval_ms: 200,
+    };
     let n = node(&redis, "test/hung").await;
-    let groups: Vec<_> = (0..5).map(|i| n.join(&format!("test/g{i}"), cfg).unwrap()).collect();
-    eventually(Duration::from_secs(3), "leads all", || groups.iter().all(|g| g.is_leader())).await;
+    let groups: Vec<_> = (0..5)
+        .map(|i| n.join(&format!("test/g{i}"), cfg).unwrap())
+        .collect();
+    eventually(Duration::from_secs(3), "leads all", || {
+        groups.iter().all(|g| g.is_leader())
+    })
+    .await;
     redis.pause();
     let start = Instant::now();
     n.shutdown().await;
@@ -264,7 +374,11 @@ async fn shutdown_with_hung_connection_is_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_clears_a_lease_left_by_fail_safe_demotion() {
     let mut redis = RedisServer::start();
-    let cfg = ElectionConfig { ttl_ms: 8_000, renew_interval_ms: 200, retry_interval_ms: 1_000 };
+    let cfg = ElectionConfig {
+        ttl_ms: 8_000,
+        renew_interval_ms: 200,
+        retry_interval_ms: 1_000,
+    };
     let a = node(&redis, "test/a").await;
     let ga = a.join(GROUP, cfg).unwrap();
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
@@ -273,18 +387,30 @@ async fn shutdown_clears_a_lease_left_by_fail_safe_demotion() {
     let mut events = a.events();
     redis.pause();
     next_event(&mut events, Duration::from_secs(3), |e| {
-        matches!(e, Event::Lost { reason: LostReason::StoreError, .. })
+        matches!(
+            e,
+            Event::Lost {
+                reason: LostReason::StoreError,
+                ..
+            }
+        )
     })
     .await;
     redis.resume();
     // Before a's next claim (one retry interval after the demotion) the lease
     // is still a's in Redis; shut a down now.
     let lease_key = "lh:g:{test/group}:lease";
-    assert!(redis.cli(&["GET", lease_key]).starts_with("test/a#"), "a's lease is still in redis");
+    assert!(
+        redis.cli(&["GET", lease_key]).starts_with("test/a#"),
+        "a's lease is still in redis"
+    );
     a.shutdown().await;
     // Cleared: free, or already b's (the release wakes b at once).
     let after = redis.cli(&["GET", lease_key]);
-    assert!(after.is_empty() || after.starts_with("test/b#"), "lease after shutdown: {after}");
+    assert!(
+        after.is_empty() || after.starts_with("test/b#"),
+        "lease after shutdown: {after}"
+    );
     let start = Instant::now();
     eventually(cfg.retry_interval() * 3, "b leads", || gb.is_leader()).await;
     assert!(start.elapsed() < cfg.ttl() / 2);
@@ -309,7 +435,10 @@ async fn every_new_acquisition_increases_the_term() {
         last = term;
         terms.push(term);
         nodes[leader].step_down(GROUP).await.unwrap();
-        let elected = next_event(&mut events[leader], Duration::from_secs(1), |e| matches!(e, Event::Lost { .. })).await;
+        let elected = next_event(&mut events[leader], Duration::from_secs(1), |e| {
+            matches!(e, Event::Lost { .. })
+        })
+        .await;
         assert!(matches!(elected, Event::Lost { term: t, .. } if t == term));
     }
     let mut seen = Vec::new();
@@ -357,13 +486,22 @@ async fn terms_survive_redis_restarting_empty() {
     let mut after = 0;
     eventually(Duration::from_secs(5), "a new acquisition", || {
         let terms: Vec<u64> = groups.iter().filter_map(|g| g.leader_term()).collect();
-        assert!(terms.iter().all(|&t| t >= before), "term went backwards: {terms:?} after {before}");
+        assert!(
+            terms.iter().all(|&t| t >= before),
+            "term went backwards: {terms:?} after {before}"
+        );
         after = terms.into_iter().max().unwrap_or(0);
         after > before
     })
     .await;
-    let stored: u64 = redis.cli(&["GET", "lh:g:{test/group}:term"]).parse().unwrap();
-    assert_eq!(stored, after, "the counter in the new redis carries on from {before}");
+    let stored: u64 = redis
+        .cli(&["GET", "lh:g:{test/group}:term"])
+        .parse()
+        .unwrap();
+    assert_eq!(
+        stored, after,
+        "the counter in the new redis carries on from {before}"
+    );
     for n in nodes {
         n.close().await.unwrap();
     }
@@ -381,13 +519,19 @@ async fn groups_join_and_leave_at_run_time() {
     let gb = b.join("test/x", cfg).unwrap();
     let gy = b.join("test/y", cfg).unwrap();
     eventually(Duration::from_secs(3), "b leads y", || gy.is_leader()).await;
-    assert!(matches!(a.join("test/x", cfg), Err(leasehold::Error::AlreadyJoined(_))));
+    assert!(matches!(
+        a.join("test/x", cfg),
+        Err(leasehold::Error::AlreadyJoined(_))
+    ));
     assert_eq!(a.groups(), vec!["test/x".to_owned()]);
     let start = Instant::now();
     a.leave("test/x").await.unwrap();
     eventually(cfg.retry_interval() * 3, "b leads x", || gb.is_leader()).await;
     assert!(start.elapsed() <= cfg.retry_interval() * 3);
-    assert!(matches!(a.step_down("test/x").await, Err(leasehold::Error::NotJoined(_))));
+    assert!(matches!(
+        a.step_down("test/x").await,
+        Err(leasehold::Error::NotJoined(_))
+    ));
     assert!(a.groups().is_empty());
     a.close().await.unwrap();
     b.close().await.unwrap();
@@ -400,13 +544,29 @@ async fn bad_join_arguments_are_refused_without_side_effects() {
     let redis = RedisServer::start();
     let n = node(&redis, "test/a").await;
     let err = n.join("bad name", fast()).unwrap_err().to_string();
-    assert!(err.contains("group name") && err.contains("\"bad name\""), "{err}");
-    let cfg = ElectionConfig { ttl_ms: 100, renew_interval_ms: 100, retry_interval_ms: 10 };
+    assert!(
+        err.contains("group name") && err.contains("\"bad name\""),
+        "{err}"
+    );
+    let cfg = ElectionConfig {
+        ttl_ms: 100,
+        renew_interval_ms: 100,
+        retry_interval_ms: 10,
+    };
     let err = n.join(GROUP, cfg).unwrap_err().to_string();
-    assert!(err.contains("renew_interval_ms = 100") && err.contains("ttl_ms = 100"), "{err}");
-    let cfg = ElectionConfig { retry_interval_ms: 0, ..fast() };
+    assert!(
+        err.contains("renew_interval_ms = 100") && err.contains("ttl_ms = 100"),
+        "{err}"
+    );
+    let cfg = ElectionConfig {
+        retry_interval_ms: 0,
+        ..fast()
+    };
     let err = n.join(GROUP, cfg).unwrap_err().to_string();
-    assert!(err.contains("retry_interval_ms = 0") && err.contains("from 1 to 2147483647"), "{err}");
+    assert!(
+        err.contains("retry_interval_ms = 0") && err.contains("from 1 to 2147483647"),
+        "{err}"
+    );
     assert!(n.groups().is_empty());
     assert_eq!(redis.cli(&["KEYS", "lh:g:*"]), "");
     n.close().await.unwrap();

@@ -27,17 +27,34 @@ fn redis_now_ms(redis: &RedisServer) -> u64 {
 async fn register_writes_lease_and_metadata() {
     let redis = RedisServer::start();
     let options = NodeOptions {
-        metadata: vec![("namespace".into(), "test".into()), ("pod".into(), "a".into())],
+        metadata: vec![
+            ("namespace".into(), "test".into()),
+            ("pod".into(), "a".into()),
+        ],
         ..Default::default()
     };
-    let n = Node::start_with(redis.store(), "test/a", node_config(), options).await.unwrap();
+    let n = Node::start_with(redis.store(), "test/a", node_config(), options)
+        .await
+        .unwrap();
     n.join("test/g", fast()).unwrap();
-    let score: u64 = redis.cli(&["ZSCORE", "lh:nodes", "test/a"]).parse().unwrap();
+    let score: u64 = redis
+        .cli(&["ZSCORE", "lh:nodes", "test/a"])
+        .parse()
+        .unwrap();
     let now = redis_now_ms(&redis);
-    assert!(score > now && score <= now + 600, "expiry {score} vs redis now {now}");
+    assert!(
+        score > now && score <= now + 600,
+        "expiry {score} vs redis now {now}"
+    );
     assert_eq!(redis.cli(&["HGET", "lh:node:test/a", "pod"]), "a");
-    assert_eq!(redis.cli(&["HGET", "lh:node:test/a", "incarnation"]), n.incarnation());
-    eventually(Duration::from_secs(1), "groups field", || redis.cli(&["HGET", "lh:node:test/a", "groups"]) == "test/g").await;
+    assert_eq!(
+        redis.cli(&["HGET", "lh:node:test/a", "incarnation"]),
+        n.incarnation()
+    );
+    eventually(Duration::from_secs(1), "groups field", || {
+        redis.cli(&["HGET", "lh:node:test/a", "groups"]) == "test/g"
+    })
+    .await;
     n.close().await.unwrap();
 }
 
@@ -51,7 +68,10 @@ async fn heartbeats_keep_a_live_node_registered() {
     tokio::time::sleep(Duration::from_millis(600 * 4)).await;
     assert!(registered(&redis, "test/a") && registered(&redis, "test/b"));
     while let Ok(e) = events.try_recv() {
-        assert!(!matches!(e, Event::Swept { .. } | Event::Recovered { .. }), "{e:?}");
+        assert!(
+            !matches!(e, Event::Swept { .. } | Event::Recovered { .. }),
+            "{e:?}"
+        );
     }
     a.close().await.unwrap();
     b.close().await.unwrap();
@@ -63,7 +83,10 @@ async fn heartbeats_keep_a_live_node_registered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashed_node_is_swept_when_its_lease_expires() {
     let redis = RedisServer::start();
-    let config = NodeConfig { sweep_interval_ms: 10_000, ..node_config() };
+    let config = NodeConfig {
+        sweep_interval_ms: 10_000,
+        ..node_config()
+    };
     let a = Node::start(redis.store(), "test/a", config).await.unwrap();
     let b = Node::start(redis.store(), "test/b", config).await.unwrap();
     redis.cli(&["SADD", "lh:node:test/a:subs", "orders"]);
@@ -71,13 +94,32 @@ async fn crashed_node_is_swept_when_its_lease_expires() {
     let mut events = b.events();
     let crashed = Instant::now();
     drop(a);
-    let swept = next_event(&mut events, Duration::from_millis(600 + 250), |e| matches!(e, Event::Swept { .. })).await;
+    let swept = next_event(&mut events, Duration::from_millis(600 + 250), |e| {
+        matches!(e, Event::Swept { .. })
+    })
+    .await;
     let after = crashed.elapsed();
-    assert_eq!(swept, Event::Swept { node: "test/b".into(), nodes: vec!["test/a".into()] });
-    assert!(after <= Duration::from_millis(600 + 250), "swept after {after:?}");
+    assert_eq!(
+        swept,
+        Event::Swept {
+            node: "test/b".into(),
+            nodes: vec!["test/a".into()]
+        }
+    );
+    assert!(
+        after <= Duration::from_millis(600 + 250),
+        "swept after {after:?}"
+    );
     assert!(!registered(&redis, "test/a"));
-    assert_eq!(redis.cli(&["EXISTS", "lh:node:test/a", "lh:node:test/a:subs"]), "0");
-    assert_eq!(redis.cli(&["SISMEMBER", "lh:topic:orders:subs", "test/a"]), "0", "subscriptions removed");
+    assert_eq!(
+        redis.cli(&["EXISTS", "lh:node:test/a", "lh:node:test/a:subs"]),
+        "0"
+    );
+    assert_eq!(
+        redis.cli(&["SISMEMBER", "lh:topic:orders:subs", "test/a"]),
+        "0",
+        "subscriptions removed"
+    );
     b.close().await.unwrap();
 }
 
@@ -87,14 +129,33 @@ async fn close_removes_the_node_at_once() {
     let redis = RedisServer::start();
     let a = node(&redis, "test/a").await;
     a.join("test/g", fast()).unwrap();
-    eventually(Duration::from_secs(1), "member", || redis.cli(&["ZSCORE", "lh:g:{test/g}:members", "test/a"]) != "").await;
+    eventually(Duration::from_secs(1), "member", || {
+        !redis
+            .cli(&["ZSCORE", "lh:g:{test/g}:members", "test/a"])
+            .is_empty()
+    })
+    .await;
     redis.cli(&["SADD", "lh:node:test/a:subs", "orders"]);
     redis.cli(&["SADD", "lh:topic:orders:subs", "test/a"]);
     a.close().await.unwrap();
     assert!(!registered(&redis, "test/a"));
-    assert_eq!(redis.cli(&["EXISTS", "lh:node:test/a", "lh:node:test/a:subs", "lh:node:test/a:inbox"]), "0");
-    assert_eq!(redis.cli(&["SISMEMBER", "lh:topic:orders:subs", "test/a"]), "0");
-    assert_eq!(redis.cli(&["ZSCORE", "lh:g:{test/g}:members", "test/a"]), "");
+    assert_eq!(
+        redis.cli(&[
+            "EXISTS",
+            "lh:node:test/a",
+            "lh:node:test/a:subs",
+            "lh:node:test/a:inbox"
+        ]),
+        "0"
+    );
+    assert_eq!(
+        redis.cli(&["SISMEMBER", "lh:topic:orders:subs", "test/a"]),
+        "0"
+    );
+    assert_eq!(
+        redis.cli(&["ZSCORE", "lh:g:{test/g}:members", "test/a"]),
+        ""
+    );
 }
 
 /// Seed row "The connection drops for less than the lease": nothing is lost,
@@ -103,8 +164,18 @@ async fn close_removes_the_node_at_once() {
 async fn short_disconnect_keeps_the_registration() {
     let redis = RedisServer::start();
     let proxy = Proxy::start(redis.port).await;
-    let config = NodeConfig { lease_duration_ms: 1_500, heartbeat_interval_ms: 200, sweep_interval_ms: 1_500 };
-    let a = Node::start(Store::connect(&proxy.url(), "lh").unwrap(), "test/a", config).await.unwrap();
+    let config = NodeConfig {
+        lease_duration_ms: 1_500,
+        heartbeat_interval_ms: 200,
+        sweep_interval_ms: 1_500,
+    };
+    let a = Node::start(
+        Store::connect(&proxy.url(), "lh").unwrap(),
+        "test/a",
+        config,
+    )
+    .await
+    .unwrap();
     let b = Node::start(redis.store(), "test/b", config).await.unwrap();
     let mut a_events = a.events();
     let mut b_events = b.events();
@@ -115,7 +186,10 @@ async fn short_disconnect_keeps_the_registration() {
     assert!(registered(&redis, "test/a"));
     for rx in [&mut a_events, &mut b_events] {
         while let Ok(e) = rx.try_recv() {
-            assert!(!matches!(e, Event::Swept { .. } | Event::Recovered { .. }), "{e:?}");
+            assert!(
+                !matches!(e, Event::Swept { .. } | Event::Recovered { .. }),
+                "{e:?}"
+            );
         }
     }
     a.close().await.unwrap();
@@ -129,18 +203,39 @@ async fn short_disconnect_keeps_the_registration() {
 async fn paused_longer_than_lease_is_swept_then_recovers() {
     let redis = RedisServer::start();
     let proxy = Proxy::start(redis.port).await;
-    let a = Node::start(Store::connect(&proxy.url(), "lh").unwrap(), "test/a", node_config()).await.unwrap();
+    let a = Node::start(
+        Store::connect(&proxy.url(), "lh").unwrap(),
+        "test/a",
+        node_config(),
+    )
+    .await
+    .unwrap();
     let b = node(&redis, "test/b").await;
     let mut a_events = a.events();
     let mut b_events = b.events();
     proxy.pause();
-    let swept = next_event(&mut b_events, Duration::from_millis(600 + 400), |e| matches!(e, Event::Swept { .. })).await;
-    assert_eq!(swept, Event::Swept { node: "test/b".into(), nodes: vec!["test/a".into()] });
+    let swept = next_event(&mut b_events, Duration::from_millis(600 + 400), |e| {
+        matches!(e, Event::Swept { .. })
+    })
+    .await;
+    assert_eq!(
+        swept,
+        Event::Swept {
+            node: "test/b".into(),
+            nodes: vec!["test/a".into()]
+        }
+    );
     assert!(!registered(&redis, "test/a"));
     proxy.resume();
-    next_event(&mut a_events, Duration::from_millis(600 + 400), |e| matches!(e, Event::Recovered { .. })).await;
+    next_event(&mut a_events, Duration::from_millis(600 + 400), |e| {
+        matches!(e, Event::Recovered { .. })
+    })
+    .await;
     assert!(registered(&redis, "test/a"));
-    assert_eq!(redis.cli(&["HGET", "lh:node:test/a", "incarnation"]), a.incarnation());
+    assert_eq!(
+        redis.cli(&["HGET", "lh:node:test/a", "incarnation"]),
+        a.incarnation()
+    );
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
@@ -156,7 +251,10 @@ async fn expired_but_unswept_node_recovers_on_next_heartbeat() {
     redis.pause();
     tokio::time::sleep(Duration::from_millis(900)).await;
     redis.resume();
-    next_event(&mut events, Duration::from_millis(1_000), |e| matches!(e, Event::Recovered { .. })).await;
+    next_event(&mut events, Duration::from_millis(1_000), |e| {
+        matches!(e, Event::Recovered { .. })
+    })
+    .await;
     assert!(registered(&redis, "test/a"));
     a.close().await.unwrap();
 }
@@ -169,10 +267,22 @@ async fn unreachable_redis_is_reported_and_retried() {
     let a = node(&redis, "test/a").await;
     let mut events = a.events();
     redis.kill();
-    let err = next_event(&mut events, Duration::from_secs(2), |e| matches!(e, Event::StoreError { during: "heartbeat", .. })).await;
+    let err = next_event(&mut events, Duration::from_secs(2), |e| {
+        matches!(
+            e,
+            Event::StoreError {
+                during: "heartbeat",
+                ..
+            }
+        )
+    })
+    .await;
     assert!(matches!(err, Event::StoreError { .. }));
     redis.restart();
-    next_event(&mut events, Duration::from_secs(5), |e| matches!(e, Event::Recovered { .. })).await;
+    next_event(&mut events, Duration::from_secs(5), |e| {
+        matches!(e, Event::Recovered { .. })
+    })
+    .await;
     assert!(registered(&redis, "test/a"));
     a.close().await.unwrap();
 }
@@ -194,7 +304,11 @@ async fn a_sweep_removes_at_most_100_nodes_per_pass() {
     let mut events = b.events();
     let mut total = 0;
     while total < 150 {
-        match next_event(&mut events, Duration::from_secs(2), |e| matches!(e, Event::Swept { .. })).await {
+        match next_event(&mut events, Duration::from_secs(2), |e| {
+            matches!(e, Event::Swept { .. })
+        })
+        .await
+        {
             Event::Swept { nodes, .. } => {
                 assert!(nodes.len() <= 100);
                 total += nodes.len();
@@ -215,25 +329,47 @@ async fn a_sweep_removes_at_most_100_nodes_per_pass() {
 async fn expiry_uses_the_redis_clock_not_the_local_one() {
     let redis = RedisServer::start();
     let hour = 3_600_000;
-    let ahead = NodeOptions { wall_clock_skew_ms: hour, ..Default::default() };
-    let behind = NodeOptions { wall_clock_skew_ms: -hour, ..Default::default() };
-    let a = Node::start_with(redis.store(), "test/ahead", node_config(), ahead).await.unwrap();
-    let b = Node::start_with(redis.store(), "test/behind", node_config(), behind).await.unwrap();
-    let local_a: i64 = redis.cli(&["HGET", "lh:node:test/ahead", "local_started_at"]).parse().unwrap();
-    let local_b: i64 = redis.cli(&["HGET", "lh:node:test/behind", "local_started_at"]).parse().unwrap();
+    let ahead = NodeOptions {
+        wall_clock_skew_ms: hour,
+        ..Default::default()
+    };
+    let behind = NodeOptions {
+        wall_clock_skew_ms: -hour,
+        ..Default::default()
+    };
+    let a = Node::start_with(redis.store(), "test/ahead", node_config(), ahead)
+        .await
+        .unwrap();
+    let b = Node::start_with(redis.store(), "test/behind", node_config(), behind)
+        .await
+        .unwrap();
+    let local_a: i64 = redis
+        .cli(&["HGET", "lh:node:test/ahead", "local_started_at"])
+        .parse()
+        .unwrap();
+    let local_b: i64 = redis
+        .cli(&["HGET", "lh:node:test/behind", "local_started_at"])
+        .parse()
+        .unwrap();
     assert!(local_a - local_b > hour, "the skew is in effect");
     let mut events = b.events();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
     let now = redis_now_ms(&redis);
     for id in ["test/ahead", "test/behind"] {
         let score: u64 = redis.cli(&["ZSCORE", "lh:nodes", id]).parse().unwrap();
-        assert!(score > now && score <= now + 600, "{id}: expiry {score}, redis now {now}");
+        assert!(
+            score > now && score <= now + 600,
+            "{id}: expiry {score}, redis now {now}"
+        );
     }
     while let Ok(e) = events.try_recv() {
         assert!(!matches!(e, Event::Swept { .. }), "{e:?}");
     }
     drop(a);
-    let swept = next_event(&mut events, Duration::from_millis(600 + 250), |e| matches!(e, Event::Swept { .. })).await;
+    let swept = next_event(&mut events, Duration::from_millis(600 + 250), |e| {
+        matches!(e, Event::Swept { .. })
+    })
+    .await;
     assert!(matches!(swept, Event::Swept { nodes, .. } if nodes == ["test/ahead"]));
     b.close().await.unwrap();
 }
@@ -250,19 +386,37 @@ async fn a_second_live_process_with_the_same_id_is_detected() {
     let mut events = older.events();
     let newer = node(&redis, "test/same").await;
     let g_new = newer.join("test/g", fast()).unwrap();
-    let displaced = next_event(&mut events, Duration::from_millis(600), |e| matches!(e, Event::Displaced { .. })).await;
-    assert_eq!(displaced, Event::Displaced { node: "test/same".into(), by_incarnation: newer.incarnation().into() });
+    let displaced = next_event(&mut events, Duration::from_millis(600), |e| {
+        matches!(e, Event::Displaced { .. })
+    })
+    .await;
+    assert_eq!(
+        displaced,
+        Event::Displaced {
+            node: "test/same".into(),
+            by_incarnation: newer.incarnation().into()
+        }
+    );
     assert!(older.displaced());
-    eventually(Duration::from_secs(1), "older stopped leading", || !g_old.is_leader()).await;
+    eventually(Duration::from_secs(1), "older stopped leading", || {
+        !g_old.is_leader()
+    })
+    .await;
     eventually(Duration::from_secs(1), "newer leads", || g_new.is_leader()).await;
-    assert!(matches!(older.join("test/h", fast()), Err(leasehold::Error::Displaced)));
+    assert!(matches!(
+        older.join("test/h", fast()),
+        Err(leasehold::Error::Displaced)
+    ));
     // The older one stays out: over several ttls it never leads again.
     for _ in 0..100 {
         assert!(!(g_old.is_leader() && g_new.is_leader()));
         assert!(!g_old.is_leader());
         tokio::time::sleep(Duration::from_millis(15)).await;
     }
-    assert_eq!(redis.cli(&["HGET", "lh:node:test/same", "incarnation"]), newer.incarnation());
+    assert_eq!(
+        redis.cli(&["HGET", "lh:node:test/same", "incarnation"]),
+        newer.incarnation()
+    );
     // Closing the older one leaves the newer one's registration alone.
     older.close().await.unwrap();
     assert!(registered(&redis, "test/same"));
@@ -273,13 +427,31 @@ async fn a_second_live_process_with_the_same_id_is_detected() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_node_arguments_are_refused_without_side_effects() {
     let redis = RedisServer::start();
-    let err = Node::start(redis.store(), "has space", node_config()).await.unwrap_err().to_string();
+    let err = Node::start(redis.store(), "has space", node_config())
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("node id \"has space\""), "{err}");
-    let cfg = NodeConfig { heartbeat_interval_ms: 0, ..node_config() };
-    let err = Node::start(redis.store(), "test/a", cfg).await.unwrap_err().to_string();
-    assert!(err.contains("heartbeat_interval_ms = 0") && err.contains("from 1 to 2147483647"), "{err}");
-    let cfg = NodeConfig { lease_duration_ms: 2_147_483_648, ..node_config() };
-    let err = Node::start(redis.store(), "test/a", cfg).await.unwrap_err().to_string();
+    let cfg = NodeConfig {
+        heartbeat_interval_ms: 0,
+        ..node_config()
+    };
+    let err = Node::start(redis.store(), "test/a", cfg)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("heartbeat_interval_ms = 0") && err.contains("from 1 to 2147483647"),
+        "{err}"
+    );
+    let cfg = NodeConfig {
+        lease_duration_ms: 2_147_483_648,
+        ..node_config()
+    };
+    let err = Node::start(redis.store(), "test/a", cfg)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("lease_duration_ms = 2147483648"), "{err}");
     assert_eq!(redis.cli(&["KEYS", "*"]), "");
 }
@@ -295,5 +467,8 @@ async fn password_in_the_url_authenticates() {
     a.close().await.unwrap();
     let wrong = Store::connect(&format!("redis://:wrong@127.0.0.1:{}", redis.port), "lh").unwrap();
     let err = wrong.ping().await.unwrap_err().to_string();
-    assert!(err.to_lowercase().contains("auth") || err.contains("WRONGPASS"), "{err}");
+    assert!(
+        err.to_lowercase().contains("auth") || err.contains("WRONGPASS"),
+        "{err}"
+    );
 }

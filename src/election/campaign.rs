@@ -213,10 +213,17 @@ impl Campaign {
                     term,
                 });
             }
-            Ok(Claim::Lost { term, pttl_ms, holder }) => {
+            Ok(Claim::Lost {
+                term,
+                pttl_ms,
+                holder,
+            }) => {
                 st.seen_term = st.seen_term.max(term);
                 self.set_lease(st, None, None);
-                self.set_role(Role::Follower { leader: holder, term });
+                self.set_role(Role::Follower {
+                    leader: holder,
+                    term,
+                });
                 // Wake when the lease is due to expire, if that comes before
                 // the retry tick; 1 ms past it so Redis sees it expired.
                 let wait = match u64::try_from(pttl_ms) {
@@ -234,7 +241,9 @@ impl Campaign {
     }
 
     async fn renew(&self, st: &mut State) {
-        let Some((term, valid_until)) = st.leading else { return };
+        let Some((term, valid_until)) = st.leading else {
+            return;
+        };
         let sent = Instant::now();
         // Never wait past the local lease, nor longer than a retry interval.
         let limit = valid_until
@@ -266,9 +275,17 @@ impl Campaign {
                 if holder == self.node() {
                     // Our id, another incarnation: a second live process uses
                     // this node id. The node reports it and stops campaigning.
-                    self.shared.mark_displaced("another incarnation holds a lease of this node id".into());
+                    self.shared
+                        .mark_displaced("another incarnation holds a lease of this node id".into());
                 }
-                self.demote(st, LostReason::Replaced, Role::Follower { leader: holder, term });
+                self.demote(
+                    st,
+                    LostReason::Replaced,
+                    Role::Follower {
+                        leader: holder,
+                        term,
+                    },
+                );
                 st.next_claim = Instant::now() + self.config.retry_interval();
             }
             Err(e) => {
@@ -282,9 +299,13 @@ impl Campaign {
     async fn release(&self, term: Option<u64>, withdraw: bool) -> Result<bool, StoreError> {
         bounded(
             self.config.retry_interval(),
-            self.shared
-                .store
-                .release(&self.keys, self.node(), &self.shared.incarnation, term, withdraw),
+            self.shared.store.release(
+                &self.keys,
+                self.node(),
+                &self.shared.incarnation,
+                term,
+                withdraw,
+            ),
         )
         .await
     }

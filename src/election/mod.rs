@@ -190,7 +190,9 @@ impl Campaigns {
     pub async fn step_down(&self, name: &str) -> Result<bool, Error> {
         let (commands, config) = {
             let entries = self.entries();
-            let entry = entries.get(name).ok_or_else(|| Error::NotJoined(name.to_owned()))?;
+            let entry = entries
+                .get(name)
+                .ok_or_else(|| Error::NotJoined(name.to_owned()))?;
             (entry.commands.clone(), entry.config)
         };
         let (tx, rx) = oneshot::channel();
@@ -212,7 +214,8 @@ impl Campaigns {
             .entries()
             .remove(name)
             .ok_or_else(|| Error::NotJoined(name.to_owned()))?;
-        self.wake.remove(&self.shared.store.keys().group(name).released);
+        self.wake
+            .remove(&self.shared.store.keys().group(name).released);
         stop(&self.shared, name.to_owned(), entry).await;
         Ok(())
     }
@@ -222,7 +225,8 @@ impl Campaigns {
         let entries: Vec<(String, Entry)> = self.entries().drain().collect();
         let mut set = tokio::task::JoinSet::new();
         for (name, entry) in entries {
-            self.wake.remove(&self.shared.store.keys().group(&name).released);
+            self.wake
+                .remove(&self.shared.store.keys().group(&name).released);
             set.spawn(stop(self.shared.clone(), name, entry));
         }
         while set.join_next().await.is_some() {}
@@ -240,16 +244,28 @@ async fn stop(shared: impl AsRef<Shared>, name: String, entry: Entry) {
         entry.commands.send(Command::Shutdown(tx)).await.ok()?;
         rx.await.ok()
     };
-    if tokio::time::timeout(retry * 2, rendezvous).await.ok().flatten().is_some() {
+    if tokio::time::timeout(retry * 2, rendezvous)
+        .await
+        .ok()
+        .flatten()
+        .is_some()
+    {
         entry.task.join().await;
         return;
     }
     entry.task.abort();
-    let held = entry.group.lease.lock().unwrap_or_else(|p| p.into_inner()).held;
+    let held = entry
+        .group
+        .lease
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .held;
     let keys = shared.store.keys().group(&name);
     let released = bounded(
         retry,
-        shared.store.release(&keys, &shared.id, &shared.incarnation, held, true),
+        shared
+            .store
+            .release(&keys, &shared.id, &shared.incarnation, held, true),
     )
     .await;
     tracing::warn!(group = %name, ?released, "campaign did not answer shutdown in time; released from outside");

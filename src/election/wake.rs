@@ -29,7 +29,8 @@ impl Wake {
         let (changes, changes_rx) = mpsc::unbounded_channel();
         let conn = store.subscriber(push_tx);
         let dispatcher = crate::task::Task::spawn(dispatch(push_rx, routes.clone()));
-        let subscriber = crate::task::Task::spawn(keep_subscribed(conn, routes.clone(), changes_rx));
+        let subscriber =
+            crate::task::Task::spawn(keep_subscribed(conn, routes.clone(), changes_rx));
         Self {
             routes,
             changes,
@@ -52,7 +53,9 @@ impl Wake {
 }
 
 fn lock(routes: &Routes) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
-    routes.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    routes
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn text(v: &Value) -> Option<String> {
@@ -69,7 +72,9 @@ async fn dispatch(mut pushes: mpsc::UnboundedReceiver<PushInfo>, routes: Routes)
             // A release, or a (re)subscription after which a release may have
             // been missed: either way the group should look again now.
             PushKind::Message | PushKind::Subscribe => {
-                let Some(channel) = push.data.first().and_then(text) else { continue };
+                let Some(channel) = push.data.first().and_then(text) else {
+                    continue;
+                };
                 if let Some(notify) = lock(&routes).get(&channel) {
                     notify.notify_one();
                 }

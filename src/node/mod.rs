@@ -217,7 +217,9 @@ impl Node {
         }
         bounded(
             config::CONNECT_TIMEOUT,
-            self.shared.store.unregister(&self.shared.id, &self.shared.incarnation),
+            self.shared
+                .store
+                .unregister(&self.shared.id, &self.shared.incarnation),
         )
         .await?;
         Ok(())
@@ -230,7 +232,11 @@ impl Node {
         let id = self.shared.id.clone();
         let groups = self.campaigns.names().join(",");
         tokio::spawn(async move {
-            let _ = bounded(config::CONNECT_TIMEOUT, store.set_node_field(&id, "groups", &groups)).await;
+            let _ = bounded(
+                config::CONNECT_TIMEOUT,
+                store.set_node_field(&id, "groups", &groups),
+            )
+            .await;
         });
     }
 }
@@ -252,7 +258,12 @@ impl Registration {
         let s = &self.shared;
         let result = bounded(
             self.limit().min(config::CONNECT_TIMEOUT),
-            s.store.register(&s.id, &s.incarnation, self.config.lease_duration_ms, &self.metadata),
+            s.store.register(
+                &s.id,
+                &s.incarnation,
+                self.config.lease_duration_ms,
+                &self.metadata,
+            ),
         )
         .await;
         match result {
@@ -261,7 +272,11 @@ impl Registration {
                     tracing::info!(%previous, "took over the registration of an earlier incarnation of this id");
                 }
                 let node = s.id.clone();
-                s.events.emit(if again { Event::Recovered { node } } else { Event::Registered { node } });
+                s.events.emit(if again {
+                    Event::Recovered { node }
+                } else {
+                    Event::Registered { node }
+                });
                 true
             }
             Err(e) => {
@@ -287,7 +302,8 @@ impl Registration {
             }
             let beat = bounded(
                 self.limit(),
-                s.store.heartbeat(&s.id, &s.incarnation, self.config.lease_duration_ms),
+                s.store
+                    .heartbeat(&s.id, &s.incarnation, self.config.lease_duration_ms),
             )
             .await;
             match beat {
@@ -318,4 +334,3 @@ impl std::fmt::Debug for Node {
             .finish()
     }
 }
-

@@ -35,7 +35,11 @@ pub(crate) fn next_delay(
 pub(crate) async fn run(shared: Arc<Shared>, config: NodeConfig) {
     let interval = config.sweep_interval();
     loop {
-        let pass = bounded(interval.max(Duration::from_millis(100)), shared.store.sweep(SWEEP_BATCH)).await;
+        let pass = bounded(
+            interval.max(Duration::from_millis(100)),
+            shared.store.sweep(SWEEP_BATCH),
+        )
+        .await;
         let delay = match pass {
             Ok(sweep) => {
                 if !sweep.swept.is_empty() {
@@ -45,7 +49,12 @@ pub(crate) async fn run(shared: Arc<Shared>, config: NodeConfig) {
                         nodes: sweep.swept.clone(),
                     });
                 }
-                next_delay(sweep.swept.len(), sweep.now_ms, sweep.next_expiry_ms, interval)
+                next_delay(
+                    sweep.swept.len(),
+                    sweep.now_ms,
+                    sweep.next_expiry_ms,
+                    interval,
+                )
             }
             Err(e) => {
                 shared.events.emit(Event::StoreError {
@@ -67,10 +76,16 @@ mod tests {
     #[test]
     fn sleeps_until_the_earliest_expiry_bounded_by_the_interval() {
         let iv = Duration::from_millis(1000);
-        assert_eq!(next_delay(0, 5000, Some(5300), iv), Duration::from_millis(301));
+        assert_eq!(
+            next_delay(0, 5000, Some(5300), iv),
+            Duration::from_millis(301)
+        );
         assert_eq!(next_delay(0, 5000, Some(9000), iv), iv);
         assert_eq!(next_delay(0, 5000, None, iv), iv);
-        assert_eq!(next_delay(0, 5000, Some(4990), iv), Duration::from_millis(1));
+        assert_eq!(
+            next_delay(0, 5000, Some(4990), iv),
+            Duration::from_millis(1)
+        );
     }
 
     #[test]

@@ -79,7 +79,9 @@ pub enum Renewal {
     /// The lease expired before the renewal reached Redis.
     Gone,
     /// Someone else holds it now (possibly this node id's newer incarnation).
-    Replaced { holder: String },
+    Replaced {
+        holder: String,
+    },
 }
 
 /// Outcome of a node heartbeat.
@@ -89,7 +91,9 @@ pub enum Heartbeat {
     /// The node's lease ran out (swept or not): it must register again.
     Expired,
     /// Another incarnation registered under this node id.
-    Displaced { incarnation: String },
+    Displaced {
+        incarnation: String,
+    },
 }
 
 /// Outcome of one sweep pass.
@@ -123,14 +127,29 @@ pub struct Store {
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Store").field("prefix", &self.keys.prefix()).finish()
+        f.debug_struct("Store")
+            .field("prefix", &self.keys.prefix())
+            .finish()
     }
 }
 
+/// No response timeout here: every engine call is bounded by its caller, with
+/// a limit that fits that call (see [`bounded`]).
 fn manager_config() -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(config::CONNECT_TIMEOUT))
+        .set_response_timeout(None)
         .set_max_delay(Duration::from_secs(1))
+}
+
+fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(config::TCP_KEEPALIVE)
+        .with_interval(config::TCP_KEEPALIVE / 2);
+    redis::io::tcp::TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(keepalive)
+        .set_user_timeout(config::TCP_USER_TIMEOUT)
 }
 
 impl Store {
@@ -142,7 +161,10 @@ impl Store {
         config::validate_prefix(prefix)?;
         // rustls needs a process-wide crypto provider; a second install is a no-op error.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let info = url.into_connection_info().map_err(ConnectError::Url)?;
+        let info = url
+            .into_connection_info()
+            .map_err(ConnectError::Url)?
+            .set_tcp_settings(tcp_settings());
         let client = redis::Client::open(info.clone()).map_err(ConnectError::Url)?;
         let conn = ConnectionManager::new_lazy_with_config(client, manager_config())
             .map_err(ConnectError::Setup)?;
@@ -387,7 +409,12 @@ impl Store {
     }
 
     /// Writes one metadata field of a node (e.g. its groups).
-    pub async fn set_node_field(&self, id: &str, field: &str, value: &str) -> Result<(), StoreError> {
+    pub async fn set_node_field(
+        &self,
+        id: &str,
+        field: &str,
+        value: &str,
+    ) -> Result<(), StoreError> {
         let _: i64 = redis::cmd("HSET")
             .arg(self.keys.node(id))
             .arg(field)
@@ -408,10 +435,7 @@ impl Store {
             .await?;
         let items = array(reply)?;
         let swept = match items.first() {
-            Some(Value::Array(ids)) => ids
-                .iter()
-                .map(|v| as_string(v))
-                .collect::<Result<Vec<_>, _>>()?,
+            Some(Value::Array(ids)) => ids.iter().map(as_string).collect::<Result<Vec<_>, _>>()?,
             other => return Err(StoreError::Reply(format!("sweep: {other:?}"))),
         };
         let next = int_at(&items, 2)?;
@@ -457,7 +481,9 @@ pub fn holder_id(value: &str) -> &str {
 fn array(v: Value) -> Result<Vec<Value>, StoreError> {
     match v {
         Value::Array(items) => Ok(items),
-        other => Err(StoreError::Reply(format!("expected an array, got {other:?}"))),
+        other => Err(StoreError::Reply(format!(
+            "expected an array, got {other:?}"
+        ))),
     }
 }
 
@@ -468,7 +494,9 @@ fn as_int(v: &Value) -> Result<i64, StoreError> {
             .ok()
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| StoreError::Reply(format!("expected an integer, got {v:?}"))),
-        other => Err(StoreError::Reply(format!("expected an integer, got {other:?}"))),
+        other => Err(StoreError::Reply(format!(
+            "expected an integer, got {other:?}"
+        ))),
     }
 }
 
@@ -477,7 +505,9 @@ fn as_string(v: &Value) -> Result<String, StoreError> {
         Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
         Value::SimpleString(s) => Ok(s.clone()),
         Value::Int(i) => Ok(i.to_string()),
-        other => Err(StoreError::Reply(format!("expected a string, got {other:?}"))),
+        other => Err(StoreError::Reply(format!(
+            "expected a string, got {other:?}"
+        ))),
     }
 }
 
@@ -491,7 +521,8 @@ fn int_at(items: &[Value], i: usize) -> Result<i64, StoreError> {
 }
 fn uint_at(items: &[Value], i: usize) -> Result<u64, StoreError> {
     let n = int_at(items, i)?;
-    u64::try_from(n).map_err(|_| StoreError::Reply(format!("expected a non-negative integer, got {n}")))
+    u64::try_from(n)
+        .map_err(|_| StoreError::Reply(format!("expected a non-negative integer, got {n}")))
 }
 fn string_at(items: &[Value], i: usize) -> Result<String, StoreError> {
     as_string(at(items, i)?)

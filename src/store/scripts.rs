@@ -27,5 +27,10 @@ pub static HEARTBEAT: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/heartbeat.lua")]));
 pub static SWEEP: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, REMOVE_NODE, include_str!("scripts/sweep.lua")]));
-pub static UNREGISTER: LazyLock<Script> =
-    LazyLock::new(|| script(&[PROLOGUE, REMOVE_NODE, include_str!("scripts/unregister.lua")]));
+pub static UNREGISTER: LazyLock<Script> = LazyLock::new(|| {
+    script(&[
+        PROLOGUE,
+        REMOVE_NODE,
+        include_str!("scripts/unregister.lua"),
+    ])
+});

@@ -61,7 +61,11 @@ impl RedisServer {
         self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "redis-server did not start on port {}", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not start on port {}",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
     }
@@ -105,7 +109,9 @@ impl RedisServer {
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
             if self.paused {
-                let _ = Command::new("kill").args(["-CONT", &child.id().to_string()]).status();
+                let _ = Command::new("kill")
+                    .args(["-CONT", &child.id().to_string()])
+                    .status();
                 self.paused = false;
             }
             let _ = child.kill();
@@ -151,7 +157,9 @@ pub fn node_config() -> NodeConfig {
 }
 
 pub async fn node(redis: &RedisServer, id: &str) -> Node {
-    Node::start(redis.store(), id, node_config()).await.expect("node")
+    Node::start(redis.store(), id, node_config())
+        .await
+        .expect("node")
 }
 
 /// Waits until `check` holds, or panics with `what` after `limit`.
@@ -170,7 +178,9 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
 pub async fn one_leader(groups: &[&Group], limit: Duration) -> usize {
     let mut found = 0;
     eventually(limit, "exactly one leader", || {
-        let leaders: Vec<usize> = (0..groups.len()).filter(|&i| groups[i].is_leader()).collect();
+        let leaders: Vec<usize> = (0..groups.len())
+            .filter(|&i| groups[i].is_leader())
+            .collect();
         if leaders.len() == 1 {
             found = leaders[0];
             true

@@ -25,7 +25,9 @@ impl Proxy {
             while let Ok((client, _)) = listener.accept().await {
                 let rx = paused_rx.clone();
                 tokio::spawn(async move {
-                    let Ok(server) = TcpStream::connect(upstream).await else { return };
+                    let Ok(server) = TcpStream::connect(upstream).await else {
+                        return;
+                    };
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
                     tokio::join!(pump(cr, sw, rx.clone()), pump(sr, cw, rx));
