@@ -319,7 +319,10 @@ async fn leader_stops_leading_when_its_local_lease_runs_out() {
     let n = node(&redis, "test/local").await;
     let g = n.join(GROUP, cfg).unwrap();
     eventually(Duration::from_secs(3), "leads", || g.is_leader()).await;
-    // Right after a renewal, pause: the local view has at most ttl left.
+    // Let it renew a few times, then pause: the local view, from its last
+    // renewal, has at most ttl left.
+    tokio::time::sleep(cfg.renew_interval() * 3).await;
+    assert!(g.is_leader());
     let mut role_rx = g.role();
     redis.pause();
     let paused = Instant::now();
