@@ -139,6 +139,10 @@ fn manager_config() -> ConnectionManagerConfig {
     ConnectionManagerConfig::new()
         .set_connection_timeout(Some(config::CONNECT_TIMEOUT))
         .set_response_timeout(None)
+        // Few, quick reconnection attempts per failure: a call should fail
+        // fast and be retried by its loop, which knows its own schedule.
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(50))
         .set_max_delay(Duration::from_secs(1))
 }
 
@@ -153,11 +157,22 @@ fn tcp_settings() -> redis::io::tcp::TcpSettings {
 }
 
 impl Store {
-    /// Prepares a connection to `url` (`redis://` or `rediss://` for TLS; a
-    /// password in the URL is used for AUTH). The connection is made lazily:
-    /// a Redis that is down at start is normal weather, and the first calls
-    /// fail and are retried like any other.
+    /// Prepares a connection to `url` (`redis://`, or `rediss://` for TLS
+    /// checked against the system's root certificates, or the file named by
+    /// `SSL_CERT_FILE`; a password in the URL is used for AUTH). The
+    /// connection is made lazily: a Redis that is down at start is normal
+    /// weather, and the first calls fail and are retried like any other.
     pub fn connect(url: &str, prefix: &str) -> Result<Self, ConnectError> {
+        Self::open(url, prefix, None)
+    }
+
+    /// Like [`Store::connect`], for a `rediss://` URL whose server certificate
+    /// is signed by the CA in `ca_pem` (PEM) rather than a public one.
+    pub fn connect_with_ca(url: &str, prefix: &str, ca_pem: &[u8]) -> Result<Self, ConnectError> {
+        Self::open(url, prefix, Some(ca_pem))
+    }
+
+    fn open(url: &str, prefix: &str, ca_pem: Option<&[u8]>) -> Result<Self, ConnectError> {
         config::validate_prefix(prefix)?;
         // rustls needs a process-wide crypto provider; a second install is a no-op error.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -165,7 +180,20 @@ impl Store {
             .into_connection_info()
             .map_err(ConnectError::Url)?
             .set_tcp_settings(tcp_settings());
-        let client = redis::Client::open(info.clone()).map_err(ConnectError::Url)?;
+        let client = match ca_pem {
+            None => redis::Client::open(info),
+            Some(pem) => redis::Client::build_with_tls(
+                info,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem.to_vec()),
+                },
+            ),
+        }
+        .map_err(ConnectError::Url)?;
+        // The client's info now carries the TLS settings; the pub/sub
+        // connection is built from the same.
+        let info = client.get_connection_info().clone();
         let conn = ConnectionManager::new_lazy_with_config(client, manager_config())
             .map_err(ConnectError::Setup)?;
         Ok(Self {
