@@ -574,3 +574,26 @@ async fn bad_join_arguments_are_refused_without_side_effects() {
     assert_eq!(redis.cli(&["KEYS", "lh:g:*"]), "");
     n.close().await.unwrap();
 }
+
+/// Every transition is also published as JSON on `P:events`, for a
+/// controller in another process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn transitions_are_published_as_json_on_the_events_channel() {
+    let redis = RedisServer::start();
+    let events = redis.subscribe("lh:events");
+    let limit = Duration::from_secs(3);
+    let n = node(&redis, "test/a").await;
+    events.next_line_containing(r#"{"type":"registered","node":"test/a"}"#, limit);
+    let g = n.join(GROUP, fast()).unwrap();
+    eventually(limit, "leads", || g.is_leader()).await;
+    let term = g.leader_term().unwrap();
+    let elected =
+        format!(r#"{{"type":"elected","node":"test/a","group":"test/group","term":{term}}}"#);
+    events.next_line_containing(&elected, limit);
+    n.step_down(GROUP).await.unwrap();
+    let lost = format!(
+        r#"{{"type":"lost","node":"test/a","group":"test/group","term":{term},"reason":"stepDown"}}"#
+    );
+    events.next_line_containing(&lost, limit);
+    n.close().await.unwrap();
+}

@@ -214,3 +214,58 @@ pub async fn next_event(
     .await
     .unwrap_or_else(|_| panic!("no matching event within {limit:?}"))
 }
+
+/// Lines published on a channel, read by a `redis-cli SUBSCRIBE` child.
+pub struct Subscription {
+    child: Child,
+    lines: std::sync::mpsc::Receiver<String>,
+}
+
+impl RedisServer {
+    pub fn subscribe(&self, channel: &str) -> Subscription {
+        let mut child = Command::new("redis-cli")
+            .args(["-p", &self.port.to_string(), "--raw", "SUBSCRIBE", channel])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("redis-cli");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        // Wait for the subscription confirmation before anything is published.
+        let sub = Subscription { child, lines };
+        sub.next_line_containing("subscribe", Duration::from_secs(5));
+        sub
+    }
+}
+
+impl Subscription {
+    pub fn next_line_containing(&self, text: &str, limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(_) => {}
+                Err(_) => panic!("no line containing {text:?} within {limit:?}"),
+            }
+        }
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,42 @@
+//! The README's first command: `leasehold demo` runs on its own (starting
+//! its own redis-server), prints the takeover and handover, and exits 0.
+
+use std::process::Command;
+
+#[test]
+fn demo_runs_without_a_cluster_and_reports_the_handovers() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .arg("demo")
+        .env_remove("LEASEHOLD_REDIS_URL")
+        .output()
+        .expect("run leasehold demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    for expected in [
+        "1. demo/node-",
+        "crashes",
+        "took over after",
+        "steps down",
+        "summary: crash takeover",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+}
+
+#[test]
+fn demo_refuses_bad_timings_naming_the_option() {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["demo", "--ttl-ms", "100", "--renew-interval-ms", "200"])
+        .output()
+        .expect("run leasehold demo");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("renew_interval_ms = 200") && stderr.contains("ttl_ms = 100"),
+        "{stderr}"
+    );
+}
