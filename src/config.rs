@@ -24,6 +24,12 @@ pub const SWEEP_BATCH: usize = 100;
 /// How long a connection attempt to Redis may take before it counts as failed.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// The shortest time an engine call to Redis is given before it counts as
+/// failed. Claims, renewals and releases are otherwise bounded by the group's
+/// retry interval, which may legally be 1 ms: far too short for a round trip
+/// on a busy machine. So shutdown is bounded by about 3 x max(retry, this).
+pub const MIN_CALL_TIMEOUT: Duration = Duration::from_millis(100);
+
 /// A connection whose sent data stays unacknowledged this long is dropped and
 /// rebuilt (Linux `TCP_USER_TIMEOUT`). Engine calls carry their own, shorter
 /// bounds; this only retires a connection into a black-holed network, which
@@ -100,6 +106,11 @@ impl ElectionConfig {
     }
     pub fn retry_interval(&self) -> Duration {
         Duration::from_millis(self.retry_interval_ms)
+    }
+    /// How long one claim, renewal or release may wait for Redis: one retry
+    /// interval, but never less than [`MIN_CALL_TIMEOUT`].
+    pub fn call_timeout(&self) -> Duration {
+        self.retry_interval().max(MIN_CALL_TIMEOUT)
     }
 }
 

@@ -116,7 +116,7 @@ impl EventBus {
     }
 
     pub fn emit(&self, event: Event) {
-        tracing::info!(?event, "engine event");
+        tracing::debug!(?event, "engine event");
         let _ = self.remote.send(event.clone());
         let _ = self.local.send(event);
     }

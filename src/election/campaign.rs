@@ -103,12 +103,7 @@ impl Campaign {
             let held = (reason != LostReason::Replaced).then_some(term);
             self.set_lease(st, None, held);
             self.set_role(next);
-            self.shared.events.emit(Event::Lost {
-                node: self.node().to_owned(),
-                group: self.group.clone(),
-                term,
-                reason,
-            });
+            self.report_lost(term, reason);
         } else {
             self.set_role(next);
         }
@@ -165,10 +160,9 @@ impl Campaign {
                         let _ = reply.send(());
                         return;
                     }
-                    None => {
-                        self.shutdown(&mut st).await;
-                        return;
-                    }
+                    // The node was dropped without closing: act like a crash,
+                    // release nothing.
+                    None => return,
                 },
                 _ = sleep_until_opt(deadline) => continue,
                 _ = self.wake.notified(), if can_wake => {
@@ -190,7 +184,7 @@ impl Campaign {
         let retry = self.config.retry_interval();
         let sent = Instant::now();
         let result = bounded(
-            retry,
+            self.config.call_timeout(),
             self.shared.store.claim(
                 &self.keys,
                 self.node(),
@@ -206,7 +200,7 @@ impl Campaign {
                 st.seen_term = st.seen_term.max(term);
                 st.last_sent = sent;
                 self.set_lease(st, Some((term, sent + self.config.ttl())), Some(term));
-                tracing::debug!(group = %self.group, term, fresh, "lease won");
+                tracing::info!(term, fresh, "leading");
                 self.shared.events.emit(Event::Elected {
                     node: self.node().to_owned(),
                     group: self.group.clone(),
@@ -245,10 +239,10 @@ impl Campaign {
             return;
         };
         let sent = Instant::now();
-        // Never wait past the local lease, nor longer than a retry interval.
+        // Never wait past the local lease, nor longer than a call may take.
         let limit = valid_until
             .saturating_duration_since(sent)
-            .min(self.config.retry_interval());
+            .min(self.config.call_timeout());
         let result = bounded(
             limit,
             self.shared.store.renew(
@@ -271,12 +265,14 @@ impl Campaign {
                 self.set_lease(st, None, None);
                 st.next_claim = Instant::now();
             }
-            Ok(Renewal::Replaced { holder }) => {
+            Ok(Renewal::Replaced {
+                holder,
+                incarnation,
+            }) => {
                 if holder == self.node() {
                     // Our id, another incarnation: a second live process uses
                     // this node id. The node reports it and stops campaigning.
-                    self.shared
-                        .mark_displaced("another incarnation holds a lease of this node id".into());
+                    self.shared.mark_displaced(incarnation);
                 }
                 self.demote(
                     st,
@@ -298,7 +294,7 @@ impl Campaign {
 
     async fn release(&self, term: Option<u64>, withdraw: bool) -> Result<bool, StoreError> {
         bounded(
-            self.config.retry_interval(),
+            self.config.call_timeout(),
             self.shared.store.release(
                 &self.keys,
                 self.node(),
@@ -322,12 +318,7 @@ impl Campaign {
             None => Ok(false),
         };
         if let Some(term) = term {
-            self.shared.events.emit(Event::Lost {
-                node: self.node().to_owned(),
-                group: self.group.clone(),
-                term,
-                reason: LostReason::StepDown,
-            });
+            self.report_lost(term, LostReason::StepDown);
         }
         match released {
             Ok(_) => {
@@ -353,13 +344,18 @@ impl Campaign {
             Err(e) => self.store_error("shutdown release", &e),
         }
         if let Some(term) = term {
-            self.shared.events.emit(Event::Lost {
-                node: self.node().to_owned(),
-                group: self.group.clone(),
-                term,
-                reason: LostReason::Shutdown,
-            });
+            self.report_lost(term, LostReason::Shutdown);
         }
+    }
+
+    fn report_lost(&self, term: u64, reason: LostReason) {
+        tracing::info!(term, reason = reason.as_str(), "stopped leading");
+        self.shared.events.emit(Event::Lost {
+            node: self.node().to_owned(),
+            group: self.group.clone(),
+            term,
+            reason,
+        });
     }
 
     fn store_error(&self, during: &'static str, e: &StoreError) {

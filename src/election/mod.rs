@@ -2,11 +2,12 @@
 //! time. Each group runs one [`campaign`] task; this module owns their
 //! handles, the shared wake-up subscription and the bounded shutdown.
 //!
-//! Shutdown bounds every await by the group's retry interval (rendezvous
-//! with the campaign, then its release) and runs all groups concurrently, so a
-//! hung connection costs at most about two retry intervals however many
-//! groups there are; a release that cannot land is forfeited and the lease
-//! simply expires.
+//! Shutdown bounds every await by the group's retry interval (at least
+//! [`crate::config::MIN_CALL_TIMEOUT`]): the rendezvous with the campaign,
+//! which releases the lease itself, and, if the campaign does not answer, a
+//! release from outside. All groups stop concurrently, so a hung connection
+//! costs about three retry intervals at most however many groups there are;
+//! a release that cannot land is forfeited and the lease simply expires.
 
 mod campaign;
 mod wake;
@@ -202,9 +203,11 @@ impl Campaigns {
             .map_err(|_| Error::NotJoined(name.to_owned()))?;
         // The campaign answers within one bounded release; allow for the
         // claim or renewal it may be finishing first.
-        match tokio::time::timeout(config.retry_interval() * 3, rx).await {
+        let limit = config.call_timeout() * 3;
+        match tokio::time::timeout(limit, rx).await {
             Ok(Ok(result)) => Ok(result?),
-            _ => Err(Error::NotJoined(name.to_owned())),
+            Ok(Err(_)) => Err(Error::NotJoined(name.to_owned())),
+            Err(_) => Err(Error::Store(crate::store::StoreError::Timeout(limit))),
         }
     }
 
@@ -238,13 +241,13 @@ impl Campaigns {
 /// release is made from here, bounded the same way.
 async fn stop(shared: impl AsRef<Shared>, name: String, entry: Entry) {
     let shared = shared.as_ref();
-    let retry = entry.config.retry_interval();
+    let limit = entry.config.call_timeout();
     let (tx, rx) = oneshot::channel();
     let rendezvous = async {
         entry.commands.send(Command::Shutdown(tx)).await.ok()?;
         rx.await.ok()
     };
-    if tokio::time::timeout(retry * 2, rendezvous)
+    if tokio::time::timeout(limit * 2, rendezvous)
         .await
         .ok()
         .flatten()
@@ -262,7 +265,7 @@ async fn stop(shared: impl AsRef<Shared>, name: String, entry: Entry) {
         .held;
     let keys = shared.store.keys().group(&name);
     let released = bounded(
-        retry,
+        limit,
         shared
             .store
             .release(&keys, &shared.id, &shared.incarnation, held, true),

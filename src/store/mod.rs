@@ -81,6 +81,7 @@ pub enum Renewal {
     /// Someone else holds it now (possibly this node id's newer incarnation).
     Replaced {
         holder: String,
+        incarnation: String,
     },
 }
 
@@ -317,9 +318,14 @@ impl Store {
         Ok(match int_at(&items, 0)? {
             1 => Renewal::Renewed,
             0 => Renewal::Gone,
-            _ => Renewal::Replaced {
-                holder: string_at(&items, 1)?,
-            },
+            _ => {
+                let value = string_at(&items, 1)?;
+                let (holder, incarnation, _) = split_lease(&value);
+                Renewal::Replaced {
+                    holder: holder.to_owned(),
+                    incarnation: incarnation.to_owned(),
+                }
+            }
         })
     }
 
@@ -503,7 +509,17 @@ impl Store {
 
 /// The node id part of a lease value `NODE_ID#INCARNATION#TERM`.
 pub fn holder_id(value: &str) -> &str {
-    value.split_once('#').map_or(value, |(id, _)| id)
+    split_lease(value).0
+}
+
+/// Node id, incarnation and term of a lease value `NODE_ID#INCARNATION#TERM`
+/// (missing parts are empty).
+fn split_lease(value: &str) -> (&str, &str, &str) {
+    let mut parts = value.splitn(3, '#');
+    let id = parts.next().unwrap_or_default();
+    let incarnation = parts.next().unwrap_or_default();
+    let term = parts.next().unwrap_or_default();
+    (id, incarnation, term)
 }
 
 fn array(v: Value) -> Result<Vec<Value>, StoreError> {
@@ -564,6 +580,7 @@ mod tests {
     fn holder_id_strips_the_incarnation() {
         assert_eq!(holder_id("ns/pod-0#ab12#7"), "ns/pod-0");
         assert_eq!(holder_id("plain"), "plain");
+        assert_eq!(split_lease("ns/a#f00#12"), ("ns/a", "f00", "12"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 -- Renew a held lease (compare-and-expire).
 -- KEYS: lease, members
 -- ARGV: node id, incarnation, term, ttl ms, candidacy ms
--- Returns {1} renewed, {0} the lease is gone (expired), {-1, holder id} another holder.
+-- Returns {1} renewed, {0} the lease is gone (expired), {-1, lease value} another holder.
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] .. '#' .. ARGV[2] .. '#' .. ARGV[3] then
   local now = now_ms()
@@ -12,4 +12,4 @@ if current == ARGV[1] .. '#' .. ARGV[2] .. '#' .. ARGV[3] then
   return {1}
 end
 if not current then return {0} end
-return {-1, holder_id(current)}
+return {-1, current}
