@@ -40,6 +40,36 @@ pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
 /// first probe after this much silence, then every half of it.
 pub const TCP_KEEPALIVE: Duration = Duration::from_secs(10);
 
+/// Default longest inbox backlog before the oldest unread messages are dropped.
+pub const DEFAULT_INBOX_MAX_LENGTH: u64 = 10_000;
+
+/// Largest inbox limit accepted: a backlog is memory in Redis.
+pub const MAX_INBOX_LENGTH: u64 = 10_000_000;
+
+/// Default largest payload a publish accepts.
+pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 512 * 1024;
+
+/// Largest `max_message_size` accepted: Redis's own limit for one string.
+pub const MAX_MESSAGE_SIZE_LIMIT: u64 = 512 * 1024 * 1024;
+
+/// Messages a node's reader hands over ahead of its consumer. Kept small so
+/// a slow consumer's backlog stays in Redis, where it is visible and bounded.
+pub const INBOX_BUFFER: usize = 64;
+
+/// Most inbox entries fetched by one read.
+pub const INBOX_BATCH: usize = 512;
+
+/// How long one blocking inbox read waits for a message before it is
+/// re-issued (also a net under TCP keepalive for a dead connection).
+pub const INBOX_BLOCK: Duration = Duration::from_secs(30);
+
+/// While its consumer is not taking messages, the reader re-checks the
+/// backlog this often to report lag.
+pub const LAG_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Bound on user-facing calls (publish, subscribe, introspection).
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A refused option value. The message is meant for the person who set it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -47,6 +77,13 @@ pub enum ConfigError {
     OutOfRange { option: &'static str, value: u64 },
     #[error("renew_interval_ms = {renew} must be less than ttl_ms = {ttl}, so the leader renews before its lease runs out")]
     RenewNotBelowTtl { renew: u64, ttl: u64 },
+    #[error("{option} = {value} is out of range: it must be a whole number from {min} to {max}")]
+    OutOfBounds {
+        option: &'static str,
+        value: u64,
+        min: u64,
+        max: u64,
+    },
     #[error("{kind} {value:?} is invalid: {reason}; allowed are 1 to {MAX_ID_BYTES} bytes of ASCII letters, digits, '_', '-', '.' and '/'")]
     InvalidName {
         kind: &'static str,
@@ -155,6 +192,57 @@ impl NodeConfig {
     }
     pub fn sweep_interval(&self) -> Duration {
         Duration::from_millis(self.sweep_interval_ms)
+    }
+}
+
+/// Limits of a node's inbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InboxConfig {
+    /// Past this many unread messages the oldest are dropped (and counted).
+    pub max_length: u64,
+    /// A backlog beyond this many messages is reported as `Lag`.
+    pub lag_threshold: u64,
+    /// Largest payload, in bytes, this node publishes.
+    pub max_message_size: u64,
+}
+
+impl Default for InboxConfig {
+    fn default() -> Self {
+        Self::with_max_length(DEFAULT_INBOX_MAX_LENGTH)
+    }
+}
+
+impl InboxConfig {
+    /// A limit with the derived default lag threshold (half of it, at least 1).
+    pub fn with_max_length(max_length: u64) -> Self {
+        Self {
+            max_length,
+            lag_threshold: (max_length / 2).max(1),
+            max_message_size: DEFAULT_MAX_MESSAGE_SIZE,
+        }
+    }
+
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let check = |option, value, min, max| {
+            if (min..=max).contains(&value) {
+                Ok(())
+            } else {
+                Err(ConfigError::OutOfBounds {
+                    option,
+                    value,
+                    min,
+                    max,
+                })
+            }
+        };
+        check("inbox_max_length", self.max_length, 1, MAX_INBOX_LENGTH)?;
+        check("lag_threshold", self.lag_threshold, 1, self.max_length)?;
+        check(
+            "max_message_size",
+            self.max_message_size,
+            1,
+            MAX_MESSAGE_SIZE_LIMIT,
+        )
     }
 }
 
@@ -318,6 +406,44 @@ mod tests {
             let msg = cfg.validate().unwrap_err().to_string();
             assert!(msg.starts_with(option), "{msg}");
         }
+    }
+
+    #[test]
+    fn inbox_limits_name_the_option_and_range() {
+        let d = InboxConfig::default();
+        assert_eq!(
+            (d.max_length, d.lag_threshold, d.max_message_size),
+            (10_000, 5_000, 524_288)
+        );
+        d.validate().unwrap();
+        assert_eq!(InboxConfig::with_max_length(1).lag_threshold, 1);
+        let msg = InboxConfig::with_max_length(0)
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            msg,
+            "inbox_max_length = 0 is out of range: it must be a whole number from 1 to 10000000"
+        );
+        let msg = InboxConfig {
+            lag_threshold: 11,
+            ..InboxConfig::with_max_length(10)
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert_eq!(
+            msg,
+            "lag_threshold = 11 is out of range: it must be a whole number from 1 to 10"
+        );
+        let msg = InboxConfig {
+            max_message_size: 0,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(msg.starts_with("max_message_size = 0"), "{msg}");
     }
 
     #[test]

@@ -72,6 +72,16 @@ pub enum Event {
         node: String,
         by_incarnation: String,
     },
+    /// The node's inbox backlog passed its lag threshold: its consumer is
+    /// not keeping up.
+    Lag { node: String, backlog: u64 },
+    /// The node's inbox was full and `count` of its oldest unread messages
+    /// were dropped (`total` since it registered).
+    Dropped {
+        node: String,
+        count: u64,
+        total: u64,
+    },
     /// A Redis call failed; the loop named by `during` retries.
     StoreError {
         node: String,
@@ -104,7 +114,7 @@ impl EventBus {
                 };
                 let sent = bounded(
                     crate::config::CONNECT_TIMEOUT,
-                    store.publish(&channel, &json),
+                    store.publish_raw(&channel, &json),
                 )
                 .await;
                 if let Err(e) = sent {

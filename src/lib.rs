@@ -22,17 +22,20 @@
 pub mod config;
 pub mod election;
 pub mod events;
+pub mod inbox;
 pub mod node;
 pub mod store;
 pub mod telemetry;
 
 mod task;
 
-pub use config::{ConfigError, ElectionConfig, NodeConfig};
+pub use config::{ConfigError, ElectionConfig, InboxConfig, NodeConfig};
 pub use election::{Group, Role};
 pub use events::{Event, LostReason};
+pub use inbox::topic::TopicError;
+pub use inbox::{Delivery, Inbox, Message, Overflow, PublishOptions, Published, Retain};
 pub use node::{Node, NodeOptions};
-pub use store::{ConnectError, Store, StoreError};
+pub use store::{ConnectError, NodeInfo, Store, StoreError};
 
 /// Every error the engine's API returns.
 #[derive(Debug, thiserror::Error)]
@@ -49,4 +52,13 @@ pub enum Error {
     NotJoined(String),
     #[error("another live process took over this node id; this node no longer campaigns")]
     Displaced,
+    /// Covers both `InvalidTopic` and `InvalidPattern`.
+    #[error(transparent)]
+    Topic(#[from] TopicError),
+    #[error("node {0:?} is not a live registered node")]
+    NodeNotRegistered(String),
+    #[error("payload of {size} bytes is larger than max_message_size = {max}")]
+    DataTooLarge { size: u64, max: u64 },
+    #[error("the inbox of node {0:?} is full; the publish was refused and nothing was written")]
+    InboxFull(String),
 }

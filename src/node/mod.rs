@@ -22,15 +22,18 @@
 
 mod sweeper;
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 
-use crate::config::{self, validate_name, ElectionConfig, NodeConfig};
+use crate::config::{self, validate_name, ElectionConfig, InboxConfig, NodeConfig};
 use crate::election::{Campaigns, Group};
 use crate::events::{Event, EventBus};
-use crate::store::{bounded, Heartbeat, Store};
+use crate::inbox::topic::{validate_subscription, validate_topic};
+use crate::inbox::{Inbox, Overflow, PublishOptions, Published, Retain};
+use crate::store::{bounded, Heartbeat, PublishOutcome, Store, Target};
 use crate::task::Task;
 use crate::Error;
 
@@ -64,10 +67,11 @@ impl Shared {
     }
 }
 
-/// Options beyond the timings: metadata stored with the registration, and a
-/// test hook.
+/// Options beyond the timings: inbox limits, metadata stored with the
+/// registration, and a test hook.
 #[derive(Debug, Clone, Default)]
 pub struct NodeOptions {
+    pub inbox: InboxConfig,
     /// Extra fields of the node's hash (e.g. `namespace`, `pod`, `version`).
     pub metadata: Vec<(String, String)>,
     /// Shifts this node's local wall clock (the only thing it is used for is
@@ -80,8 +84,18 @@ pub struct NodeOptions {
 pub struct Node {
     shared: Arc<Shared>,
     config: NodeConfig,
+    inbox_config: InboxConfig,
     campaigns: Campaigns,
+    /// Restored on re-registration after the node's lease expired.
+    subscriptions: Subscriptions,
+    inbox: Mutex<Option<mpsc::Receiver<crate::inbox::Delivery>>>,
     loops: Vec<Task>,
+}
+
+type Subscriptions = Arc<Mutex<BTreeSet<String>>>;
+
+fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn new_incarnation() -> String {
@@ -112,6 +126,7 @@ impl Node {
     ) -> Result<Self, Error> {
         validate_name("node id", id)?;
         config.validate()?;
+        options.inbox.validate()?;
         let events = EventBus::start(store.clone());
         let shared = Arc::new(Shared {
             store,
@@ -125,10 +140,13 @@ impl Node {
             "local_started_at".into(),
             local_wall_ms(options.wall_clock_skew_ms).to_string(),
         ));
+        metadata.push(("inbox_max".into(), options.inbox.max_length.to_string()));
+        let subscriptions = Subscriptions::default();
         let registration = Registration {
             shared: shared.clone(),
             config,
             metadata,
+            subscriptions: subscriptions.clone(),
         };
         let registered = registration.register(false).await;
         let heartbeat = Task::spawn(tracing::Instrument::instrument(
@@ -139,11 +157,19 @@ impl Node {
             sweeper::run(shared.clone(), config),
             tracing::info_span!("sweeper", node = %id),
         ));
+        let (tx, rx) = mpsc::channel(config::INBOX_BUFFER);
+        let reader = Task::spawn(tracing::Instrument::instrument(
+            crate::inbox::run_reader(shared.clone(), options.inbox, tx),
+            tracing::info_span!("inbox", node = %id),
+        ));
         Ok(Self {
             campaigns: Campaigns::new(shared.clone()),
             shared,
             config,
-            loops: vec![heartbeat, sweeper],
+            inbox_config: options.inbox,
+            subscriptions,
+            inbox: Mutex::new(Some(rx)),
+            loops: vec![heartbeat, sweeper, reader],
         })
     }
 
@@ -225,6 +251,114 @@ impl Node {
         Ok(())
     }
 
+    /// The node's inbox, to take messages from. Only the first call gets it.
+    pub fn inbox(&self) -> Option<Inbox> {
+        locked(&self.inbox).take().map(|rx| Inbox { rx })
+    }
+
+    /// Subscribes to a topic or a pattern (`orders.*.created`, `orders.>`).
+    /// Retained messages it covers arrive first.
+    pub async fn subscribe(&self, subscription: &str) -> Result<(), Error> {
+        validate_subscription(subscription)?;
+        locked(&self.subscriptions).insert(subscription.to_owned());
+        let s = &self.shared;
+        let result = bounded(
+            config::REQUEST_TIMEOUT,
+            s.store
+                .subscribe(&s.id, subscription, self.inbox_config.max_length),
+        )
+        .await;
+        if let Err(e) = result {
+            locked(&self.subscriptions).remove(subscription);
+            return Err(e.into());
+        }
+        Ok(())
+    }
+
+    pub async fn unsubscribe(&self, subscription: &str) -> Result<(), Error> {
+        validate_subscription(subscription)?;
+        locked(&self.subscriptions).remove(subscription);
+        let s = &self.shared;
+        bounded(
+            config::REQUEST_TIMEOUT,
+            s.store.unsubscribe(&s.id, subscription),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// This node's subscriptions, as it will restore them after a recovery.
+    pub fn subscriptions(&self) -> Vec<String> {
+        locked(&self.subscriptions).iter().cloned().collect()
+    }
+
+    /// Publishes to every live subscriber of `topic`.
+    pub async fn publish(&self, topic: &str, payload: &[u8]) -> Result<Published, Error> {
+        self.publish_with(topic, payload, PublishOptions::default())
+            .await
+    }
+
+    /// Publishes and keeps the message as the topic's retained one, for
+    /// subscribers to come (`ttl`: how long; `None`: until replaced).
+    pub async fn publish_retained(
+        &self,
+        topic: &str,
+        payload: &[u8],
+        ttl: Option<Duration>,
+    ) -> Result<Published, Error> {
+        let retain = ttl.map_or(Retain::Forever, Retain::For);
+        let options = PublishOptions {
+            retain,
+            ..Default::default()
+        };
+        self.publish_with(topic, payload, options).await
+    }
+
+    pub async fn publish_with(
+        &self,
+        topic: &str,
+        payload: &[u8],
+        options: PublishOptions,
+    ) -> Result<Published, Error> {
+        validate_topic(topic)?;
+        self.deliver(Target::Topic(topic), payload, options).await
+    }
+
+    /// Sends a message to one node's inbox; it must be live.
+    pub async fn send(&self, node: &str, payload: &[u8]) -> Result<Published, Error> {
+        validate_name("node id", node)?;
+        self.deliver(Target::Node(node), payload, PublishOptions::default())
+            .await
+    }
+
+    async fn deliver(
+        &self,
+        target: Target<'_>,
+        payload: &[u8],
+        options: PublishOptions,
+    ) -> Result<Published, Error> {
+        let max = self.inbox_config.max_message_size;
+        if payload.len() as u64 > max {
+            return Err(Error::DataTooLarge {
+                size: payload.len() as u64,
+                max,
+            });
+        }
+        let s = &self.shared;
+        let refuse = options.overflow == Overflow::Refuse;
+        let outcome = bounded(
+            config::REQUEST_TIMEOUT,
+            s.store
+                .publish(&s.id, target, payload, refuse, options.retain.as_ms()),
+        )
+        .await?;
+        match outcome {
+            PublishOutcome::Delivered { id, reached } => Ok(Published { id, reached }),
+            PublishOutcome::InboxFull { node } => Err(Error::InboxFull(node)),
+            PublishOutcome::NotLive { node } => Err(Error::NodeNotRegistered(node)),
+        }
+    }
+
     /// Keeps the `groups` field of the registration current, so a sweep can
     /// remove this node from its groups' member lists.
     fn publish_groups(&self) {
@@ -245,6 +379,7 @@ struct Registration {
     shared: Arc<Shared>,
     config: NodeConfig,
     metadata: Vec<(String, String)>,
+    subscriptions: Subscriptions,
 }
 
 impl Registration {
@@ -256,13 +391,21 @@ impl Registration {
     /// lease ran out. Returns whether it succeeded.
     async fn register(&self, again: bool) -> bool {
         let s = &self.shared;
+        let subscriptions: Vec<String> = locked(&self.subscriptions).iter().cloned().collect();
+        let mut metadata = self.metadata.clone();
+        if !again {
+            // Drops are counted per incarnation.
+            metadata.push(("dropped".into(), "0".into()));
+        }
         let result = bounded(
             self.limit().min(config::CONNECT_TIMEOUT),
             s.store.register(
                 &s.id,
                 &s.incarnation,
                 self.config.lease_duration_ms,
-                &self.metadata,
+                again,
+                &subscriptions,
+                &metadata,
             ),
         )
         .await;

@@ -11,6 +11,7 @@
 //! the background, so a retried call finds a fresh connection.
 
 mod keys;
+mod messaging;
 mod scripts;
 
 use std::future::Future;
@@ -21,6 +22,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, Value};
 
 pub use keys::{GroupKeys, Keys};
+pub use messaging::{InboxEntry, NodeInfo, PublishOutcome, Target};
 
 use crate::config::{self, ConfigError};
 
@@ -122,6 +124,7 @@ pub struct GroupState {
 #[derive(Clone)]
 pub struct Store {
     conn: ConnectionManager,
+    client: redis::Client,
     info: redis::ConnectionInfo,
     keys: Arc<Keys>,
 }
@@ -195,10 +198,11 @@ impl Store {
         // The client's info now carries the TLS settings; the pub/sub
         // connection is built from the same.
         let info = client.get_connection_info().clone();
-        let conn = ConnectionManager::new_lazy_with_config(client, manager_config())
+        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config())
             .map_err(ConnectError::Setup)?;
         Ok(Self {
             conn,
+            client,
             info,
             keys: Arc::new(Keys::new(prefix)),
         })
@@ -238,7 +242,8 @@ impl Store {
         Ok(())
     }
 
-    pub async fn publish(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
+    /// PUBLISH on a Redis pub/sub channel (not a topic: see [`Store::publish`]).
+    pub async fn publish_raw(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
         let _: i64 = redis::cmd("PUBLISH")
             .arg(channel)
             .arg(payload)
@@ -394,20 +399,30 @@ impl Store {
     // ---- nodes ----
 
     /// Registers a node incarnation; returns the previous incarnation of the
-    /// same id, if another one was registered.
+    /// same id, if another one was registered. A `recovery` (the node found
+    /// its lease expired) restores `subscriptions` and marks the point in the
+    /// inbox after which messages are new.
     pub async fn register(
         &self,
         id: &str,
         incarnation: &str,
         lease_ms: u64,
+        recovery: bool,
+        subscriptions: &[String],
         metadata: &[(String, String)],
     ) -> Result<Option<String>, StoreError> {
         let mut invocation = scripts::REGISTER.key(self.keys.nodes());
         invocation
             .key(self.keys.node(id))
+            .key(self.keys.inbox(id))
             .arg(id)
             .arg(incarnation)
-            .arg(lease_ms);
+            .arg(lease_ms)
+            .arg(if recovery { "1" } else { "0" })
+            .arg(subscriptions.len());
+        for sub in subscriptions {
+            invocation.arg(sub);
+        }
         for (field, value) in metadata {
             invocation.arg(field).arg(value);
         }

@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 use redis::Script;
 
 const PROLOGUE: &str = include_str!("scripts/now.lua");
+const TOPICS: &str = include_str!("scripts/topics.lua");
 const REMOVE_NODE: &str = include_str!("scripts/remove_node.lua");
 
 fn script(parts: &[&str]) -> Script {
@@ -22,15 +23,32 @@ pub static RELEASE: LazyLock<Script> =
 pub static GROUP_STATE: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/group_state.lua")]));
 pub static REGISTER: LazyLock<Script> =
-    LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/register.lua")]));
+    LazyLock::new(|| script(&[PROLOGUE, TOPICS, include_str!("scripts/register.lua")]));
 pub static HEARTBEAT: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/heartbeat.lua")]));
-pub static SWEEP: LazyLock<Script> =
-    LazyLock::new(|| script(&[PROLOGUE, REMOVE_NODE, include_str!("scripts/sweep.lua")]));
+pub static SWEEP: LazyLock<Script> = LazyLock::new(|| {
+    script(&[
+        PROLOGUE,
+        TOPICS,
+        REMOVE_NODE,
+        include_str!("scripts/sweep.lua"),
+    ])
+});
 pub static UNREGISTER: LazyLock<Script> = LazyLock::new(|| {
     script(&[
         PROLOGUE,
+        TOPICS,
         REMOVE_NODE,
         include_str!("scripts/unregister.lua"),
     ])
 });
+pub static SUBSCRIBE: LazyLock<Script> =
+    LazyLock::new(|| script(&[PROLOGUE, TOPICS, include_str!("scripts/subscribe.lua")]));
+pub static UNSUBSCRIBE: LazyLock<Script> =
+    LazyLock::new(|| script(&[PROLOGUE, TOPICS, include_str!("scripts/unsubscribe.lua")]));
+pub static PUBLISH: LazyLock<Script> =
+    LazyLock::new(|| script(&[PROLOGUE, TOPICS, include_str!("scripts/publish.lua")]));
+pub static ACK: LazyLock<Script> =
+    LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/ack.lua")]));
+pub static LIST_NODES: LazyLock<Script> =
+    LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/list_nodes.lua")]));

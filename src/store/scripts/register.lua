@@ -1,16 +1,27 @@
 -- Register (or re-register) a node incarnation.
--- KEYS: nodes, node hash
--- ARGV: node id, incarnation, lease ms, then field/value pairs of metadata
+-- KEYS: nodes, node hash, inbox
+-- ARGV: node id, incarnation, lease ms, "1" if this is a recovery,
+--       number of subscriptions N, N subscriptions, then field/value pairs
 -- Returns {now ms, previous incarnation or ""}. A different previous
 -- incarnation is replaced: a restart with a stable id wins, and a still-live
 -- older process finds out on its next heartbeat.
+-- On recovery the subscriptions are restored and a marker is appended to the
+-- inbox, so the reader reports the recovery before any message published
+-- after it. Retained messages are not delivered again.
 local now = now_ms()
+local id = ARGV[1]
+local prefix = string.sub(KEYS[1], 1, #KEYS[1] - #':nodes')
 local previous = redis.call('HGET', KEYS[2], 'incarnation') or ''
-redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), ARGV[1])
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[3]), id)
+local nsubs = tonumber(ARGV[5])
+for i = 6, 5 + nsubs do add_subscription(prefix, id, ARGV[i]) end
 local fields = {'incarnation', ARGV[2], 'registered_at', now, 'heartbeat_at', now}
-for i = 4, #ARGV, 2 do
+for i = 6 + nsubs, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i]
   fields[#fields + 1] = ARGV[i + 1]
 end
 redis.call('HSET', KEYS[2], unpack(fields))
+if ARGV[4] == '1' then
+  redis.call('XADD', KEYS[3], '*', 'k', 'recovered')
+end
 return {now, previous}

@@ -1,5 +1,6 @@
 -- Shared by sweep and unregister: delete a node and everything hanging off it.
 -- Key names are built here from the prefix; src/store/keys.rs builds the same.
+-- Needs topics.lua.
 local function remove_node(prefix, id)
   local node_key = prefix .. ':node:' .. id
   local groups = redis.call('HGET', node_key, 'groups')
@@ -9,8 +10,9 @@ local function remove_node(prefix, id)
     end
   end
   local subs_key = node_key .. ':subs'
-  for _, topic in ipairs(redis.call('SMEMBERS', subs_key)) do
-    redis.call('SREM', prefix .. ':topic:' .. topic .. ':subs', id)
+  for _, sub in ipairs(redis.call('SMEMBERS', subs_key)) do
+    redis.call('SREM', prefix .. ':topic:' .. sub .. ':subs', id)
+    forget_if_unused(prefix, sub)
   end
   redis.call('DEL', node_key, subs_key, node_key .. ':inbox')
   redis.call('ZREM', prefix .. ':nodes', id)

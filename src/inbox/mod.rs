@@ -1,0 +1,117 @@
+//! Per-node inboxes and messaging between nodes.
+//!
+//! Every node has an inbox (a Redis stream) that only it reads, on a
+//! connection of its own with a blocking read. Publishing to a topic writes
+//! the message into the inbox of every *live* subscriber (lease valid on the
+//! Redis clock) in one atomic script, so a node that is gone receives
+//! nothing, and messages from one publisher reach each subscriber in order.
+//!
+//! No silent loss: an inbox past its limit drops its oldest unread messages
+//! and counts every drop (node hash field `dropped`, `Event::Dropped`, and the
+//! node listing); a publisher may instead ask for a bounded backlog, and the
+//! publish is then refused whole. A backlog past the lag threshold is
+//! reported as `Event::Lag`. Retained messages go to new subscribers first,
+//! and never again on recovery.
+
+mod reader;
+pub mod topic;
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+pub(crate) use reader::run as run_reader;
+
+/// A message as delivered to its recipient.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// Id shared by every copy of one publish, increasing per Redis.
+    pub id: u64,
+    /// The topic it was published to; `None` for a direct message.
+    pub topic: Option<String>,
+    /// Node id of the publisher.
+    pub from: String,
+    pub payload: Vec<u8>,
+    /// Delivered because the node subscribed and this was the topic's
+    /// retained message.
+    pub retained: bool,
+}
+
+/// What a node's inbox yields, in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Delivery {
+    Message(Message),
+    /// The node's lease had expired and it registered again: messages
+    /// published while it was gone are lost, resynchronize. Comes before
+    /// every message published after the recovery.
+    Recovered,
+}
+
+/// The receiving end of a node's inbox. Take it once with
+/// [`crate::Node::inbox`]; while nobody takes messages, the backlog stays in
+/// Redis, bounded by the inbox limit.
+pub struct Inbox {
+    pub(crate) rx: mpsc::Receiver<Delivery>,
+}
+
+impl Inbox {
+    /// The next delivery; `None` once the node is closed.
+    pub async fn recv(&mut self) -> Option<Delivery> {
+        self.rx.recv().await
+    }
+
+    /// The next message, skipping recovery notices.
+    pub async fn next_message(&mut self) -> Option<Message> {
+        loop {
+            match self.recv().await? {
+                Delivery::Message(m) => return Some(m),
+                Delivery::Recovered => continue,
+            }
+        }
+    }
+}
+
+/// How a topic's message is kept for later subscribers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Retain {
+    #[default]
+    No,
+    /// Until replaced by the next retained publish.
+    Forever,
+    /// Until replaced, or for this long.
+    For(Duration),
+}
+
+/// What happens when a subscriber's inbox is full.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Overflow {
+    /// Its oldest unread messages are dropped (and counted).
+    #[default]
+    DropOldest,
+    /// The whole publish is refused with [`crate::Error::InboxFull`].
+    Refuse,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PublishOptions {
+    pub retain: Retain,
+    pub overflow: Overflow,
+}
+
+/// A successful publish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Published {
+    pub id: u64,
+    /// Inboxes written.
+    pub reached: u64,
+}
+
+impl Retain {
+    pub(crate) fn as_ms(self) -> Option<u64> {
+        match self {
+            Retain::No => None,
+            Retain::Forever => Some(0),
+            Retain::For(d) => Some((d.as_millis() as u64).max(1)),
+        }
+    }
+}

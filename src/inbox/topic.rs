@@ -1,0 +1,163 @@
+//! Topic names and subscription patterns, and the matching rule between them.
+//!
+//! A topic is dot-separated segments (`orders.eu.created`). A pattern may use
+//! `*` for exactly one segment and, as its last segment only, `>` for one or
+//! more remaining segments (`orders.*.created`, `orders.>`). The same rule is
+//! implemented in Lua (`scripts/publish.lua`) for publishing; the tests here
+//! pin the Rust one, and the integration tests prove the two agree.
+
+use crate::config::MAX_ID_BYTES;
+
+/// Why a topic or pattern was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopicError {
+    #[error("topic {value:?} is invalid: {reason}; a topic is 1 to {MAX_ID_BYTES} bytes of dot-separated, non-empty segments of ASCII letters, digits, '_', '-' and '/'")]
+    InvalidTopic { value: String, reason: &'static str },
+    #[error("pattern {value:?} is invalid: {reason}; a pattern is a topic whose segments may be '*' (one segment) and whose last segment may be '>' (the rest)")]
+    InvalidPattern { value: String, reason: &'static str },
+}
+
+fn segment_ok(segment: &str) -> bool {
+    !segment.is_empty()
+        && segment
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'/'))
+}
+
+/// Checks a concrete topic (what is published to).
+pub fn validate_topic(topic: &str) -> Result<(), TopicError> {
+    let fail = |reason| {
+        Err(TopicError::InvalidTopic {
+            value: topic.to_owned(),
+            reason,
+        })
+    };
+    if topic.is_empty() {
+        return fail("it is empty");
+    }
+    if topic.len() > MAX_ID_BYTES {
+        return fail("it is too long");
+    }
+    if topic.contains(['*', '>']) {
+        return fail("wildcards are for subscriptions, not topics");
+    }
+    if !topic.split('.').all(segment_ok) {
+        return fail("a segment is empty or has a character outside the allowed set");
+    }
+    Ok(())
+}
+
+/// Checks a subscription: a topic, or a pattern with wildcards.
+pub fn validate_subscription(pattern: &str) -> Result<(), TopicError> {
+    if !is_pattern(pattern) {
+        return validate_topic(pattern);
+    }
+    let fail = |reason| {
+        Err(TopicError::InvalidPattern {
+            value: pattern.to_owned(),
+            reason,
+        })
+    };
+    if pattern.len() > MAX_ID_BYTES {
+        return fail("it is too long");
+    }
+    let segments: Vec<&str> = pattern.split('.').collect();
+    for (i, segment) in segments.iter().enumerate() {
+        match *segment {
+            "*" => {}
+            ">" if i + 1 == segments.len() => {}
+            ">" => return fail("'>' may only be the last segment"),
+            s if s.contains(['*', '>']) => return fail("a wildcard must be a whole segment"),
+            s if !segment_ok(s) => {
+                return fail("a segment is empty or has a character outside the allowed set")
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+pub fn is_pattern(subscription: &str) -> bool {
+    subscription.contains(['*', '>'])
+}
+
+/// Whether `topic` is matched by `pattern` (both valid).
+pub fn matches(pattern: &str, topic: &str) -> bool {
+    let mut topic_segments = topic.split('.');
+    for p in pattern.split('.') {
+        match (p, topic_segments.next()) {
+            (">", Some(_)) => return true,
+            (_, None) => return false,
+            ("*", Some(_)) => {}
+            (p, Some(t)) if p == t => {}
+            _ => return false,
+        }
+    }
+    topic_segments.next().is_none()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_are_dot_separated_segments() {
+        for ok in ["orders", "orders.eu.created", "a-b_c/d.e", &"x".repeat(253)] {
+            validate_topic(ok).unwrap();
+        }
+        for (bad, reason) in [
+            ("", "empty"),
+            ("orders..created", "segment is empty"),
+            (".orders", "segment is empty"),
+            ("orders.", "segment is empty"),
+            ("or ders", "outside the allowed set"),
+            ("orders:eu", "outside the allowed set"),
+            ("orders.*", "wildcards are for subscriptions"),
+            (&"x".repeat(254), "too long"),
+        ] {
+            let err = validate_topic(bad).unwrap_err();
+            assert!(matches!(err, TopicError::InvalidTopic { .. }));
+            assert!(err.to_string().contains(reason), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn invalid_patterns_are_refused_with_the_reason() {
+        for ok in ["orders.*.created", "orders.>", "*", ">", "*.*", "a.*.>"] {
+            validate_subscription(ok).unwrap();
+        }
+        for (bad, reason) in [
+            ("orders.>.created", "only be the last"),
+            ("orders.cre*", "whole segment"),
+            ("orders.>x", "whole segment"),
+            ("orders..*", "segment is empty"),
+            ("*.", "segment is empty"),
+        ] {
+            let err = validate_subscription(bad).unwrap_err();
+            assert!(matches!(err, TopicError::InvalidPattern { .. }), "{bad:?}");
+            assert!(err.to_string().contains(reason), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn wildcards_match_one_segment_or_the_rest() {
+        let cases = [
+            ("orders.*.created", "orders.eu.created", true),
+            ("orders.*.created", "orders.eu.west.created", false),
+            ("orders.*.created", "orders.created", false),
+            ("orders.>", "orders.eu", true),
+            ("orders.>", "orders.eu.created", true),
+            ("orders.>", "orders", false),
+            ("*", "orders", true),
+            ("*", "orders.eu", false),
+            (">", "anything.at.all", true),
+            ("orders", "orders", true),
+            ("orders", "orders.eu", false),
+            ("a.*.>", "a.b.c", true),
+            ("a.*.>", "a.b", false),
+        ];
+        for (pattern, topic, expected) in cases {
+            assert_eq!(matches(pattern, topic), expected, "{pattern} vs {topic}");
+        }
+    }
+}

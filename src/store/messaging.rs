@@ -1,0 +1,280 @@
+//! The messaging half of the store: subscriptions in both directions,
+//! publishing into inboxes, the inbox reader's reads and acknowledgements,
+//! and introspection of nodes and their inboxes.
+
+use std::collections::BTreeMap;
+
+use redis::aio::MultiplexedConnection;
+use redis::streams::StreamReadReply;
+use redis::{AsyncConnectionConfig, Value};
+
+use super::{array, as_int, scripts, string_at, uint_at, Store, StoreError};
+use crate::config;
+
+/// What a publish achieved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PublishOutcome {
+    /// Written into `reached` inboxes under message id `id`.
+    Delivered { id: u64, reached: u64 },
+    /// Refused, nothing written: this node's inbox is full (only when the
+    /// publisher asked for a bounded backlog).
+    InboxFull { node: String },
+    /// A direct message's target is not a live node; nothing written.
+    NotLive { node: String },
+}
+
+/// Where a publish goes.
+#[derive(Debug, Clone, Copy)]
+pub enum Target<'a> {
+    Topic(&'a str),
+    Node(&'a str),
+}
+
+/// One inbox entry as read from Redis.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxEntry {
+    pub stream_id: String,
+    pub fields: BTreeMap<String, Vec<u8>>,
+}
+
+/// A registered node as seen in Redis, for operators and dashboards.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct NodeInfo {
+    pub id: String,
+    /// Lease expiry, ms since the epoch on the Redis clock.
+    pub lease_until_ms: u64,
+    pub registered_at_ms: u64,
+    pub last_heartbeat_ms: u64,
+    /// Unread messages in its inbox.
+    pub backlog: u64,
+    /// Messages dropped from its inbox because it was full.
+    pub dropped: u64,
+    pub groups: Vec<String>,
+    /// Whether the lease is still valid (Redis clock).
+    pub live: bool,
+}
+
+impl Store {
+    /// Subscribes `node` to a topic or pattern; retained messages it covers
+    /// go to the node's inbox first. Returns how many were delivered.
+    pub async fn subscribe(
+        &self,
+        node: &str,
+        subscription: &str,
+        inbox_max: u64,
+    ) -> Result<u64, StoreError> {
+        let reply = self
+            .run(
+                scripts::SUBSCRIBE
+                    .key(self.keys.inbox(node))
+                    .arg(self.keys.prefix())
+                    .arg(node)
+                    .arg(subscription)
+                    .arg(inbox_max),
+            )
+            .await?;
+        Ok(as_int(&reply)?.max(0) as u64)
+    }
+
+    /// Returns whether the node was subscribed.
+    pub async fn unsubscribe(&self, node: &str, subscription: &str) -> Result<bool, StoreError> {
+        let reply = self
+            .run(
+                scripts::UNSUBSCRIBE
+                    .arg(self.keys.prefix())
+                    .arg(node)
+                    .arg(subscription),
+            )
+            .await?;
+        Ok(as_int(&reply)? == 1)
+    }
+
+    /// Writes a message into the inbox of every live subscriber of a topic,
+    /// or of one live node, in one atomic step. `refuse_when_full` refuses the
+    /// whole publish (nothing written) when an inbox is at its limit, instead
+    /// of dropping that inbox's oldest messages. `retain_ms`: `None` does not
+    /// retain, `Some(0)` retains without expiry.
+    pub async fn publish(
+        &self,
+        from: &str,
+        target: Target<'_>,
+        payload: &[u8],
+        refuse_when_full: bool,
+        retain_ms: Option<u64>,
+    ) -> Result<PublishOutcome, StoreError> {
+        let (mode, name) = match target {
+            Target::Topic(t) => ("topic", t),
+            Target::Node(n) => ("direct", n),
+        };
+        let retain = retain_ms.map_or(-1, |ms| ms.min(i64::MAX as u64) as i64);
+        let reply = self
+            .run(
+                scripts::PUBLISH
+                    .arg(self.keys.prefix())
+                    .arg(mode)
+                    .arg(name)
+                    .arg(payload)
+                    .arg(from)
+                    .arg(if refuse_when_full { "refuse" } else { "drop" })
+                    .arg(retain),
+            )
+            .await?;
+        let items = array(reply)?;
+        Ok(match as_int(super::at(&items, 0)?)? {
+            -1 => PublishOutcome::InboxFull {
+                node: string_at(&items, 1)?,
+            },
+            -2 => PublishOutcome::NotLive {
+                node: string_at(&items, 1)?,
+            },
+            id => PublishOutcome::Delivered {
+                id: u64::try_from(id).map_err(|_| StoreError::Reply(format!("publish: {id}")))?,
+                reached: uint_at(&items, 1)?,
+            },
+        })
+    }
+
+    /// A connection of its own for blocking inbox reads: a blocked read must
+    /// never hold up the shared command connection.
+    pub(crate) async fn reader_connection(&self) -> Result<MultiplexedConnection, StoreError> {
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(config::CONNECT_TIMEOUT))
+            .set_response_timeout(None);
+        Ok(self
+            .client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?)
+    }
+
+    /// Blocks up to `block_ms` for entries after `after` in `node`'s inbox.
+    pub(crate) async fn read_inbox(
+        conn: &mut MultiplexedConnection,
+        inbox: &str,
+        after: &str,
+        count: usize,
+        block_ms: u64,
+    ) -> Result<Vec<InboxEntry>, StoreError> {
+        let reply: Option<StreamReadReply> = redis::cmd("XREAD")
+            .arg("COUNT")
+            .arg(count)
+            .arg("BLOCK")
+            .arg(block_ms)
+            .arg("STREAMS")
+            .arg(inbox)
+            .arg(after)
+            .query_async(conn)
+            .await?;
+        let mut entries = Vec::new();
+        for key in reply.map(|r| r.keys).unwrap_or_default() {
+            for id in key.ids {
+                let mut fields = BTreeMap::new();
+                for (name, value) in id.map {
+                    let bytes = match value {
+                        Value::BulkString(b) => b,
+                        Value::SimpleString(s) => s.into_bytes(),
+                        Value::Int(i) => i.to_string().into_bytes(),
+                        other => {
+                            return Err(StoreError::Reply(format!("inbox field {name}: {other:?}")))
+                        }
+                    };
+                    fields.insert(name, bytes);
+                }
+                entries.push(InboxEntry {
+                    stream_id: id.id,
+                    fields,
+                });
+            }
+        }
+        Ok(entries)
+    }
+
+    /// Trims the inbox below `first_unread`; returns (backlog, dropped so far).
+    pub(crate) async fn ack_inbox(
+        &self,
+        node: &str,
+        first_unread: &str,
+    ) -> Result<(u64, u64), StoreError> {
+        let reply = self
+            .run(
+                scripts::ACK
+                    .key(self.keys.inbox(node))
+                    .key(self.keys.node(node))
+                    .arg(first_unread),
+            )
+            .await?;
+        let items = array(reply)?;
+        Ok((uint_at(&items, 0)?, uint_at(&items, 1)?))
+    }
+
+    /// Unread messages in a node's inbox and its drop count.
+    pub async fn inbox_state(&self, node: &str) -> Result<(u64, u64), StoreError> {
+        let (backlog, dropped): (u64, Option<u64>) = redis::pipe()
+            .cmd("XLEN")
+            .arg(self.keys.inbox(node))
+            .cmd("HGET")
+            .arg(self.keys.node(node))
+            .arg("dropped")
+            .query_async(&mut self.conn())
+            .await?;
+        Ok((backlog, dropped.unwrap_or(0)))
+    }
+
+    /// The topics and patterns a node subscribes to, sorted.
+    pub async fn subscriptions(&self, node: &str) -> Result<Vec<String>, StoreError> {
+        let mut subs: Vec<String> = redis::cmd("SMEMBERS")
+            .arg(self.keys.node_subs(node))
+            .query_async(&mut self.conn())
+            .await?;
+        subs.sort();
+        Ok(subs)
+    }
+
+    /// Every registered node, earliest lease expiry first.
+    pub async fn list_nodes(&self) -> Result<Vec<NodeInfo>, StoreError> {
+        let reply = self
+            .run(
+                scripts::LIST_NODES
+                    .key(self.keys.nodes())
+                    .arg(self.keys.prefix()),
+            )
+            .await?;
+        let items = array(reply)?;
+        let now = uint_at(&items, 0)?;
+        let rows = match items.get(1) {
+            Some(Value::Array(rows)) => rows.clone(),
+            _ => Vec::new(),
+        };
+        let mut nodes = Vec::with_capacity(rows.len());
+        for row in rows {
+            let row = array(row)?;
+            let lease_until_ms = uint_at(&row, 1)?;
+            let groups = string_at(&row, 6)?;
+            nodes.push(NodeInfo {
+                id: string_at(&row, 0)?,
+                lease_until_ms,
+                registered_at_ms: uint_at(&row, 2)?,
+                last_heartbeat_ms: uint_at(&row, 3)?,
+                backlog: uint_at(&row, 4)?,
+                dropped: uint_at(&row, 5)?,
+                groups: groups
+                    .split(',')
+                    .filter(|g| !g.is_empty())
+                    .map(str::to_owned)
+                    .collect(),
+                live: lease_until_ms > now,
+            });
+        }
+        Ok(nodes)
+    }
+
+    /// Live nodes per group, from the nodes' registrations.
+    pub async fn nodes_per_group(&self) -> Result<BTreeMap<String, u64>, StoreError> {
+        let mut counts = BTreeMap::new();
+        for node in self.list_nodes().await?.into_iter().filter(|n| n.live) {
+            for group in node.groups {
+                *counts.entry(group).or_insert(0) += 1;
+            }
+        }
+        Ok(counts)
+    }
+}
