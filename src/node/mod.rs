@@ -89,6 +89,8 @@ pub struct Node {
     /// Restored on re-registration after the node's lease expired.
     subscriptions: Subscriptions,
     inbox: Mutex<Option<mpsc::Receiver<crate::inbox::Delivery>>>,
+    /// The joined groups, comma-separated, as stored in the registration.
+    groups: watch::Sender<String>,
     loops: Vec<Task>,
 }
 
@@ -142,11 +144,13 @@ impl Node {
         ));
         metadata.push(("inbox_max".into(), options.inbox.max_length.to_string()));
         let subscriptions = Subscriptions::default();
+        let groups = watch::channel(String::new()).0;
         let registration = Registration {
             shared: shared.clone(),
             config,
             metadata,
             subscriptions: subscriptions.clone(),
+            groups: groups.subscribe(),
         };
         let registered = registration.register(false).await;
         let heartbeat = Task::spawn(tracing::Instrument::instrument(
@@ -157,6 +161,7 @@ impl Node {
             sweeper::run(shared.clone(), config),
             tracing::info_span!("sweeper", node = %id),
         ));
+        let groups_writer = Task::spawn(write_groups(shared.clone(), groups.subscribe()));
         let (tx, rx) = mpsc::channel(config::INBOX_BUFFER);
         let reader = Task::spawn(tracing::Instrument::instrument(
             crate::inbox::run_reader(shared.clone(), options.inbox, tx),
@@ -169,7 +174,8 @@ impl Node {
             inbox_config: options.inbox,
             subscriptions,
             inbox: Mutex::new(Some(rx)),
-            loops: vec![heartbeat, sweeper, reader],
+            groups,
+            loops: vec![heartbeat, sweeper, reader, groups_writer],
         })
     }
 
@@ -359,19 +365,29 @@ impl Node {
         }
     }
 
-    /// Keeps the `groups` field of the registration current, so a sweep can
-    /// remove this node from its groups' member lists.
+    /// Keeps the `groups` field of the registration current (the writer
+    /// task sends the latest value, in order), so a sweep can remove this
+    /// node from its groups' member lists.
     fn publish_groups(&self) {
-        let store = self.shared.store.clone();
-        let id = self.shared.id.clone();
-        let groups = self.campaigns.names().join(",");
-        tokio::spawn(async move {
-            let _ = bounded(
+        self.groups.send_replace(self.campaigns.names().join(","));
+    }
+}
+
+/// Writes the latest `groups` value to the registration, retrying until it lands.
+async fn write_groups(shared: Arc<Shared>, mut groups: watch::Receiver<String>) {
+    while groups.changed().await.is_ok() {
+        loop {
+            let value = groups.borrow_and_update().clone();
+            let written = bounded(
                 config::CONNECT_TIMEOUT,
-                store.set_node_field(&id, "groups", &groups),
+                shared.store.set_node_field(&shared.id, "groups", &value),
             )
             .await;
-        });
+            if written.is_ok() || groups.has_changed().unwrap_or(true) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
     }
 }
 
@@ -380,6 +396,7 @@ struct Registration {
     config: NodeConfig,
     metadata: Vec<(String, String)>,
     subscriptions: Subscriptions,
+    groups: watch::Receiver<String>,
 }
 
 impl Registration {
@@ -393,6 +410,7 @@ impl Registration {
         let s = &self.shared;
         let subscriptions: Vec<String> = locked(&self.subscriptions).iter().cloned().collect();
         let mut metadata = self.metadata.clone();
+        metadata.push(("groups".into(), self.groups.borrow().clone()));
         if !again {
             // Drops are counted per incarnation.
             metadata.push(("dropped".into(), "0".into()));

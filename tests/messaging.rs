@@ -1,0 +1,641 @@
+//! Messaging against a real redis-server: inboxes, topics and patterns,
+//! retained messages, limits, and the node lifecycle rows of the nodes seed
+//! that concern messages.
+
+mod support;
+
+use std::time::Duration;
+
+use leasehold::{
+    Delivery, Error, Event, InboxConfig, Message, Node, NodeConfig, NodeOptions, Overflow,
+    PublishOptions, Store, TopicError,
+};
+use support::proxy::Proxy;
+use support::{next_event, node, RedisServer};
+
+const WAIT: Duration = Duration::from_secs(3);
+
+async fn node_with(redis_url: &str, id: &str, config: NodeConfig, inbox: InboxConfig) -> Node {
+    let store = Store::connect(redis_url, "lh").unwrap();
+    let options = NodeOptions {
+        inbox,
+        ..Default::default()
+    };
+    Node::start_with(store, id, config, options).await.unwrap()
+}
+
+/// A node registered straight in Redis, with no process reading its inbox:
+/// what publishers do to a full inbox can be counted exactly.
+async fn silent_node(redis: &RedisServer, id: &str, inbox_max: u64, subscription: &str) -> Store {
+    let store = redis.store();
+    let metadata = [("inbox_max".to_owned(), inbox_max.to_string())];
+    store
+        .register(id, "silent", 60_000, false, &[], &metadata)
+        .await
+        .unwrap();
+    store.subscribe(id, subscription, inbox_max).await.unwrap();
+    store
+}
+
+async fn next(inbox: &mut leasehold::Inbox) -> Delivery {
+    tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .expect("a delivery in time")
+        .expect("inbox open")
+}
+
+async fn next_msg(inbox: &mut leasehold::Inbox) -> Message {
+    match next(inbox).await {
+        Delivery::Message(m) => m,
+        other => panic!("expected a message, got {other:?}"),
+    }
+}
+
+async fn nothing_for(inbox: &mut leasehold::Inbox, d: Duration) {
+    if let Ok(got) = tokio::time::timeout(d, inbox.recv()).await {
+        panic!("expected nothing, got {got:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_receive_what_is_published_with_sender_and_id() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "test/a").await;
+    let b = node(&redis, "test/b").await;
+    let mut inbox = a.inbox().unwrap();
+    assert!(a.inbox().is_none(), "the inbox is taken once");
+    a.subscribe("orders.created").await.unwrap();
+    let first = b.publish("orders.created", b"one").await.unwrap();
+    let second = b.publish("orders.created", b"two").await.unwrap();
+    assert_eq!(first.reached, 1);
+    assert!(second.id > first.id);
+    let m = next_msg(&mut inbox).await;
+    assert_eq!(
+        m,
+        Message {
+            id: first.id,
+            topic: Some("orders.created".into()),
+            from: "test/b".into(),
+            payload: b"one".to_vec(),
+            retained: false
+        }
+    );
+    assert_eq!(next_msg(&mut inbox).await.payload, b"two");
+    assert_eq!(b.publish("orders.deleted", b"x").await.unwrap().reached, 0);
+    a.unsubscribe("orders.created").await.unwrap();
+    assert_eq!(
+        b.publish("orders.created", b"three").await.unwrap().reached,
+        0
+    );
+    nothing_for(&mut inbox, Duration::from_millis(200)).await;
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wildcards_match_one_segment_or_the_rest() {
+    let redis = RedisServer::start();
+    let star = node(&redis, "test/star").await;
+    let rest = node(&redis, "test/rest").await;
+    let p = node(&redis, "test/pub").await;
+    star.subscribe("orders.*.created").await.unwrap();
+    rest.subscribe("orders.>").await.unwrap();
+    rest.subscribe("orders.eu.created").await.unwrap(); // and the topic itself: still one copy
+    let mut star_in = star.inbox().unwrap();
+    let mut rest_in = rest.inbox().unwrap();
+    assert_eq!(
+        p.publish("orders.eu.created", b"1").await.unwrap().reached,
+        2
+    );
+    assert_eq!(p.publish("orders.eu", b"2").await.unwrap().reached, 1);
+    assert_eq!(
+        p.publish("orders.eu.west.created", b"3")
+            .await
+            .unwrap()
+            .reached,
+        1
+    );
+    assert_eq!(p.publish("orders", b"4").await.unwrap().reached, 0);
+    assert_eq!(
+        p.publish("invoices.eu.created", b"5")
+            .await
+            .unwrap()
+            .reached,
+        0
+    );
+    assert_eq!(next_msg(&mut star_in).await.payload, b"1");
+    nothing_for(&mut star_in, Duration::from_millis(200)).await;
+    for expected in [b"1", b"2", b"3"] {
+        assert_eq!(next_msg(&mut rest_in).await.payload, expected);
+    }
+    nothing_for(&mut rest_in, Duration::from_millis(200)).await;
+    for n in [star, rest, p] {
+        n.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_topics_and_patterns_are_refused_and_nothing_is_written() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "test/a").await;
+    for bad in ["", "orders..created", "orders created", "orders:eu"] {
+        let err = a.subscribe(bad).await.unwrap_err();
+        assert!(
+            matches!(err, Error::Topic(TopicError::InvalidTopic { .. })),
+            "{bad:?}: {err}"
+        );
+        let err = a.publish(bad, b"x").await.unwrap_err();
+        assert!(
+            matches!(err, Error::Topic(TopicError::InvalidTopic { .. })),
+            "{bad:?}: {err}"
+        );
+    }
+    for bad in ["orders.>.created", "orders.cre*", "orders.*x"] {
+        let err = a.subscribe(bad).await.unwrap_err();
+        assert!(
+            matches!(err, Error::Topic(TopicError::InvalidPattern { .. })),
+            "{bad:?}: {err}"
+        );
+        assert!(err.to_string().contains(bad), "{err}");
+    }
+    let err = a.publish("orders.*", b"x").await.unwrap_err().to_string();
+    assert!(err.contains("wildcards are for subscriptions"), "{err}");
+    let err = a.send("not a node", b"x").await.unwrap_err().to_string();
+    assert!(err.contains("node id \"not a node\""), "{err}");
+    assert!(a.subscriptions().is_empty());
+    assert_eq!(redis.cli(&["KEYS", "lh:topic:*"]), "");
+    a.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payload_at_the_limit_passes_and_one_byte_over_is_refused() {
+    let redis = RedisServer::start();
+    let inbox = InboxConfig {
+        max_message_size: 1024,
+        ..Default::default()
+    };
+    let a = node_with(&redis.url(), "test/a", support::node_config(), inbox).await;
+    a.subscribe("t").await.unwrap();
+    let mut rx = a.inbox().unwrap();
+    assert_eq!(a.publish("t", &[7u8; 1024]).await.unwrap().reached, 1);
+    assert_eq!(next_msg(&mut rx).await.payload.len(), 1024);
+    let err = a.publish("t", &[7u8; 1025]).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::DataTooLarge {
+                size: 1025,
+                max: 1024
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("max_message_size = 1024"), "{err}");
+    let err = a.send("test/a", &[0u8; 1025]).await.unwrap_err();
+    assert!(matches!(err, Error::DataTooLarge { .. }));
+    nothing_for(&mut rx, Duration::from_millis(200)).await;
+    assert_eq!(redis.cli(&["GET", "lh:msgseq"]), "1", "nothing was written");
+    a.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_from_each_publisher_arrive_in_order_under_concurrent_publishers() {
+    let redis = RedisServer::start();
+    let sub = node(&redis, "test/sub").await;
+    sub.subscribe("seq").await.unwrap();
+    let mut rx = sub.inbox().unwrap();
+    const PER: u32 = 300;
+    let mut publishers = Vec::new();
+    for p in 0..3 {
+        let n = node(&redis, &format!("test/p{p}")).await;
+        publishers.push(tokio::spawn(async move {
+            for i in 0..PER {
+                n.publish("seq", &i.to_be_bytes()).await.unwrap();
+            }
+            n
+        }));
+    }
+    let mut last: std::collections::HashMap<String, i64> = Default::default();
+    for _ in 0..3 * PER {
+        let m = next_msg(&mut rx).await;
+        let i = u32::from_be_bytes(m.payload.try_into().unwrap()) as i64;
+        let prev = last.insert(m.from.clone(), i).unwrap_or(-1);
+        assert_eq!(i, prev + 1, "from {}: {i} after {prev}", m.from);
+    }
+    for p in publishers {
+        p.await.unwrap().close().await.unwrap();
+    }
+    sub.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_reaches_100_subscribers_in_order() {
+    let redis = RedisServer::start();
+    let config = NodeConfig::with_lease(10_000);
+    let mut subs = Vec::new();
+    for i in 0..100 {
+        let n = node_with(
+            &redis.url(),
+            &format!("test/s{i:03}"),
+            config,
+            InboxConfig::default(),
+        )
+        .await;
+        n.subscribe("fan.out").await.unwrap();
+        let rx = n.inbox().unwrap();
+        subs.push((n, rx));
+    }
+    let p = node_with(&redis.url(), "test/pub", config, InboxConfig::default()).await;
+    for i in 0..10u8 {
+        assert_eq!(p.publish("fan.out", &[i]).await.unwrap().reached, 100);
+    }
+    for (_, rx) in subs.iter_mut() {
+        for i in 0..10u8 {
+            assert_eq!(next_msg(rx).await.payload, [i]);
+        }
+    }
+    for (n, _) in subs {
+        n.close().await.unwrap();
+    }
+    p.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_inbox_drops_its_oldest_messages_and_counts_each_drop() {
+    let redis = RedisServer::start();
+    let store = silent_node(&redis, "test/silent", 10, "t").await;
+    let p = node(&redis, "test/pub").await;
+    for i in 0..10u8 {
+        p.publish("t", &[i]).await.unwrap();
+    }
+    assert_eq!(
+        store.inbox_state("test/silent").await.unwrap(),
+        (10, 0),
+        "at the limit: nothing dropped"
+    );
+    for i in 10..15u8 {
+        p.publish("t", &[i]).await.unwrap();
+    }
+    assert_eq!(
+        store.inbox_state("test/silent").await.unwrap(),
+        (10, 5),
+        "five over: five dropped"
+    );
+    // The oldest went: the backlog starts at the sixth message.
+    let first = redis.cli(&[
+        "XRANGE",
+        "lh:node:test/silent:inbox",
+        "-",
+        "+",
+        "COUNT",
+        "1",
+    ]);
+    assert!(first.lines().any(|l| l.as_bytes() == [5u8]), "{first:?}");
+    let listed = store.list_nodes().await.unwrap();
+    let silent = listed.iter().find(|n| n.id == "test/silent").unwrap();
+    assert_eq!((silent.backlog, silent.dropped), (10, 5));
+    p.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_backlog_refuses_the_publish_instead_of_dropping() {
+    let redis = RedisServer::start();
+    let store = silent_node(&redis, "test/silent", 3, "t").await;
+    let p = node(&redis, "test/pub").await;
+    let bounded = PublishOptions {
+        overflow: Overflow::Refuse,
+        ..Default::default()
+    };
+    for _ in 0..3 {
+        p.publish_with("t", b"x", bounded).await.unwrap();
+    }
+    let seq = redis.cli(&["GET", "lh:msgseq"]);
+    let err = p.publish_with("t", b"x", bounded).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::InboxFull(node) if node == "test/silent"),
+        "{err}"
+    );
+    assert_eq!(store.inbox_state("test/silent").await.unwrap(), (3, 0));
+    assert_eq!(redis.cli(&["GET", "lh:msgseq"]), seq, "nothing was written");
+    p.close().await.unwrap();
+}
+
+/// Every message published to a node that does not keep up is delivered,
+/// still waiting, or counted as dropped: none is lost silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_loses_nothing_silently() {
+    let redis = RedisServer::start();
+    let inbox = InboxConfig::with_max_length(50);
+    let a = node_with(&redis.url(), "test/slow", support::node_config(), inbox).await;
+    a.subscribe("t").await.unwrap();
+    let mut events = a.events();
+    let mut rx = a.inbox().unwrap();
+    let p = node(&redis, "test/pub").await;
+    const N: u64 = 400;
+    for i in 0..N {
+        p.publish("t", &i.to_be_bytes()).await.unwrap();
+    }
+    let dropped = match next_event(&mut events, WAIT, |e| matches!(e, Event::Dropped { .. })).await
+    {
+        Event::Dropped { total, .. } => total,
+        _ => unreachable!(),
+    };
+    assert!(dropped > 0);
+    // Drain: delivered + dropped must account for every message.
+    let mut delivered = 0;
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
+        delivered += 1;
+    }
+    let (backlog, dropped) = a.store().inbox_state("test/slow").await.unwrap();
+    assert_eq!(backlog, 0);
+    assert_eq!(
+        delivered + dropped,
+        N,
+        "delivered {delivered}, dropped {dropped}"
+    );
+    a.close().await.unwrap();
+    p.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lag_is_reported_just_past_the_threshold() {
+    let redis = RedisServer::start();
+    let inbox = InboxConfig {
+        lag_threshold: 100,
+        ..InboxConfig::with_max_length(1_000)
+    };
+    let a = node_with(&redis.url(), "test/slow", support::node_config(), inbox).await;
+    a.subscribe("t").await.unwrap();
+    let mut events = a.events();
+    let mut rx = a.inbox().unwrap();
+    let p = node(&redis, "test/pub").await;
+    for i in 0..100u32 {
+        p.publish("t", &i.to_be_bytes()).await.unwrap();
+    }
+    // At the threshold: no lag, over several checks.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    while let Ok(e) = events.try_recv() {
+        assert!(!matches!(e, Event::Lag { .. }), "{e:?} at the threshold");
+    }
+    p.publish("t", b"one more").await.unwrap();
+    let lag = next_event(&mut events, Duration::from_millis(500), |e| {
+        matches!(e, Event::Lag { .. })
+    })
+    .await;
+    assert_eq!(
+        lag,
+        Event::Lag {
+            node: "test/slow".into(),
+            backlog: 101
+        }
+    );
+    for _ in 0..101 {
+        next_msg(&mut rx).await;
+    }
+    a.close().await.unwrap();
+    p.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retained_messages_go_to_new_subscribers_first() {
+    let redis = RedisServer::start();
+    let p = node(&redis, "test/pub").await;
+    p.publish_retained("config.db", b"v1", None).await.unwrap();
+    p.publish_retained("config.db", b"v2", None).await.unwrap();
+    p.publish_retained("config.cache", b"c1", Some(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await; // config.cache's retained message expires
+    let a = node(&redis, "test/a").await;
+    let mut rx = a.inbox().unwrap();
+    a.subscribe("config.db").await.unwrap();
+    p.publish("config.db", b"v3").await.unwrap();
+    let m = next_msg(&mut rx).await;
+    assert_eq!(
+        (m.payload.as_slice(), m.retained, m.from.as_str()),
+        (&b"v2"[..], true, "test/pub")
+    );
+    let m = next_msg(&mut rx).await;
+    assert_eq!((m.payload.as_slice(), m.retained), (&b"v3"[..], false));
+    // A pattern gets every live retained message it covers; the expired one is gone.
+    let b = node(&redis, "test/b").await;
+    let mut rx_b = b.inbox().unwrap();
+    b.subscribe("config.>").await.unwrap();
+    let m = next_msg(&mut rx_b).await;
+    assert_eq!(
+        (m.topic.as_deref(), m.payload.as_slice(), m.retained),
+        (Some("config.db"), &b"v2"[..], true)
+    );
+    nothing_for(&mut rx_b, Duration::from_millis(200)).await;
+    // Subscribing again to what it has does not replay.
+    a.subscribe("config.db").await.unwrap();
+    nothing_for(&mut rx, Duration::from_millis(200)).await;
+    for n in [a, b, p] {
+        n.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_messages_reach_one_live_node() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "test/a").await;
+    let b = node(&redis, "test/b").await;
+    let mut rx = a.inbox().unwrap();
+    let sent = b.send("test/a", b"step down").await.unwrap();
+    assert_eq!(sent.reached, 1);
+    let m = next_msg(&mut rx).await;
+    assert_eq!(
+        (m.topic, m.from.as_str(), m.payload.as_slice()),
+        (None, "test/b", &b"step down"[..])
+    );
+    let err = b.send("test/nobody", b"x").await.unwrap_err();
+    assert!(
+        matches!(&err, Error::NodeNotRegistered(n) if n == "test/nobody"),
+        "{err}"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// Seed row "The connection drops for less than the lease": messages
+/// published meanwhile wait in the inbox and are delivered on reconnection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_disconnect_delivers_messages_published_meanwhile() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(redis.port).await;
+    let config = NodeConfig {
+        lease_duration_ms: 2_000,
+        heartbeat_interval_ms: 300,
+        sweep_interval_ms: 2_000,
+    };
+    let a = node_with(&proxy.url(), "test/a", config, InboxConfig::default()).await;
+    a.subscribe("t").await.unwrap();
+    let mut rx = a.inbox().unwrap();
+    let p = node(&redis, "test/pub").await;
+    proxy.pause();
+    for i in 0..5u8 {
+        assert_eq!(
+            p.publish("t", &[i]).await.unwrap().reached,
+            1,
+            "a is still live"
+        );
+    }
+    nothing_for(&mut rx, Duration::from_millis(300)).await;
+    proxy.resume();
+    for i in 0..5u8 {
+        let d = next(&mut rx).await;
+        assert_eq!(
+            d,
+            Delivery::Message(Message {
+                id: d_id(&d),
+                topic: Some("t".into()),
+                from: "test/pub".into(),
+                payload: vec![i],
+                retained: false
+            })
+        );
+    }
+    a.close().await.unwrap();
+    p.close().await.unwrap();
+}
+
+fn d_id(d: &Delivery) -> u64 {
+    match d {
+        Delivery::Message(m) => m.id,
+        Delivery::Recovered => 0,
+    }
+}
+
+/// Seed rows "paused or disconnected for longer than the lease" and
+/// "Recovery": swept, then Recovered comes before any newer message, the
+/// subscriptions are restored, retained messages are not replayed, and what
+/// was published while it was gone is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_longer_than_lease_loses_what_was_published_meanwhile_then_recovers() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(redis.port).await;
+    let a = node_with(
+        &proxy.url(),
+        "test/a",
+        support::node_config(),
+        InboxConfig::default(),
+    )
+    .await;
+    let p = node(&redis, "test/pub").await;
+    p.publish_retained("t", b"retained", None).await.unwrap();
+    a.subscribe("t").await.unwrap();
+    let mut rx = a.inbox().unwrap();
+    assert_eq!(next_msg(&mut rx).await.payload, b"retained");
+    p.publish("t", b"before").await.unwrap();
+    assert_eq!(next_msg(&mut rx).await.payload, b"before");
+    let mut p_events = p.events();
+    proxy.pause();
+    next_event(
+        &mut p_events,
+        Duration::from_millis(600 + 400),
+        |e| matches!(e, Event::Swept { nodes, .. } if nodes == &["test/a"]),
+    )
+    .await;
+    assert_eq!(p.publish("t", b"while gone").await.unwrap().reached, 0);
+    proxy.resume();
+    assert_eq!(next(&mut rx).await, Delivery::Recovered);
+    assert_eq!(
+        p.store().subscriptions("test/a").await.unwrap(),
+        vec!["t".to_owned()]
+    );
+    assert_eq!(p.publish("t", b"after").await.unwrap().reached, 1);
+    let m = next_msg(&mut rx).await;
+    assert_eq!(
+        (m.payload.as_slice(), m.retained),
+        (&b"after"[..], false),
+        "no replay, nothing from while it was gone"
+    );
+    nothing_for(&mut rx, Duration::from_millis(200)).await;
+    a.close().await.unwrap();
+    p.close().await.unwrap();
+}
+
+/// Seed rows "The process crashes" and "close()" for messaging: a crashed
+/// node's subscriptions go with its sweep, a closed node's at once, and a
+/// publish to either writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishing_to_a_swept_or_closed_node_writes_nothing() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "test/a").await;
+    let b = node(&redis, "test/b").await;
+    let p = node(&redis, "test/pub").await;
+    a.subscribe("t").await.unwrap();
+    b.subscribe("t.>").await.unwrap();
+    assert_eq!(p.publish("t", b"x").await.unwrap().reached, 1);
+    drop(a); // crash: swept by b's or p's sweeper, whichever comes first
+    support::eventually(Duration::from_millis(600 + 400), "a swept", || {
+        redis.cli(&["ZSCORE", "lh:nodes", "test/a"]).is_empty()
+    })
+    .await;
+    assert_eq!(p.publish("t", b"x").await.unwrap().reached, 0);
+    assert_eq!(
+        redis.cli(&[
+            "EXISTS",
+            "lh:node:test/a:inbox",
+            "lh:node:test/a:subs",
+            "lh:topic:t:subs"
+        ]),
+        "0"
+    );
+    b.close().await.unwrap();
+    assert_eq!(p.publish("t.x", b"x").await.unwrap().reached, 0);
+    assert_eq!(
+        redis.cli(&["SMEMBERS", "lh:patterns"]),
+        "",
+        "the pattern index forgets unused patterns"
+    );
+    let err = p.send("test/b", b"x").await.unwrap_err();
+    assert!(matches!(err, Error::NodeNotRegistered(_)));
+    p.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn introspection_lists_nodes_subscriptions_and_group_sizes() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "test/a").await;
+    let b = node(&redis, "test/b").await;
+    a.join("test/g1", support::fast()).unwrap();
+    a.join("test/g2", support::fast()).unwrap();
+    b.join("test/g1", support::fast()).unwrap();
+    a.subscribe("x.y").await.unwrap();
+    a.subscribe("x.*").await.unwrap();
+    let store = a.store().clone();
+    support::eventually(WAIT, "groups registered", || {
+        redis.cli(&["HGET", "lh:node:test/a", "groups"]) == "test/g1,test/g2"
+            && redis.cli(&["HGET", "lh:node:test/b", "groups"]) == "test/g1"
+    })
+    .await;
+    let nodes = store.list_nodes().await.unwrap();
+    let ids: Vec<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&"test/a") && ids.contains(&"test/b"));
+    let now: u64 = redis
+        .cli(&["TIME"])
+        .lines()
+        .next()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1000;
+    for n in &nodes {
+        assert!(
+            n.live && n.lease_until_ms > now && n.registered_at_ms <= n.last_heartbeat_ms,
+            "{n:?}"
+        );
+        assert_eq!((n.backlog, n.dropped), (0, 0));
+    }
+    assert_eq!(
+        store.subscriptions("test/a").await.unwrap(),
+        vec!["x.*".to_owned(), "x.y".to_owned()]
+    );
+    let counts = store.nodes_per_group().await.unwrap();
+    assert_eq!(counts.get("test/g1"), Some(&2));
+    assert_eq!(counts.get("test/g2"), Some(&1));
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
