@@ -1,5 +1,6 @@
 //! The `leasehold` command: one binary for every job.
 
+mod bench;
 mod demo;
 mod local_redis;
 
@@ -20,6 +21,8 @@ struct Cli {
 enum Command {
     /// Three nodes on a local Redis: crash the leader, step down, show the handover times.
     Demo(demo::DemoArgs),
+    /// Measured figures against a real Redis (build with --release).
+    Bench(bench::BenchArgs),
 }
 
 #[tokio::main]
@@ -28,6 +31,7 @@ async fn main() -> std::process::ExitCode {
     leasehold::telemetry::init("warn");
     let result = match cli.command {
         Command::Demo(args) => demo::run(args).await,
+        Command::Bench(args) => bench::run(args).await,
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

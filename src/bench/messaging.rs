@@ -1,0 +1,291 @@
+//! Messaging figures: latency, throughput, fan-out, and idle cost.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use leasehold::{InboxConfig, Node, NodeConfig, NodeOptions, Store};
+use tokio::sync::Semaphore;
+
+use super::{ms, percentile, BenchArgs, Row};
+
+fn prefix() -> String {
+    format!("leasehold-bench-{:08x}", fastrand::u32(..))
+}
+
+async fn start(
+    url: &str,
+    prefix: &str,
+    id: &str,
+    lease_ms: u64,
+    inbox: InboxConfig,
+) -> Result<Node, String> {
+    let store = Store::connect(url, prefix).map_err(|e| e.to_string())?;
+    let options = NodeOptions {
+        inbox,
+        ..Default::default()
+    };
+    Node::start_with(store, id, NodeConfig::with_lease(lease_ms), options)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn progress(what: &str) {
+    eprintln!("bench: {what}");
+}
+
+pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
+    let prefix = prefix();
+    let big = InboxConfig::with_max_length(1_000_000);
+    let sub = start(url, &prefix, "bench/sub", 30_000, big).await?;
+    let publisher = Arc::new(start(url, &prefix, "bench/pub", 30_000, big).await?);
+    sub.subscribe("bench.t").await.map_err(|e| e.to_string())?;
+    let mut inbox = sub.inbox().ok_or("inbox taken")?;
+    let mut rows = Vec::new();
+
+    // 1. One message at a time: publish, wait for its delivery, repeat.
+    progress(&format!(
+        "latency, {} messages one at a time",
+        args.latency_messages
+    ));
+    let mut latencies = Vec::with_capacity(args.latency_messages as usize);
+    for i in 0..args.latency_messages {
+        let sent = Instant::now();
+        publisher
+            .publish("bench.t", &i.to_be_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let m = tokio::time::timeout(Duration::from_secs(5), inbox.next_message())
+            .await
+            .map_err(|_| "a message was not delivered within 5 s")?
+            .ok_or("inbox closed")?;
+        latencies.push(sent.elapsed());
+        if m.payload != i.to_be_bytes() {
+            return Err("messages out of order".into());
+        }
+    }
+    latencies.sort();
+    rows.push(Row {
+        scenario: format!(
+            "publish-to-delivery, one at a time ({} messages)",
+            args.latency_messages
+        ),
+        goal: "p99 <= 0.5 ms".into(),
+        measured: format!(
+            "p50 {}, p99 {}, max {}",
+            ms(percentile(&latencies, 50.0)),
+            ms(percentile(&latencies, 99.0)),
+            ms(percentile(&latencies, 100.0))
+        ),
+    });
+
+    // 2. Throughput to one subscriber with many publishes in flight.
+    let n = args.throughput_messages;
+    progress(&format!(
+        "throughput, {n} messages, {} in flight",
+        args.in_flight
+    ));
+    let started = Instant::now();
+    let slots = Arc::new(Semaphore::new(args.in_flight));
+    let sender = {
+        let publisher = publisher.clone();
+        let slots = slots.clone();
+        tokio::spawn(async move {
+            let mut tasks = tokio::task::JoinSet::new();
+            for i in 0..n {
+                let permit = slots
+                    .clone()
+                    .acquire_owned()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let publisher = publisher.clone();
+                tasks.spawn(async move {
+                    let r = publisher.publish("bench.t", &i.to_be_bytes()).await;
+                    drop(permit);
+                    r.map(|_| ()).map_err(|e| e.to_string())
+                });
+                while let Some(done) = tasks.try_join_next() {
+                    done.map_err(|e| e.to_string())??;
+                }
+            }
+            while let Some(done) = tasks.join_next().await {
+                done.map_err(|e| e.to_string())??;
+            }
+            Ok::<(), String>(())
+        })
+    };
+    let mut received = 0;
+    while received < n {
+        tokio::time::timeout(Duration::from_secs(10), inbox.next_message())
+            .await
+            .map_err(|_| format!("only {received} of {n} delivered"))?
+            .ok_or("inbox closed")?;
+        received += 1;
+    }
+    let took = started.elapsed();
+    sender.await.map_err(|e| e.to_string())??;
+    let (_, dropped) = sub
+        .store()
+        .inbox_state("bench/sub")
+        .await
+        .map_err(|e| e.to_string())?;
+    rows.push(Row {
+        scenario: format!(
+            "messages/s to one subscriber ({n} messages, {} in flight)",
+            args.in_flight
+        ),
+        goal: ">= 60k/s, no silent loss".into(),
+        measured: format!("{:.0}/s, {dropped} dropped", n as f64 / took.as_secs_f64()),
+    });
+    sub.close().await.map_err(|e| e.to_string())?;
+
+    // 3. Fan-out: every message to every subscriber.
+    let count = args.subscribers;
+    progress(&format!(
+        "fan-out, {} messages to {count} subscribers",
+        args.fanout_messages
+    ));
+    let mut subscribers = Vec::new();
+    for i in 0..count {
+        let node = start(url, &prefix, &format!("bench/fan-{i:03}"), 30_000, big).await?;
+        node.subscribe("bench.fan")
+            .await
+            .map_err(|e| e.to_string())?;
+        let inbox = node.inbox().ok_or("inbox taken")?;
+        subscribers.push((node, inbox));
+    }
+    let m = args.fanout_messages;
+    let started = Instant::now();
+    let mut readers = Vec::new();
+    for (node, mut inbox) in subscribers {
+        readers.push(tokio::spawn(async move {
+            let mut got = 0u64;
+            while got < m {
+                match tokio::time::timeout(Duration::from_secs(10), inbox.next_message()).await {
+                    Ok(Some(_)) => got += 1,
+                    _ => break,
+                }
+            }
+            (node, got)
+        }));
+    }
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..m {
+        let permit = slots
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|e| e.to_string())?;
+        let publisher = publisher.clone();
+        tasks.spawn(async move {
+            let r = publisher.publish("bench.fan", &i.to_be_bytes()).await;
+            drop(permit);
+            r.map(|p| p.reached).map_err(|e| e.to_string())
+        });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.map_err(|e| e.to_string())??;
+    }
+    let mut deliveries = 0;
+    for reader in readers {
+        let (node, got) = reader.await.map_err(|e| e.to_string())?;
+        deliveries += got;
+        node.close().await.map_err(|e| e.to_string())?;
+    }
+    let took = started.elapsed();
+    rows.push(Row {
+        scenario: format!("deliveries/s fanned out to {count} subscribers ({m} messages)"),
+        goal: ">= 120k/s".into(),
+        measured: format!(
+            "{:.0}/s ({deliveries} of {} delivered)",
+            deliveries as f64 / took.as_secs_f64(),
+            m * count as u64
+        ),
+    });
+    if let Ok(p) = Arc::try_unwrap(publisher) {
+        p.close().await.map_err(|e| e.to_string())?;
+    }
+    Ok(rows)
+}
+
+/// `INFO commandstats` as command -> calls.
+async fn command_calls(url: &str) -> Result<HashMap<String, u64>, String> {
+    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(|e| e.to_string())?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut calls = HashMap::new();
+    for line in info.lines() {
+        let Some(rest) = line.strip_prefix("cmdstat_") else {
+            continue;
+        };
+        let Some((name, stats)) = rest.split_once(':') else {
+            continue;
+        };
+        let n = stats
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("calls="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        calls.insert(name.to_owned(), n);
+    }
+    Ok(calls)
+}
+
+/// Redis calls per second of idle nodes: client calls (EVALSHA, XREAD, ...)
+/// and all commands including those run inside scripts.
+pub async fn idle(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
+    let prefix = prefix();
+    progress(&format!(
+        "idle cost, {} nodes at a {} ms lease for {} s",
+        args.idle_nodes, args.idle_lease_ms, args.idle_seconds
+    ));
+    let mut nodes = Vec::new();
+    for i in 0..args.idle_nodes {
+        nodes.push(
+            start(
+                url,
+                &prefix,
+                &format!("bench/idle-{i:03}"),
+                args.idle_lease_ms,
+                InboxConfig::default(),
+            )
+            .await?,
+        );
+    }
+    // Let start-up traffic settle before measuring.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = command_calls(url).await?;
+    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+    let after = command_calls(url).await?;
+    let delta =
+        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    // What the nodes send: scripts, blocking inbox reads, event publishes.
+    let client_side: u64 = ["evalsha", "eval", "xread", "publish"]
+        .iter()
+        .map(|c| delta(c))
+        .sum();
+    let total: u64 = after.keys().map(|k| delta(k)).sum::<u64>() - delta("info");
+    let per = |n: u64| n as f64 / args.idle_seconds as f64 / args.idle_nodes as f64;
+    for node in nodes {
+        node.close().await.map_err(|e| e.to_string())?;
+    }
+    Ok(vec![Row {
+        scenario: format!(
+            "Redis calls/s per idle node ({} ms lease)",
+            args.idle_lease_ms
+        ),
+        goal: "< 0.9 calls/s".into(),
+        measured: format!(
+            "{:.3} calls/s from the client, {:.3} commands/s including those inside scripts",
+            per(client_side),
+            per(total)
+        ),
+    }])
+}
