@@ -127,6 +127,7 @@ impl EventBus {
 
     pub fn emit(&self, event: Event) {
         tracing::debug!(?event, "engine event");
+        crate::telemetry::metrics::metrics().record(&event);
         let _ = self.remote.send(event.clone());
         let _ = self.local.send(event);
     }

@@ -353,6 +353,14 @@ async fn a_slow_consumer_loses_nothing_silently() {
         N,
         "delivered {delivered}, dropped {dropped}"
     );
+    // And the drops are in the process's metrics (shared by this test binary).
+    let text = leasehold::telemetry::metrics::metrics().render();
+    let counted: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("leasehold_inbox_dropped_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert!(counted >= dropped, "metric {counted} < dropped {dropped}");
     a.close().await.unwrap();
     p.close().await.unwrap();
 }

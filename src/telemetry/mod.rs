@@ -1,5 +1,7 @@
-//! Logging setup shared by every subcommand: `tracing` to stderr, filtered by
-//! `RUST_LOG` (default `warn` for libraries, `info` for leasehold itself).
+//! Logging and metrics: `tracing` to stderr, filtered by `RUST_LOG`, and the
+//! process's Prometheus counters ([`metrics`]).
+
+pub mod metrics;
 
 use tracing_subscriber::EnvFilter;
 

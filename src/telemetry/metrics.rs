@@ -1,0 +1,205 @@
+//! Process-wide counters in the Prometheus text format. Every engine event
+//! passes through [`crate::events::EventBus::emit`], which counts it here, so
+//! the metrics cannot disagree with the events. Labels come from fixed sets
+//! (enum names, the loops' static names), never from ids or error texts.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::events::{Event, LostReason};
+
+const REASONS: [LostReason; 5] = [
+    LostReason::Shutdown,
+    LostReason::StepDown,
+    LostReason::Expired,
+    LostReason::StoreError,
+    LostReason::Replaced,
+];
+
+/// The loops that report store errors (`Event::StoreError::during`).
+const DURING: [&str; 9] = [
+    "register",
+    "heartbeat",
+    "sweep",
+    "claim",
+    "renew",
+    "step-down release",
+    "shutdown release",
+    "inbox read",
+    "other",
+];
+
+#[derive(Default)]
+pub struct Metrics {
+    elected: AtomicU64,
+    lost: [AtomicU64; 5],
+    swept_nodes: AtomicU64,
+    registered: AtomicU64,
+    recovered: AtomicU64,
+    displaced: AtomicU64,
+    lag_events: AtomicU64,
+    dropped: AtomicU64,
+    store_errors: [AtomicU64; 9],
+}
+
+static METRICS: std::sync::LazyLock<Metrics> = std::sync::LazyLock::new(Metrics::default);
+
+/// The process's metrics.
+pub fn metrics() -> &'static Metrics {
+    &METRICS
+}
+
+fn inc(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+impl Metrics {
+    pub fn record(&self, event: &Event) {
+        match event {
+            Event::Registered { .. } => inc(&self.registered, 1),
+            Event::Recovered { .. } => inc(&self.recovered, 1),
+            Event::Elected { .. } => inc(&self.elected, 1),
+            Event::Lost { reason, .. } => {
+                let i = REASONS.iter().position(|r| r == reason).unwrap_or(0);
+                inc(&self.lost[i], 1);
+            }
+            Event::Swept { nodes, .. } => inc(&self.swept_nodes, nodes.len() as u64),
+            Event::Displaced { .. } => inc(&self.displaced, 1),
+            Event::Lag { .. } => inc(&self.lag_events, 1),
+            Event::Dropped { count, .. } => inc(&self.dropped, *count),
+            Event::StoreError { during, .. } => {
+                let i = DURING
+                    .iter()
+                    .position(|d| d == during)
+                    .unwrap_or(DURING.len() - 1);
+                inc(&self.store_errors[i], 1);
+            }
+        }
+    }
+
+    /// The Prometheus text exposition of every counter.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let mut counter = |name: &str, help: &str, rows: &[(String, u64)]| {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (labels, value) in rows {
+                let _ = writeln!(out, "{name}{labels} {value}");
+            }
+        };
+        counter(
+            "leasehold_elected_total",
+            "Leases this process won.",
+            &[(String::new(), get(&self.elected))],
+        );
+        let lost: Vec<(String, u64)> = REASONS
+            .iter()
+            .zip(&self.lost)
+            .map(|(r, c)| (format!("{{reason=\"{}\"}}", r.as_str()), get(c)))
+            .collect();
+        counter(
+            "leasehold_lost_total",
+            "Leaderships this process lost, by reason.",
+            &lost,
+        );
+        counter(
+            "leasehold_registered_total",
+            "Node registrations.",
+            &[(String::new(), get(&self.registered))],
+        );
+        counter(
+            "leasehold_recovered_total",
+            "Re-registrations after a node's lease expired.",
+            &[(String::new(), get(&self.recovered))],
+        );
+        counter(
+            "leasehold_displaced_total",
+            "Node ids taken over by another live process.",
+            &[(String::new(), get(&self.displaced))],
+        );
+        counter(
+            "leasehold_swept_nodes_total",
+            "Expired nodes removed by this process's sweeper.",
+            &[(String::new(), get(&self.swept_nodes))],
+        );
+        counter(
+            "leasehold_inbox_lag_total",
+            "Times an inbox backlog passed its lag threshold.",
+            &[(String::new(), get(&self.lag_events))],
+        );
+        counter(
+            "leasehold_inbox_dropped_total",
+            "Messages dropped from this process's full inboxes.",
+            &[(String::new(), get(&self.dropped))],
+        );
+        let errors: Vec<(String, u64)> = DURING
+            .iter()
+            .zip(&self.store_errors)
+            .map(|(d, c)| (format!("{{during=\"{d}\"}}"), get(c)))
+            .collect();
+        counter(
+            "leasehold_store_errors_total",
+            "Failed Redis calls, by the loop that made them.",
+            &errors,
+        );
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_counted_under_fixed_labels() {
+        let m = Metrics::default();
+        m.record(&Event::Dropped {
+            node: "n".into(),
+            count: 5,
+            total: 5,
+        });
+        m.record(&Event::Dropped {
+            node: "n".into(),
+            count: 2,
+            total: 7,
+        });
+        m.record(&Event::Lost {
+            node: "n".into(),
+            group: "g".into(),
+            term: 1,
+            reason: LostReason::StepDown,
+        });
+        m.record(&Event::StoreError {
+            node: "n".into(),
+            during: "renew",
+            message: "x".into(),
+        });
+        m.record(&Event::StoreError {
+            node: "n".into(),
+            during: "something new",
+            message: "x".into(),
+        });
+        let text = m.render();
+        assert!(text.contains("leasehold_inbox_dropped_total 7\n"), "{text}");
+        assert!(
+            text.contains("leasehold_lost_total{reason=\"stepDown\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("leasehold_lost_total{reason=\"expired\"} 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("leasehold_store_errors_total{during=\"renew\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("leasehold_store_errors_total{during=\"other\"} 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE leasehold_elected_total counter"),
+            "{text}"
+        );
+    }
+}
