@@ -67,6 +67,12 @@ pub const INBOX_BLOCK: Duration = Duration::from_secs(30);
 /// backlog this often to report lag.
 pub const LAG_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Most messages one publish script carries (see `inbox::publisher`).
+pub const PUBLISH_BATCH: usize = 128;
+
+/// A batch stops growing past this many payload bytes.
+pub const PUBLISH_BATCH_BYTES: usize = 1024 * 1024;
+
 /// Bound on user-facing calls (publish, subscribe, introspection).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 

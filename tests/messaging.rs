@@ -647,3 +647,56 @@ async fn introspection_lists_nodes_subscriptions_and_group_sizes() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// Many publishes in flight from one node travel in shared batches; each
+/// message still gets its own outcome: with a bounded backlog of 50, exactly
+/// 50 of 200 concurrent publishes land and the rest are refused, and direct
+/// sends to a missing node fail alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_publishes_from_one_node_keep_their_own_outcomes() {
+    let redis = RedisServer::start();
+    let store = silent_node(&redis, "test/silent", 50, "t").await;
+    let p = std::sync::Arc::new(node(&redis, "test/pub").await);
+    let bounded = PublishOptions {
+        overflow: Overflow::Refuse,
+        ..Default::default()
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200u32 {
+        let p = p.clone();
+        tasks.spawn(async move {
+            if i % 20 == 0 {
+                (i, p.send("test/nobody", b"x").await)
+            } else {
+                (i, p.publish_with("t", &i.to_be_bytes(), bounded).await)
+            }
+        });
+    }
+    let (mut landed, mut refused, mut missing) = (0, 0, 0);
+    let mut ids = std::collections::HashSet::new();
+    while let Some(done) = tasks.join_next().await {
+        match done.unwrap() {
+            (_, Ok(published)) => {
+                assert_eq!(published.reached, 1);
+                assert!(ids.insert(published.id), "ids are unique");
+                landed += 1;
+            }
+            (_, Err(Error::InboxFull(node))) => {
+                assert_eq!(node, "test/silent");
+                refused += 1;
+            }
+            (i, Err(Error::NodeNotRegistered(_))) => {
+                assert_eq!(i % 20, 0);
+                missing += 1;
+            }
+            (_, Err(e)) => panic!("{e}"),
+        }
+    }
+    assert_eq!((landed, refused, missing), (50, 140, 10));
+    assert_eq!(store.inbox_state("test/silent").await.unwrap(), (50, 0));
+    std::sync::Arc::try_unwrap(p)
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+}

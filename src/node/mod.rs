@@ -26,14 +26,15 @@ use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc, watch};
+use tokio::sync::{broadcast, mpsc, oneshot, watch};
 
 use crate::config::{self, validate_name, ElectionConfig, InboxConfig, NodeConfig};
 use crate::election::{Campaigns, Group};
 use crate::events::{Event, EventBus};
+use crate::inbox::publisher;
 use crate::inbox::topic::{validate_subscription, validate_topic};
 use crate::inbox::{Inbox, Overflow, PublishOptions, Published, Retain};
-use crate::store::{bounded, Heartbeat, PublishOutcome, Store, Target};
+use crate::store::{bounded, Destination, Heartbeat, Outgoing, PublishOutcome, Store};
 use crate::task::Task;
 use crate::Error;
 
@@ -91,6 +92,7 @@ pub struct Node {
     inbox: Mutex<Option<mpsc::Receiver<crate::inbox::Delivery>>>,
     /// The joined groups, comma-separated, as stored in the registration.
     groups: watch::Sender<String>,
+    publisher: mpsc::Sender<publisher::Request>,
     loops: Vec<Task>,
 }
 
@@ -162,6 +164,8 @@ impl Node {
             tracing::info_span!("sweeper", node = %id),
         ));
         let groups_writer = Task::spawn(write_groups(shared.clone(), groups.subscribe()));
+        let (publisher, requests) = mpsc::channel(config::PUBLISH_BATCH * 8);
+        let publisher_task = Task::spawn(publisher::run(shared.clone(), requests));
         let (tx, rx) = mpsc::channel(config::INBOX_BUFFER);
         let reader = Task::spawn(tracing::Instrument::instrument(
             crate::inbox::run_reader(shared.clone(), options.inbox, tx),
@@ -175,7 +179,8 @@ impl Node {
             subscriptions,
             inbox: Mutex::new(Some(rx)),
             groups,
-            loops: vec![heartbeat, sweeper, reader, groups_writer],
+            publisher,
+            loops: vec![heartbeat, sweeper, reader, groups_writer, publisher_task],
         })
     }
 
@@ -327,19 +332,24 @@ impl Node {
         options: PublishOptions,
     ) -> Result<Published, Error> {
         validate_topic(topic)?;
-        self.deliver(Target::Topic(topic), payload, options).await
+        self.deliver(Destination::Topic(topic.to_owned()), payload, options)
+            .await
     }
 
     /// Sends a message to one node's inbox; it must be live.
     pub async fn send(&self, node: &str, payload: &[u8]) -> Result<Published, Error> {
         validate_name("node id", node)?;
-        self.deliver(Target::Node(node), payload, PublishOptions::default())
-            .await
+        self.deliver(
+            Destination::Node(node.to_owned()),
+            payload,
+            PublishOptions::default(),
+        )
+        .await
     }
 
     async fn deliver(
         &self,
-        target: Target<'_>,
+        destination: Destination,
         payload: &[u8],
         options: PublishOptions,
     ) -> Result<Published, Error> {
@@ -350,14 +360,23 @@ impl Node {
                 max,
             });
         }
-        let s = &self.shared;
-        let refuse = options.overflow == Overflow::Refuse;
-        let outcome = bounded(
-            config::REQUEST_TIMEOUT,
-            s.store
-                .publish(&s.id, target, payload, refuse, options.retain.as_ms()),
-        )
-        .await?;
+        let message = Outgoing {
+            destination,
+            payload: payload.to_vec(),
+            refuse_when_full: options.overflow == Overflow::Refuse,
+            retain_ms: options.retain.as_ms(),
+        };
+        let (reply, answer) = oneshot::channel();
+        let timeout = || Error::Store(crate::StoreError::Timeout(config::REQUEST_TIMEOUT));
+        self.publisher
+            .send(publisher::Request { message, reply })
+            .await
+            .map_err(|_| timeout())?;
+        // The publisher bounds the call itself; this only guards a lost reply.
+        let outcome = tokio::time::timeout(config::REQUEST_TIMEOUT * 2, answer)
+            .await
+            .map_err(|_| timeout())?
+            .map_err(|_| timeout())??;
         match outcome {
             PublishOutcome::Delivered { id, reached } => Ok(Published { id, reached }),
             PublishOutcome::InboxFull { node } => Err(Error::InboxFull(node)),

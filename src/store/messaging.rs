@@ -23,11 +23,25 @@ pub enum PublishOutcome {
     NotLive { node: String },
 }
 
-/// Where a publish goes.
-#[derive(Debug, Clone, Copy)]
-pub enum Target<'a> {
-    Topic(&'a str),
-    Node(&'a str),
+/// Where a message goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Destination {
+    /// Every live subscriber of this topic (including pattern subscribers).
+    Topic(String),
+    /// One live node.
+    Node(String),
+}
+
+/// One message to publish.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    pub destination: Destination,
+    pub payload: Vec<u8>,
+    /// Refuse this message (nothing written) when an inbox is at its limit,
+    /// instead of dropping that inbox's oldest messages.
+    pub refuse_when_full: bool,
+    /// `None` does not retain; `Some(0)` retains without expiry.
+    pub retain_ms: Option<u64>,
 }
 
 /// One inbox entry as read from Redis.
@@ -89,49 +103,56 @@ impl Store {
         Ok(as_int(&reply)? == 1)
     }
 
-    /// Writes a message into the inbox of every live subscriber of a topic,
-    /// or of one live node, in one atomic step. `refuse_when_full` refuses the
-    /// whole publish (nothing written) when an inbox is at its limit, instead
-    /// of dropping that inbox's oldest messages. `retain_ms`: `None` does not
-    /// retain, `Some(0)` retains without expiry.
+    /// Publishes a batch of messages from `from`, in order, in one script:
+    /// each message is written into the inbox of every live subscriber of
+    /// its topic (or of its one node) atomically. Batching shares the per-call
+    /// costs; it changes nothing a subscriber can observe.
     pub async fn publish(
         &self,
         from: &str,
-        target: Target<'_>,
-        payload: &[u8],
-        refuse_when_full: bool,
-        retain_ms: Option<u64>,
-    ) -> Result<PublishOutcome, StoreError> {
-        let (mode, name) = match target {
-            Target::Topic(t) => ("topic", t),
-            Target::Node(n) => ("direct", n),
-        };
-        let retain = retain_ms.map_or(-1, |ms| ms.min(i64::MAX as u64) as i64);
-        let reply = self
-            .run(
-                scripts::PUBLISH
-                    .arg(self.keys.prefix())
-                    .arg(mode)
-                    .arg(name)
-                    .arg(payload)
-                    .arg(from)
-                    .arg(if refuse_when_full { "refuse" } else { "drop" })
-                    .arg(retain),
-            )
-            .await?;
-        let items = array(reply)?;
-        Ok(match as_int(super::at(&items, 0)?)? {
-            -1 => PublishOutcome::InboxFull {
-                node: string_at(&items, 1)?,
-            },
-            -2 => PublishOutcome::NotLive {
-                node: string_at(&items, 1)?,
-            },
-            id => PublishOutcome::Delivered {
-                id: u64::try_from(id).map_err(|_| StoreError::Reply(format!("publish: {id}")))?,
-                reached: uint_at(&items, 1)?,
-            },
-        })
+        messages: &[Outgoing],
+    ) -> Result<Vec<PublishOutcome>, StoreError> {
+        let mut invocation = scripts::PUBLISH.arg(self.keys.prefix());
+        invocation.arg(from);
+        for m in messages {
+            let (mode, name) = match &m.destination {
+                Destination::Topic(t) => ("topic", t),
+                Destination::Node(n) => ("direct", n),
+            };
+            let retain = m.retain_ms.map_or(-1, |ms| ms.min(i64::MAX as u64) as i64);
+            invocation
+                .arg(mode)
+                .arg(name)
+                .arg(&m.payload[..])
+                .arg(if m.refuse_when_full { "refuse" } else { "drop" })
+                .arg(retain);
+        }
+        let items = array(self.run(&mut invocation).await?)?;
+        if items.len() != messages.len() * 2 {
+            return Err(StoreError::Reply(format!(
+                "publish: {} values for {} messages",
+                items.len(),
+                messages.len()
+            )));
+        }
+        items
+            .chunks(2)
+            .map(|pair| {
+                Ok(match as_int(super::at(pair, 0)?)? {
+                    -1 => PublishOutcome::InboxFull {
+                        node: string_at(pair, 1)?,
+                    },
+                    -2 => PublishOutcome::NotLive {
+                        node: string_at(pair, 1)?,
+                    },
+                    id => PublishOutcome::Delivered {
+                        id: u64::try_from(id)
+                            .map_err(|_| StoreError::Reply(format!("publish: {id}")))?,
+                        reached: uint_at(pair, 1)?,
+                    },
+                })
+            })
+            .collect()
     }
 
     /// A connection of its own for blocking inbox reads: a blocked read must

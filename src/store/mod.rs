@@ -22,12 +22,12 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, Value};
 
 pub use keys::{GroupKeys, Keys};
-pub use messaging::{InboxEntry, NodeInfo, PublishOutcome, Target};
+pub use messaging::{Destination, InboxEntry, NodeInfo, Outgoing, PublishOutcome};
 
 use crate::config::{self, ConfigError};
 
 /// A failed Redis call. Never fatal: loops report it and try again.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),

@@ -1,64 +1,114 @@
--- Write one message into the inbox of every live subscriber (or of one node),
--- in one atomic step.
--- ARGV: prefix, mode ("topic" or "direct"), topic or target node id, payload,
---       sender id, "drop" or "refuse", retain ttl ms (-1: not retained,
---       0: retained without expiry)
--- Returns {message id, nodes reached}, or {-1, node id} when mode "refuse"
--- finds a full inbox (nothing written), or {-2, node id} when a direct
--- target is not live.
--- A full inbox drops its oldest unread messages; each drop is counted in the
--- node's hash (field "dropped"). Each node's own limit is in its hash.
-local prefix, mode, target, payload, sender = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+-- Publish a batch of messages from one sender, in order. Each message is
+-- written into the inbox of every live subscriber of its topic (or of its one
+-- target node) atomically; batching only shares the per-call costs (the
+-- clock, the pattern index, subscriber lookups) among messages.
+-- ARGV: prefix, sender, then per message 5 values:
+--       mode ("topic" or "direct"), topic or target node id, payload,
+--       "drop" or "refuse", retain ttl ms (-1: not retained, 0: no expiry)
+-- Returns per message two values: {message id, nodes reached}, or
+-- {-1, node id} when "refuse" met a full inbox (nothing written for that
+-- message), or {-2, node id} when a direct target is not live.
+-- A full inbox drops its oldest unread messages; every drop is counted in
+-- the node's hash (field "dropped"). Each node's limit is its own, from
+-- P:limits.
+local prefix, sender = ARGV[1], ARGV[2]
 local now = now_ms()
 local nodes_key = prefix .. ':nodes'
-local function live(id)
-  local expiry = redis.call('ZSCORE', nodes_key, id)
-  return expiry and tonumber(expiry) > now
-end
+local limits_key = prefix .. ':limits'
+local patterns = nil
+local targets_of = {}  -- topic -> live subscriber ids, computed once per batch
+local inbox = {}       -- node id -> {key, length, limit}
 
-local targets = {}
-if mode == 'direct' then
-  if not live(target) then return {-2, target} end
-  targets[1] = target
-else
-  local seen = {}
-  local function add(key)
-    for _, id in ipairs(redis.call('SMEMBERS', key)) do
-      if not seen[id] then
-        seen[id] = true
-        if live(id) then targets[#targets + 1] = id end
+-- Keeps the live ones of `ids` (lease valid on the Redis clock), and learns
+-- their inbox length and limit. In chunks: unpack() has a stack limit.
+local function live_only(ids)
+  local out = {}
+  for from = 1, #ids, 500 do
+    local chunk = {unpack(ids, from, math.min(from + 499, #ids))}
+    local expiries = redis.call('ZMSCORE', nodes_key, unpack(chunk))
+    local limits = redis.call('HMGET', limits_key, unpack(chunk))
+    for i, id in ipairs(chunk) do
+      if expiries[i] and tonumber(expiries[i]) > now then
+        out[#out + 1] = id
+        if not inbox[id] then
+          local key = prefix .. ':node:' .. id .. ':inbox'
+          inbox[id] = {key, redis.call('XLEN', key), tonumber(limits[i] or '10000')}
+        end
       end
     end
   end
-  add(prefix .. ':topic:' .. target .. ':subs')
-  for _, pattern in ipairs(redis.call('SMEMBERS', prefix .. ':patterns')) do
-    if matches(pattern, target) then add(prefix .. ':topic:' .. pattern .. ':subs') end
-  end
+  return out
 end
 
--- Each target's inbox key, current length and limit.
-local inboxes, lengths, limits = {}, {}, {}
-for i, id in ipairs(targets) do
-  inboxes[i] = prefix .. ':node:' .. id .. ':inbox'
-  lengths[i] = redis.call('XLEN', inboxes[i])
-  limits[i] = tonumber(redis.call('HGET', prefix .. ':node:' .. id, 'inbox_max') or '10000')
-  if ARGV[6] == 'refuse' and lengths[i] >= limits[i] then return {-1, id} end
+local function subscribers(topic)
+  local cached = targets_of[topic]
+  if cached then return cached end
+  local ids, seen = {}, {}
+  local function add(key)
+    for _, id in ipairs(redis.call('SMEMBERS', key)) do
+      if not seen[id] then seen[id] = true; ids[#ids + 1] = id end
+    end
+  end
+  add(prefix .. ':topic:' .. topic .. ':subs')
+  if not patterns then patterns = redis.call('SMEMBERS', prefix .. ':patterns') end
+  for _, pattern in ipairs(patterns) do
+    if matches(pattern, topic) then add(prefix .. ':topic:' .. pattern .. ':subs') end
+  end
+  cached = live_only(ids)
+  targets_of[topic] = cached
+  return cached
 end
 
-local id = redis.call('INCR', prefix .. ':msgseq')
-local topic = ''
-if mode ~= 'direct' then topic = target end
-local ttl = tonumber(ARGV[7])
-if mode ~= 'direct' and ttl >= 0 then
-  local key = prefix .. ':topic:' .. topic .. ':retained'
-  redis.call('SET', key, cmsgpack.pack({id, sender, payload}))
-  if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
-  redis.call('SADD', prefix .. ':retained', topic)
-end
-for i, inbox in ipairs(inboxes) do
-  if lengths[i] >= limits[i] then
-    redis.call('HINCRBY', prefix .. ':node:' .. targets[i], 'dropped', lengths[i] - limits[i] + 1)
+local seq_key = prefix .. ':msgseq'
+local seq = tonumber(redis.call('GET', seq_key) or '0')
+local first_seq = seq
+local out = {}
+for m = 3, #ARGV, 5 do
+  local mode, target, payload, overflow = ARGV[m], ARGV[m + 1], ARGV[m + 2], ARGV[m + 3]
+  local ttl = tonumber(ARGV[m + 4])
+  local ids, topic
+  if mode == 'direct' then
+    ids = live_only({target})
+    topic = ''
+  else
+    ids = subscribers(target)
+    topic = target
   end
-  redis.call('XADD', inbox, 'MAXLEN', limits[i], '*', 'i', id, 't', topic, 'f', sender, 'p', payload)
+  local refused = nil
+  if mode == 'direct' and #ids == 0 then
+    refused = -2
+  elseif overflow == 'refuse' then
+    for _, id in ipairs(ids) do
+      if inbox[id][2] >= inbox[id][3] then refused = -1; target = id; break end
+    end
+  end
+  if refused then
+    out[#out + 1] = refused
+    out[#out + 1] = target
+  else
+    seq = seq + 1
+    if topic ~= '' and ttl >= 0 then
+      local key = prefix .. ':topic:' .. topic .. ':retained'
+      redis.call('SET', key, cmsgpack.pack({seq, sender, payload}))
+      if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
+      redis.call('SADD', prefix .. ':retained', topic)
+    end
+    for _, id in ipairs(ids) do
+      local box = inbox[id]
+      if box[2] >= box[3] then
+        -- Drop the oldest unread to make room: counted, never silent.
+        local dropped = box[2] - box[3] + 1
+        redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', dropped)
+        redis.call('XADD', box[1], 'MAXLEN', box[3], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload)
+        box[2] = box[3]
+      else
+        redis.call('XADD', box[1], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload)
+        box[2] = box[2] + 1
+      end
+    end
+    out[#out + 1] = seq
+    out[#out + 1] = #ids
+  end
 end
-return {id, #targets}
+if seq ~= first_seq then redis.call('SET', seq_key, seq) end
+return out

@@ -21,6 +21,9 @@ for i = 6 + nsubs, #ARGV, 2 do
   fields[#fields + 1] = ARGV[i + 1]
 end
 redis.call('HSET', KEYS[2], unpack(fields))
+-- Publishers look up every target's inbox limit in one hash.
+local limit = redis.call('HGET', KEYS[2], 'inbox_max')
+if limit then redis.call('HSET', prefix .. ':limits', id, limit) end
 if ARGV[4] == '1' then
   redis.call('XADD', KEYS[3], '*', 'k', 'recovered')
 end

@@ -16,4 +16,5 @@ local function remove_node(prefix, id)
   end
   redis.call('DEL', node_key, subs_key, node_key .. ':inbox')
   redis.call('ZREM', prefix .. ':nodes', id)
+  redis.call('HDEL', prefix .. ':limits', id)
 end
