@@ -54,7 +54,7 @@ pub const MAX_MESSAGE_SIZE_LIMIT: u64 = 512 * 1024 * 1024;
 
 /// Messages a node's reader hands over ahead of its consumer. Kept small so
 /// a slow consumer's backlog stays in Redis, where it is visible and bounded.
-pub const INBOX_BUFFER: usize = 64;
+pub const INBOX_BUFFER: usize = 256;
 
 /// Most inbox entries fetched by one read.
 pub const INBOX_BATCH: usize = 512;

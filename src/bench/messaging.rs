@@ -5,7 +5,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use leasehold::{InboxConfig, Node, NodeConfig, NodeOptions, Store};
-use tokio::sync::Semaphore;
 
 use super::{ms, percentile, BenchArgs, Row};
 
@@ -32,6 +31,38 @@ async fn start(
 
 fn progress(what: &str) {
     eprintln!("bench: {what}");
+}
+
+/// `in_flight` workers publish `n` messages between them, each one at a time,
+/// so `in_flight` publishes are outstanding at any moment.
+fn spawn_publishers(
+    publisher: Arc<Node>,
+    topic: &'static str,
+    n: u64,
+    in_flight: usize,
+) -> tokio::task::JoinHandle<Result<(), String>> {
+    tokio::spawn(async move {
+        let workers = in_flight.max(1) as u64;
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..workers {
+            let publisher = publisher.clone();
+            tasks.spawn(async move {
+                let mut i = w;
+                while i < n {
+                    publisher
+                        .publish(topic, &i.to_be_bytes())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    i += workers;
+                }
+                Ok::<(), String>(())
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done.map_err(|e| e.to_string())??;
+        }
+        Ok(())
+    })
 }
 
 pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
@@ -86,41 +117,19 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
         args.in_flight
     ));
     let started = Instant::now();
-    let slots = Arc::new(Semaphore::new(args.in_flight));
-    let sender = {
-        let publisher = publisher.clone();
-        let slots = slots.clone();
-        tokio::spawn(async move {
-            let mut tasks = tokio::task::JoinSet::new();
-            for i in 0..n {
-                let permit = slots
-                    .clone()
-                    .acquire_owned()
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let publisher = publisher.clone();
-                tasks.spawn(async move {
-                    let r = publisher.publish("bench.t", &i.to_be_bytes()).await;
-                    drop(permit);
-                    r.map(|_| ()).map_err(|e| e.to_string())
-                });
-                while let Some(done) = tasks.try_join_next() {
-                    done.map_err(|e| e.to_string())??;
-                }
-            }
-            while let Some(done) = tasks.join_next().await {
-                done.map_err(|e| e.to_string())??;
-            }
-            Ok::<(), String>(())
-        })
-    };
+    let sender = spawn_publishers(publisher.clone(), "bench.t", n, args.in_flight);
     let mut received = 0;
+    // One deadline for the whole run rather than a timer per message.
+    let deadline = tokio::time::sleep(Duration::from_secs(10) + Duration::from_micros(n * 100));
+    tokio::pin!(deadline);
     while received < n {
-        tokio::time::timeout(Duration::from_secs(10), inbox.next_message())
-            .await
-            .map_err(|_| format!("only {received} of {n} delivered"))?
-            .ok_or("inbox closed")?;
-        received += 1;
+        tokio::select! {
+            m = inbox.next_message() => {
+                m.ok_or("inbox closed")?;
+                received += 1;
+            }
+            _ = &mut deadline => return Err(format!("only {received} of {n} delivered")),
+        }
     }
     let took = started.elapsed();
     sender.await.map_err(|e| e.to_string())??;
@@ -169,23 +178,9 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
             (node, got)
         }));
     }
-    let mut tasks = tokio::task::JoinSet::new();
-    for i in 0..m {
-        let permit = slots
-            .clone()
-            .acquire_owned()
-            .await
-            .map_err(|e| e.to_string())?;
-        let publisher = publisher.clone();
-        tasks.spawn(async move {
-            let r = publisher.publish("bench.fan", &i.to_be_bytes()).await;
-            drop(permit);
-            r.map(|p| p.reached).map_err(|e| e.to_string())
-        });
-    }
-    while let Some(done) = tasks.join_next().await {
-        done.map_err(|e| e.to_string())??;
-    }
+    spawn_publishers(publisher.clone(), "bench.fan", m, args.in_flight)
+        .await
+        .map_err(|e| e.to_string())??;
     let mut deliveries = 0;
     for reader in readers {
         let (node, got) = reader.await.map_err(|e| e.to_string())?;

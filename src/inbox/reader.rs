@@ -32,24 +32,28 @@ fn next_stream_id(id: &str) -> String {
     }
 }
 
-fn text(bytes: Option<&Vec<u8>>) -> String {
+fn text(bytes: Option<&[u8]>) -> String {
     bytes
         .map(|b| String::from_utf8_lossy(b).into_owned())
         .unwrap_or_default()
 }
 
 fn delivery(entry: InboxEntry) -> Delivery {
-    let f = &entry.fields;
-    if f.get("k").map(Vec::as_slice) == Some(b"recovered") {
+    if entry.get("k") == Some(b"recovered") {
         return Delivery::Recovered;
     }
-    let topic = text(f.get("t"));
+    let topic = text(entry.get("t"));
     Delivery::Message(Message {
-        id: text(f.get("i")).parse().unwrap_or_default(),
+        id: text(entry.get("i")).parse().unwrap_or_default(),
         topic: (!topic.is_empty()).then_some(topic),
-        from: text(f.get("f")),
-        payload: entry.fields.get("p").cloned().unwrap_or_default(),
-        retained: f.contains_key("r"),
+        from: text(entry.get("f")),
+        retained: entry.get("r").is_some(),
+        payload: entry
+            .fields
+            .into_iter()
+            .find(|(name, _)| name == b"p")
+            .map(|(_, value)| value)
+            .unwrap_or_default(),
     })
 }
 
@@ -179,17 +183,15 @@ mod tests {
 
     #[test]
     fn entries_become_deliveries() {
-        let mut fields = std::collections::BTreeMap::new();
-        fields.insert("k".to_owned(), b"recovered".to_vec());
         let marker = InboxEntry {
             stream_id: "1-0".into(),
-            fields,
+            fields: vec![(b"k".to_vec(), b"recovered".to_vec())],
         };
         assert_eq!(delivery(marker), Delivery::Recovered);
-        let mut fields = std::collections::BTreeMap::new();
-        for (k, v) in [("i", "7"), ("t", ""), ("f", "ns/a"), ("p", "hi")] {
-            fields.insert(k.to_owned(), v.as_bytes().to_vec());
-        }
+        let fields = [("i", "7"), ("t", ""), ("f", "ns/a"), ("p", "hi")]
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect();
         let direct = InboxEntry {
             stream_id: "1-1".into(),
             fields,

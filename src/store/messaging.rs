@@ -5,10 +5,9 @@
 use std::collections::BTreeMap;
 
 use redis::aio::MultiplexedConnection;
-use redis::streams::StreamReadReply;
 use redis::{AsyncConnectionConfig, Value};
 
-use super::{array, as_int, scripts, string_at, uint_at, Store, StoreError};
+use super::{array, as_int, as_string, scripts, string_at, uint_at, Store, StoreError};
 use crate::config;
 
 /// What a publish achieved.
@@ -48,7 +47,26 @@ pub struct Outgoing {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InboxEntry {
     pub stream_id: String,
-    pub fields: BTreeMap<String, Vec<u8>>,
+    pub fields: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl InboxEntry {
+    /// The value of field `name` (entries have a handful of fields).
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|(n, _)| n == name.as_bytes())
+            .map(|(_, v)| v.as_slice())
+    }
+}
+
+fn into_bytes(v: Value) -> Result<Vec<u8>, StoreError> {
+    match v {
+        Value::BulkString(b) => Ok(b),
+        Value::SimpleString(s) => Ok(s.into_bytes()),
+        Value::Int(i) => Ok(i.to_string().into_bytes()),
+        other => Err(StoreError::Reply(format!("inbox field: {other:?}"))),
+    }
 }
 
 /// A registered node as seen in Redis, for operators and dashboards.
@@ -175,7 +193,9 @@ impl Store {
         count: usize,
         block_ms: u64,
     ) -> Result<Vec<InboxEntry>, StoreError> {
-        let reply: Option<StreamReadReply> = redis::cmd("XREAD")
+        // Parsed by hand from the raw reply: the generic stream types build a
+        // map per entry, which is most of the reader's cost at high rates.
+        let reply: Value = redis::cmd("XREAD")
             .arg("COUNT")
             .arg(count)
             .arg("BLOCK")
@@ -185,25 +205,49 @@ impl Store {
             .arg(after)
             .query_async(conn)
             .await?;
+        let bad = |what: &str| StoreError::Reply(format!("XREAD reply: {what}"));
+        let streams = match reply {
+            Value::Nil => return Ok(Vec::new()),
+            Value::Array(streams) => streams,
+            // RESP3 answers with a map of stream name to entries.
+            Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            _ => return Err(bad("not an array")),
+        };
         let mut entries = Vec::new();
-        for key in reply.map(|r| r.keys).unwrap_or_default() {
-            for id in key.ids {
-                let mut fields = BTreeMap::new();
-                for (name, value) in id.map {
-                    let bytes = match value {
-                        Value::BulkString(b) => b,
-                        Value::SimpleString(s) => s.into_bytes(),
-                        Value::Int(i) => i.to_string().into_bytes(),
-                        other => {
-                            return Err(StoreError::Reply(format!("inbox field {name}: {other:?}")))
-                        }
-                    };
-                    fields.insert(name, bytes);
+        // Either [[name, entries]] (RESP2) or [name, entries] (flattened map).
+        let mut lists = Vec::new();
+        for item in streams {
+            match item {
+                Value::Array(mut pair) if pair.len() == 2 => lists.push(pair.remove(1)),
+                Value::Array(list) => lists.push(Value::Array(list)),
+                _ => {}
+            }
+        }
+        for list in lists {
+            let Value::Array(items) = list else {
+                return Err(bad("entries"));
+            };
+            for item in items {
+                let Value::Array(mut pair) = item else {
+                    return Err(bad("entry"));
+                };
+                if pair.len() != 2 {
+                    return Err(bad("entry shape"));
                 }
-                entries.push(InboxEntry {
-                    stream_id: id.id,
-                    fields,
-                });
+                let flat = match pair.pop() {
+                    Some(Value::Array(flat)) => flat,
+                    _ => return Err(bad("fields")),
+                };
+                let stream_id = match pair.pop() {
+                    Some(v) => as_string(&v)?,
+                    None => return Err(bad("id")),
+                };
+                let mut fields = Vec::with_capacity(flat.len() / 2);
+                let mut it = flat.into_iter();
+                while let (Some(name), Some(value)) = (it.next(), it.next()) {
+                    fields.push((into_bytes(name)?, into_bytes(value)?));
+                }
+                entries.push(InboxEntry { stream_id, fields });
             }
         }
         Ok(entries)
