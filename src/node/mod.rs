@@ -20,23 +20,23 @@
 //! - dropping a `Node` without [`Node::close`] stops its loops like a crash:
 //!   nothing is released and leases expire on their own.
 
+mod messaging;
+mod registration;
 mod sweeper;
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
-use tokio::sync::{broadcast, mpsc, oneshot, watch};
+use tokio::sync::{broadcast, mpsc, watch};
 
 use crate::config::{self, validate_name, ElectionConfig, InboxConfig, NodeConfig};
 use crate::election::{Campaigns, Group};
 use crate::events::{Event, EventBus};
 use crate::inbox::publisher;
-use crate::inbox::topic::{validate_subscription, validate_topic};
-use crate::inbox::{Inbox, Overflow, PublishOptions, Published, Retain};
-use crate::store::{bounded, Destination, Heartbeat, Outgoing, PublishOutcome, Store};
+use crate::store::{bounded, Store};
 use crate::task::Task;
 use crate::Error;
+use registration::{write_groups, Registration};
 
 /// What every loop of one node shares.
 pub(crate) struct Shared {
@@ -262,247 +262,11 @@ impl Node {
         Ok(())
     }
 
-    /// The node's inbox, to take messages from. Only the first call gets it.
-    pub fn inbox(&self) -> Option<Inbox> {
-        locked(&self.inbox).take().map(|rx| Inbox { rx })
-    }
-
-    /// Subscribes to a topic or a pattern (`orders.*.created`, `orders.>`).
-    /// Retained messages it covers arrive first.
-    pub async fn subscribe(&self, subscription: &str) -> Result<(), Error> {
-        validate_subscription(subscription)?;
-        locked(&self.subscriptions).insert(subscription.to_owned());
-        let s = &self.shared;
-        let result = bounded(
-            config::REQUEST_TIMEOUT,
-            s.store
-                .subscribe(&s.id, subscription, self.inbox_config.max_length),
-        )
-        .await;
-        if let Err(e) = result {
-            locked(&self.subscriptions).remove(subscription);
-            return Err(e.into());
-        }
-        Ok(())
-    }
-
-    pub async fn unsubscribe(&self, subscription: &str) -> Result<(), Error> {
-        validate_subscription(subscription)?;
-        locked(&self.subscriptions).remove(subscription);
-        let s = &self.shared;
-        bounded(
-            config::REQUEST_TIMEOUT,
-            s.store.unsubscribe(&s.id, subscription),
-        )
-        .await?;
-        Ok(())
-    }
-
-    /// This node's subscriptions, as it will restore them after a recovery.
-    pub fn subscriptions(&self) -> Vec<String> {
-        locked(&self.subscriptions).iter().cloned().collect()
-    }
-
-    /// Publishes to every live subscriber of `topic`.
-    pub async fn publish(&self, topic: &str, payload: &[u8]) -> Result<Published, Error> {
-        self.publish_with(topic, payload, PublishOptions::default())
-            .await
-    }
-
-    /// Publishes and keeps the message as the topic's retained one, for
-    /// subscribers to come (`ttl`: how long; `None`: until replaced).
-    pub async fn publish_retained(
-        &self,
-        topic: &str,
-        payload: &[u8],
-        ttl: Option<Duration>,
-    ) -> Result<Published, Error> {
-        let retain = ttl.map_or(Retain::Forever, Retain::For);
-        let options = PublishOptions {
-            retain,
-            ..Default::default()
-        };
-        self.publish_with(topic, payload, options).await
-    }
-
-    pub async fn publish_with(
-        &self,
-        topic: &str,
-        payload: &[u8],
-        options: PublishOptions,
-    ) -> Result<Published, Error> {
-        validate_topic(topic)?;
-        self.deliver(Destination::Topic(topic.to_owned()), payload, options)
-            .await
-    }
-
-    /// Sends a message to one node's inbox; it must be live.
-    pub async fn send(&self, node: &str, payload: &[u8]) -> Result<Published, Error> {
-        validate_name("node id", node)?;
-        self.deliver(
-            Destination::Node(node.to_owned()),
-            payload,
-            PublishOptions::default(),
-        )
-        .await
-    }
-
-    async fn deliver(
-        &self,
-        destination: Destination,
-        payload: &[u8],
-        options: PublishOptions,
-    ) -> Result<Published, Error> {
-        let max = self.inbox_config.max_message_size;
-        if payload.len() as u64 > max {
-            return Err(Error::DataTooLarge {
-                size: payload.len() as u64,
-                max,
-            });
-        }
-        let message = Outgoing {
-            destination,
-            payload: payload.to_vec(),
-            refuse_when_full: options.overflow == Overflow::Refuse,
-            retain_ms: options.retain.as_ms(),
-        };
-        let (reply, answer) = oneshot::channel();
-        let timeout = || Error::Store(crate::StoreError::Timeout(config::REQUEST_TIMEOUT));
-        self.publisher
-            .send(publisher::Request { message, reply })
-            .await
-            .map_err(|_| timeout())?;
-        // The publisher bounds the call itself; this only guards a lost reply.
-        let outcome = tokio::time::timeout(config::REQUEST_TIMEOUT * 2, answer)
-            .await
-            .map_err(|_| timeout())?
-            .map_err(|_| timeout())??;
-        match outcome {
-            PublishOutcome::Delivered { id, reached } => Ok(Published { id, reached }),
-            PublishOutcome::InboxFull { node } => Err(Error::InboxFull(node)),
-            PublishOutcome::NotLive { node } => Err(Error::NodeNotRegistered(node)),
-        }
-    }
-
     /// Keeps the `groups` field of the registration current (the writer
     /// task sends the latest value, in order), so a sweep can remove this
     /// node from its groups' member lists.
     fn publish_groups(&self) {
         self.groups.send_replace(self.campaigns.names().join(","));
-    }
-}
-
-/// Writes the latest `groups` value to the registration, retrying until it lands.
-async fn write_groups(shared: Arc<Shared>, mut groups: watch::Receiver<String>) {
-    while groups.changed().await.is_ok() {
-        loop {
-            let value = groups.borrow_and_update().clone();
-            let written = bounded(
-                config::CONNECT_TIMEOUT,
-                shared.store.set_node_field(&shared.id, "groups", &value),
-            )
-            .await;
-            if written.is_ok() || groups.has_changed().unwrap_or(true) {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-    }
-}
-
-struct Registration {
-    shared: Arc<Shared>,
-    config: NodeConfig,
-    metadata: Vec<(String, String)>,
-    subscriptions: Subscriptions,
-    groups: watch::Receiver<String>,
-}
-
-impl Registration {
-    fn limit(&self) -> Duration {
-        self.config.lease()
-    }
-
-    /// One registration attempt; `again` marks a re-registration after the
-    /// lease ran out. Returns whether it succeeded.
-    async fn register(&self, again: bool) -> bool {
-        let s = &self.shared;
-        let subscriptions: Vec<String> = locked(&self.subscriptions).iter().cloned().collect();
-        let mut metadata = self.metadata.clone();
-        metadata.push(("groups".into(), self.groups.borrow().clone()));
-        if !again {
-            // Drops are counted per incarnation.
-            metadata.push(("dropped".into(), "0".into()));
-        }
-        let result = bounded(
-            self.limit().min(config::CONNECT_TIMEOUT),
-            s.store.register(
-                &s.id,
-                &s.incarnation,
-                self.config.lease_duration_ms,
-                again,
-                &subscriptions,
-                &metadata,
-            ),
-        )
-        .await;
-        match result {
-            Ok(previous) => {
-                if let Some(previous) = previous {
-                    tracing::info!(%previous, "took over the registration of an earlier incarnation of this id");
-                }
-                let node = s.id.clone();
-                s.events.emit(if again {
-                    Event::Recovered { node }
-                } else {
-                    Event::Registered { node }
-                });
-                true
-            }
-            Err(e) => {
-                s.events.emit(Event::StoreError {
-                    node: s.id.clone(),
-                    during: "register",
-                    message: e.to_string(),
-                });
-                false
-            }
-        }
-    }
-
-    async fn heartbeat_loop(self, mut registered: bool) {
-        let s = self.shared.clone();
-        let mut ever_registered = registered;
-        loop {
-            tokio::time::sleep(self.config.heartbeat_interval()).await;
-            if !registered {
-                registered = self.register(ever_registered).await;
-                ever_registered |= registered;
-                continue;
-            }
-            let beat = bounded(
-                self.limit(),
-                s.store
-                    .heartbeat(&s.id, &s.incarnation, self.config.lease_duration_ms),
-            )
-            .await;
-            match beat {
-                Ok(Heartbeat::Extended) => {}
-                Ok(Heartbeat::Expired) => {
-                    tracing::warn!("own lease expired: registering again");
-                    registered = self.register(true).await;
-                }
-                Ok(Heartbeat::Displaced { incarnation }) => {
-                    s.mark_displaced(incarnation);
-                    return;
-                }
-                Err(e) => s.events.emit(Event::StoreError {
-                    node: s.id.clone(),
-                    during: "heartbeat",
-                    message: e.to_string(),
-                }),
-            }
-        }
     }
 }
 
