@@ -700,3 +700,33 @@ async fn concurrent_publishes_from_one_node_keep_their_own_outcomes() {
         .await
         .unwrap();
 }
+
+/// Seed row "The datastore is unreachable": publish and subscribe fail with a
+/// store error (no panic, nothing half-done locally), and work again once
+/// Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_and_subscribe_fail_while_redis_is_unreachable() {
+    let mut redis = RedisServer::start();
+    let a = node(&redis, "test/a").await;
+    redis.kill();
+    let err = a.publish("t", b"x").await.unwrap_err();
+    assert!(matches!(err, Error::Store(_)), "{err}");
+    let err = a.subscribe("t").await.unwrap_err();
+    assert!(matches!(err, Error::Store(_)), "{err}");
+    assert!(
+        a.subscriptions().is_empty(),
+        "a failed subscribe is not kept"
+    );
+    redis.restart();
+    support::eventually(Duration::from_secs(5), "registered again", || {
+        !redis.cli(&["ZSCORE", "lh:nodes", "test/a"]).is_empty()
+    })
+    .await;
+    a.subscribe("t").await.unwrap();
+    let mut rx = a.inbox().unwrap();
+    assert_eq!(a.publish("t", b"back").await.unwrap().reached, 1);
+    // Redis came back empty: the node registered again, and says so first.
+    assert_eq!(next(&mut rx).await, Delivery::Recovered);
+    assert_eq!(next_msg(&mut rx).await.payload, b"back");
+    a.close().await.unwrap();
+}
