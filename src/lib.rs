@@ -20,6 +20,7 @@
 //! ```
 
 pub mod config;
+pub mod controller;
 pub mod election;
 pub mod events;
 pub mod inbox;

@@ -23,6 +23,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Measured figures against a real Redis (build with --release).
     Bench(bench::BenchArgs),
+    /// Print the LeaderGroup CustomResourceDefinition as YAML.
+    Crdgen,
 }
 
 #[tokio::main]
@@ -32,6 +34,9 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
+        Command::Crdgen => leasehold::controller::crd::crd_yaml()
+            .map(|yaml| print!("{yaml}"))
+            .map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,

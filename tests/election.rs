@@ -595,3 +595,71 @@ async fn transitions_are_published_as_json_on_the_events_channel() {
     events.next_line_containing(&lost, limit);
     n.close().await.unwrap();
 }
+
+/// The controller writes a group's timings into Redis from its LeaderGroup;
+/// nodes adopt them at their next claim or renewal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timings_written_to_redis_are_adopted_by_leader_and_followers() {
+    let redis = RedisServer::start();
+    let slow = ElectionConfig {
+        ttl_ms: 20_000,
+        renew_interval_ms: 300,
+        retry_interval_ms: 300,
+    };
+    let (mut nodes, mut groups) = three(&redis, slow).await;
+    let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
+    let store = redis.store();
+    store.write_group_config(GROUP, &fast()).await.unwrap();
+    // The leader's next renewal asks for the new ttl.
+    eventually(
+        Duration::from_secs(2),
+        "leader renews with the new ttl",
+        || {
+            let pttl: i64 = redis
+                .cli(&["PTTL", "lh:g:{test/group}:lease"])
+                .parse()
+                .unwrap_or(-1);
+            (0..=600).contains(&pttl)
+        },
+    )
+    .await;
+    // Followers adopted it too: after a crash, takeover takes the new ttl, not 20 s.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let start = Instant::now();
+    drop(nodes.remove(leader));
+    groups.remove(leader);
+    one_leader(&refs(&groups), fast().ttl() + fast().retry_interval() * 3).await;
+    assert!(start.elapsed() < fast().ttl() + fast().retry_interval() * 3);
+    // An invalid config is ignored rather than half-applied.
+    redis.cli(&[
+        "HSET",
+        "lh:g:{test/group}:config",
+        "renewIntervalMs",
+        "999999",
+    ]);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(groups.iter().filter(|g| g.is_leader()).count(), 1);
+    for n in nodes {
+        n.close().await.unwrap();
+    }
+}
+
+/// A term lost by Redis can be put back, and never lowered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_term_raises_the_counter_but_never_lowers_it() {
+    let redis = RedisServer::start();
+    let store = redis.store();
+    assert!(store.restore_term(GROUP, 7).await.unwrap());
+    assert_eq!(redis.cli(&["GET", "lh:g:{test/group}:term"]), "7");
+    assert!(!store.restore_term(GROUP, 3).await.unwrap());
+    assert_eq!(redis.cli(&["GET", "lh:g:{test/group}:term"]), "7");
+    let n = node(&redis, "test/a").await;
+    let g = n.join(GROUP, fast()).unwrap();
+    eventually(Duration::from_secs(2), "leads", || g.is_leader()).await;
+    assert_eq!(
+        g.leader_term(),
+        Some(8),
+        "the next acquisition carries on from the restored term"
+    );
+    n.close().await.unwrap();
+}

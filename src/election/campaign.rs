@@ -180,8 +180,11 @@ impl Campaign {
         }
     }
 
-    async fn claim(&self, st: &mut State) {
+    async fn claim(&mut self, st: &mut State) {
         let retry = self.config.retry_interval();
+        // The ttl this claim asks for: the local lease view must use it even
+        // if the reply brings new timings.
+        let ttl = self.config.ttl();
         let sent = Instant::now();
         let result = bounded(
             self.config.call_timeout(),
@@ -196,10 +199,15 @@ impl Campaign {
         )
         .await;
         match result {
-            Ok(Claim::Won { term, fresh }) => {
+            Ok(Claim::Won {
+                term,
+                fresh,
+                config,
+            }) => {
+                self.adopt(config);
                 st.seen_term = st.seen_term.max(term);
                 st.last_sent = sent;
-                self.set_lease(st, Some((term, sent + self.config.ttl())), Some(term));
+                self.set_lease(st, Some((term, sent + ttl)), Some(term));
                 tracing::info!(term, fresh, "leading");
                 self.shared.events.emit(Event::Elected {
                     node: self.node().to_owned(),
@@ -211,7 +219,9 @@ impl Campaign {
                 term,
                 pttl_ms,
                 holder,
+                config,
             }) => {
+                self.adopt(config);
                 st.seen_term = st.seen_term.max(term);
                 self.set_lease(st, None, None);
                 self.set_role(Role::Follower {
@@ -234,10 +244,11 @@ impl Campaign {
         }
     }
 
-    async fn renew(&self, st: &mut State) {
+    async fn renew(&mut self, st: &mut State) {
         let Some((term, valid_until)) = st.leading else {
             return;
         };
+        let ttl = self.config.ttl();
         let sent = Instant::now();
         // Never wait past the local lease, nor longer than a call may take.
         let limit = valid_until
@@ -256,9 +267,10 @@ impl Campaign {
         )
         .await;
         match result {
-            Ok(Renewal::Renewed) => {
+            Ok(Renewal::Renewed { config }) => {
+                self.adopt(config);
                 st.last_sent = sent;
-                self.set_lease(st, Some((term, sent + self.config.ttl())), Some(term));
+                self.set_lease(st, Some((term, sent + ttl)), Some(term));
             }
             Ok(Renewal::Gone) => {
                 self.demote(st, LostReason::Expired, Role::Candidate);
@@ -345,6 +357,15 @@ impl Campaign {
         }
         if let Some(term) = term {
             self.report_lost(term, LostReason::Shutdown);
+        }
+    }
+
+    /// Takes the group's timings from Redis (written by the controller from
+    /// the LeaderGroup) when they differ from the current ones.
+    fn adopt(&mut self, config: Option<ElectionConfig>) {
+        if let Some(config) = config.filter(|c| *c != self.config) {
+            tracing::info!(?config, "group timings changed in redis");
+            self.config = config;
         }
     }
 

@@ -10,6 +10,7 @@
 //! wait) and retries on its own schedule. `ConnectionManager` reconnects in
 //! the background, so a retried call finds a fresh connection.
 
+mod control;
 mod keys;
 mod messaging;
 mod scripts;
@@ -24,7 +25,7 @@ use redis::{IntoConnectionInfo, ProtocolVersion, Value};
 pub use keys::{GroupKeys, Keys};
 pub use messaging::{Destination, InboxEntry, NodeInfo, Outgoing, PublishOutcome};
 
-use crate::config::{self, ConfigError};
+use crate::config::{self, ConfigError, ElectionConfig};
 
 /// A failed Redis call. Never fatal: loops report it and try again.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -65,26 +66,29 @@ pub enum ConnectError {
 pub enum Claim {
     /// This node holds the lease now. `fresh` is false when it kept a lease it
     /// already held (re-claim after a fail-safe demotion).
-    Won { term: u64, fresh: bool },
+    Won {
+        term: u64,
+        fresh: bool,
+        config: Option<ElectionConfig>,
+    },
     /// Another node holds it for `pttl_ms` more (Redis clock).
     Lost {
         term: u64,
         pttl_ms: i64,
         holder: String,
+        config: Option<ElectionConfig>,
     },
 }
 
 /// Outcome of a renewal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Renewal {
-    Renewed,
+    /// Renewed; `config` is the group's timings from Redis, if set.
+    Renewed { config: Option<ElectionConfig> },
     /// The lease expired before the renewal reached Redis.
     Gone,
     /// Someone else holds it now (possibly this node id's newer incarnation).
-    Replaced {
-        holder: String,
-        incarnation: String,
-    },
+    Replaced { holder: String, incarnation: String },
 }
 
 /// Outcome of a node heartbeat.
@@ -277,6 +281,7 @@ impl Store {
                     .key(&group.lease)
                     .key(&group.term)
                     .key(&group.members)
+                    .key(&group.config)
                     .arg(id)
                     .arg(incarnation)
                     .arg(ttl_ms)
@@ -289,11 +294,13 @@ impl Store {
             1 => Ok(Claim::Won {
                 term: uint_at(&items, 1)?,
                 fresh: int_at(&items, 2)? == 1,
+                config: group_config(items.get(3)),
             }),
             _ => Ok(Claim::Lost {
                 term: uint_at(&items, 1)?,
                 pttl_ms: int_at(&items, 2)?,
                 holder: string_at(&items, 3)?,
+                config: group_config(items.get(4)),
             }),
         }
     }
@@ -312,6 +319,7 @@ impl Store {
                 scripts::RENEW
                     .key(&group.lease)
                     .key(&group.members)
+                    .key(&group.config)
                     .arg(id)
                     .arg(incarnation)
                     .arg(term)
@@ -321,7 +329,9 @@ impl Store {
             .await?;
         let items = array(reply)?;
         Ok(match int_at(&items, 0)? {
-            1 => Renewal::Renewed,
+            1 => Renewal::Renewed {
+                config: group_config(items.get(1)),
+            },
             0 => Renewal::Gone,
             _ => {
                 let value = string_at(&items, 1)?;
@@ -520,6 +530,26 @@ impl Store {
             .await?;
         Ok(pairs)
     }
+}
+
+/// A group's timings from its config hash: all three present and valid, or
+/// nothing (a half-written or invalid config is ignored, not half-applied).
+fn group_config(value: Option<&Value>) -> Option<ElectionConfig> {
+    let Some(Value::Array(fields)) = value else {
+        return None;
+    };
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| as_int(v).ok())
+            .and_then(|n| u64::try_from(n).ok())
+    };
+    let config = ElectionConfig {
+        ttl_ms: field(0)?,
+        renew_interval_ms: field(1)?,
+        retry_interval_ms: field(2)?,
+    };
+    config.validate().ok().map(|_| config)
 }
 
 /// The node id part of a lease value `NODE_ID#INCARNATION#TERM`.

@@ -52,3 +52,5 @@ pub static ACK: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/ack.lua")]));
 pub static LIST_NODES: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/list_nodes.lua")]));
+pub static RESTORE_TERM: LazyLock<Script> =
+    LazyLock::new(|| script(&[include_str!("scripts/restore_term.lua")]));

@@ -1,7 +1,8 @@
 -- Renew a held lease (compare-and-expire).
--- KEYS: lease, members
+-- KEYS: lease, members, config
 -- ARGV: node id, incarnation, term, ttl ms, candidacy ms
--- Returns {1} renewed, {0} the lease is gone (expired), {-1, lease value} another holder.
+-- Returns {1, config} renewed (config as in claim.lua), {0} the lease is
+-- gone (expired), {-1, lease value} another holder.
 local current = redis.call('GET', KEYS[1])
 if current == ARGV[1] .. '#' .. ARGV[2] .. '#' .. ARGV[3] then
   local now = now_ms()
@@ -9,7 +10,7 @@ if current == ARGV[1] .. '#' .. ARGV[2] .. '#' .. ARGV[3] then
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[1])
   -- The leader keeps the member list tidy: drop candidacies that lapsed.
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  return {1}
+  return {1, redis.call('HMGET', KEYS[3], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs')}
 end
 if not current then return {0} end
 return {-1, current}

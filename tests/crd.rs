@@ -1,0 +1,55 @@
+//! The committed CRD is what the Rust type generates, and it carries the
+//! bounds, rules and columns users rely on.
+
+use kube::CustomResourceExt;
+use leasehold::controller::crd::{crd_yaml, LeaderGroup};
+
+#[test]
+fn committed_crd_matches_the_generated_one() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/crds/leadergroups.yaml");
+    let committed = std::fs::read_to_string(path).unwrap_or_default();
+    let generated = crd_yaml().unwrap();
+    assert!(
+        committed == generated,
+        "crds/leadergroups.yaml is out of date with the LeaderGroup type; regenerate it with:\n    cargo run -- crdgen > crds/leadergroups.yaml"
+    );
+}
+
+#[test]
+fn the_crd_has_names_columns_bounds_and_rules() {
+    let crd = serde_json::to_value(LeaderGroup::crd()).unwrap();
+    let spec = &crd["spec"];
+    assert_eq!(spec["group"], "leasehold.dev");
+    assert_eq!(spec["names"]["shortNames"][0], "lg");
+    assert_eq!(spec["scope"], "Namespaced");
+    let version = &spec["versions"][0];
+    assert_eq!(version["name"], "v1alpha1");
+    assert!(version["subresources"]["status"].is_object());
+    let columns: Vec<&str> = version["additionalPrinterColumns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(columns, ["Leader", "Term", "Live", "Age", "Expires"]);
+    let schema = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    for field in ["ttlMs", "renewIntervalMs", "retryIntervalMs"] {
+        assert_eq!(
+            schema["properties"][field]["minimum"].as_f64(),
+            Some(1.0),
+            "{field}"
+        );
+        assert_eq!(
+            schema["properties"][field]["maximum"].as_f64(),
+            Some(2147483647.0),
+            "{field}"
+        );
+    }
+    let text = serde_json::to_string(schema).unwrap();
+    assert!(text.contains("self.renewIntervalMs < self.ttlMs"), "{text}");
+    assert!(text.contains("selector must not be empty"), "{text}");
+    let status =
+        &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"];
+    assert_eq!(status["x-kubernetes-list-type"], "map");
+    assert_eq!(status["x-kubernetes-list-map-keys"][0], "type");
+}
