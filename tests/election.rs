@@ -663,3 +663,42 @@ async fn a_restored_term_raises_the_counter_but_never_lowers_it() {
     );
     n.close().await.unwrap();
 }
+
+/// A step-down command sent to the leader's inbox (as the controller does
+/// for the `leasehold.dev/step-down` annotation) makes it step down, and the
+/// application's inbox never sees the command.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_down_command_through_the_inbox_steps_the_leader_down() {
+    let redis = RedisServer::start();
+    let cfg = fast();
+    let (nodes, groups) = three(&redis, cfg).await;
+    let mut inboxes: Vec<_> = nodes.iter().map(|n| n.inbox().unwrap()).collect();
+    let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
+    let controller = node(&redis, "test/controller").await;
+    let command = leasehold::inbox::command::Command::StepDown {
+        group: GROUP.into(),
+    };
+    let start = Instant::now();
+    controller
+        .send_command(nodes[leader].id(), &command)
+        .await
+        .unwrap();
+    eventually(cfg.retry_interval() * 3, "the leader stepped down", || {
+        role(&groups[leader]) == Role::Abstaining
+    })
+    .await;
+    let next = one_leader(&refs(&groups), cfg.retry_interval() * 3).await;
+    assert_ne!(next, leader);
+    assert!(start.elapsed() <= cfg.retry_interval() * 6);
+    let got = tokio::time::timeout(Duration::from_millis(200), inboxes[leader].recv()).await;
+    assert!(got.is_err(), "the application saw {got:?}");
+    let err = controller
+        .send_command("test/nobody", &command)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, leasehold::Error::NodeNotRegistered(_)));
+    for n in nodes {
+        n.close().await.unwrap();
+    }
+    controller.close().await.unwrap();
+}

@@ -38,12 +38,26 @@ fn text(bytes: Option<&[u8]>) -> String {
         .unwrap_or_default()
 }
 
-fn delivery(entry: InboxEntry) -> Delivery {
-    if entry.get("k") == Some(b"recovered") {
-        return Delivery::Recovered;
+/// What an inbox entry is for.
+enum Entry {
+    /// For the application, through its [`super::Inbox`].
+    Deliver(Delivery),
+    /// For the engine itself.
+    Command { from: String, payload: Vec<u8> },
+}
+
+fn entry(entry: InboxEntry) -> Entry {
+    match entry.get("k") {
+        Some(b"recovered") => return Entry::Deliver(Delivery::Recovered),
+        Some(b"command") => {
+            let from = text(entry.get("f"));
+            let payload = entry.get("p").map(<[u8]>::to_vec).unwrap_or_default();
+            return Entry::Command { from, payload };
+        }
+        _ => {}
     }
     let topic = text(entry.get("t"));
-    Delivery::Message(Message {
+    Entry::Deliver(Delivery::Message(Message {
         id: text(entry.get("i")).parse().unwrap_or_default(),
         topic: (!topic.is_empty()).then_some(topic),
         from: text(entry.get("f")),
@@ -54,7 +68,15 @@ fn delivery(entry: InboxEntry) -> Delivery {
             .find(|(name, _)| name == b"p")
             .map(|(_, value)| value)
             .unwrap_or_default(),
-    })
+    }))
+}
+
+#[cfg(test)]
+fn delivery(e: InboxEntry) -> Delivery {
+    match entry(e) {
+        Entry::Deliver(d) => d,
+        Entry::Command { .. } => panic!("a command"),
+    }
 }
 
 /// Lag and drop reporting: lag once per crossing of the threshold.
@@ -144,9 +166,16 @@ pub(crate) async fn run(shared: Arc<Shared>, config: InboxConfig, tx: mpsc::Send
         let Some(last) = entries.last().map(|e| e.stream_id.clone()) else {
             continue;
         };
-        for entry in entries {
-            if tx.send(delivery(entry)).await.is_err() {
-                return;
+        for e in entries {
+            match entry(e) {
+                Entry::Deliver(d) => {
+                    if tx.send(d).await.is_err() {
+                        return;
+                    }
+                }
+                Entry::Command { from, payload } => {
+                    let _ = shared.commands.send((from, payload));
+                }
             }
         }
         after = last;

@@ -99,6 +99,22 @@ impl Node {
         .await
     }
 
+    /// Sends a command to another node's engine (it acts on it itself; its
+    /// application does not see it). The node must be live.
+    pub async fn send_command(
+        &self,
+        node: &str,
+        command: &crate::inbox::command::Command,
+    ) -> Result<Published, Error> {
+        validate_name("node id", node)?;
+        self.deliver(
+            Destination::Command(node.to_owned()),
+            &command.encode(),
+            PublishOptions::default(),
+        )
+        .await
+    }
+
     async fn deliver(
         &self,
         destination: Destination,

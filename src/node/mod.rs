@@ -46,6 +46,8 @@ pub(crate) struct Shared {
     pub events: EventBus,
     /// Set once another live incarnation of this id shows up.
     pub displaced: watch::Sender<Option<String>>,
+    /// Engine commands from the inbox (sender, payload), see [`crate::inbox::command`].
+    pub commands: mpsc::UnboundedSender<(String, Vec<u8>)>,
 }
 
 impl Shared {
@@ -86,7 +88,7 @@ pub struct Node {
     shared: Arc<Shared>,
     config: NodeConfig,
     inbox_config: InboxConfig,
-    campaigns: Campaigns,
+    campaigns: Arc<Campaigns>,
     /// Restored on re-registration after the node's lease expired.
     subscriptions: Subscriptions,
     inbox: Mutex<Option<mpsc::Receiver<crate::inbox::Delivery>>>,
@@ -132,12 +134,14 @@ impl Node {
         config.validate()?;
         options.inbox.validate()?;
         let events = EventBus::start(store.clone());
+        let (commands, command_rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             store,
             id: id.to_owned(),
             incarnation: new_incarnation(),
             events,
             displaced: watch::channel(None).0,
+            commands,
         });
         let mut metadata = options.metadata.clone();
         metadata.push((
@@ -171,8 +175,13 @@ impl Node {
             crate::inbox::run_reader(shared.clone(), options.inbox, tx),
             tracing::info_span!("inbox", node = %id),
         ));
+        let campaigns = Arc::new(Campaigns::new(shared.clone()));
+        let command_task = Task::spawn(tracing::Instrument::instrument(
+            act_on_commands(campaigns.clone(), command_rx),
+            tracing::info_span!("commands", node = %id),
+        ));
         Ok(Self {
-            campaigns: Campaigns::new(shared.clone()),
+            campaigns,
             shared,
             config,
             inbox_config: options.inbox,
@@ -180,7 +189,14 @@ impl Node {
             inbox: Mutex::new(Some(rx)),
             groups,
             publisher,
-            loops: vec![heartbeat, sweeper, reader, groups_writer, publisher_task],
+            loops: vec![
+                heartbeat,
+                sweeper,
+                reader,
+                groups_writer,
+                publisher_task,
+                command_task,
+            ],
         })
     }
 
@@ -267,6 +283,22 @@ impl Node {
     /// node from its groups' member lists.
     fn publish_groups(&self) {
         self.groups.send_replace(self.campaigns.names().join(","));
+    }
+}
+
+/// Carries out commands other nodes sent to this node's engine.
+async fn act_on_commands(
+    campaigns: Arc<Campaigns>,
+    mut commands: mpsc::UnboundedReceiver<(String, Vec<u8>)>,
+) {
+    while let Some((from, payload)) = commands.recv().await {
+        match crate::inbox::command::Command::decode(&payload) {
+            Ok(crate::inbox::command::Command::StepDown { group }) => {
+                let result = campaigns.step_down(&group).await;
+                tracing::info!(%from, %group, ?result, "stepped down on request");
+            }
+            Err(e) => tracing::warn!(%from, error = %e, "ignored an unknown command"),
+        }
     }
 }
 

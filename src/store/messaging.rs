@@ -29,6 +29,9 @@ pub enum Destination {
     Topic(String),
     /// One live node.
     Node(String),
+    /// One live node's engine, which acts on it itself (e.g. a step-down
+    /// command from the controller) instead of handing it to the inbox.
+    Command(String),
 }
 
 /// One message to publish.
@@ -136,6 +139,7 @@ impl Store {
             let (mode, name) = match &m.destination {
                 Destination::Topic(t) => ("topic", t),
                 Destination::Node(n) => ("direct", n),
+                Destination::Command(n) => ("command", n),
             };
             let retain = m.retain_ms.map_or(-1, |ms| ms.min(i64::MAX as u64) as i64);
             invocation

@@ -3,7 +3,8 @@
 -- target node) atomically; batching only shares the per-call costs (the
 -- clock, the pattern index, subscriber lookups) among messages.
 -- ARGV: prefix, sender, then per message 5 values:
---       mode ("topic" or "direct"), topic or target node id, payload,
+--       mode ("topic", "direct", or "command": a direct message the target
+--       node's engine acts on itself), topic or target node id, payload,
 --       "drop" or "refuse", retain ttl ms (-1: not retained, 0: no expiry)
 -- Returns per message two values: {message id, nodes reached}, or
 -- {-1, node id} when "refuse" met a full inbox (nothing written for that
@@ -67,7 +68,8 @@ for m = 3, #ARGV, 5 do
   local mode, target, payload, overflow = ARGV[m], ARGV[m + 1], ARGV[m + 2], ARGV[m + 3]
   local ttl = tonumber(ARGV[m + 4])
   local ids, topic
-  if mode == 'direct' then
+  local direct = mode == 'direct' or mode == 'command'
+  if direct then
     ids = live_only({target})
     topic = ''
   else
@@ -75,7 +77,7 @@ for m = 3, #ARGV, 5 do
     topic = target
   end
   local refused = nil
-  if mode == 'direct' and #ids == 0 then
+  if direct and #ids == 0 then
     refused = -2
   elseif overflow == 'refuse' then
     for _, id in ipairs(ids) do
@@ -99,10 +101,10 @@ for m = 3, #ARGV, 5 do
         -- Drop the oldest unread to make room: counted, never silent.
         local dropped = box[2] - box[3] + 1
         redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', dropped)
-        redis.call('XADD', box[1], 'MAXLEN', box[3], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload)
+        redis.call('XADD', box[1], 'MAXLEN', box[3], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload, 'k', mode)
         box[2] = box[3]
       else
-        redis.call('XADD', box[1], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload)
+        redis.call('XADD', box[1], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload, 'k', mode)
         box[2] = box[2] + 1
       end
     end
