@@ -25,15 +25,20 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Print the LeaderGroup CustomResourceDefinition as YAML.
     Crdgen,
+    /// Reflect Redis state into LeaderGroups and pod labels (in the cluster).
+    Controller(leasehold::controller::run::ControllerArgs),
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    leasehold::telemetry::init("warn");
+    // Long-running jobs log what they do; one-shot commands only problems.
+    let quiet = !matches!(cli.command, Command::Controller(_));
+    leasehold::telemetry::init(if quiet { "warn" } else { "info" });
     let result = match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
+        Command::Controller(args) => leasehold::controller::run::run(args).await,
         Command::Crdgen => leasehold::controller::crd::crd_yaml()
             .map(|yaml| print!("{yaml}"))
             .map_err(|e| e.to_string()),

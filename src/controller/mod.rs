@@ -4,4 +4,6 @@
 
 pub mod crd;
 pub mod plan;
+pub mod reconcile;
+pub mod run;
 pub mod selector;

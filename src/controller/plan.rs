@@ -44,6 +44,8 @@ pub struct Observed<'a> {
     pub pods: &'a [PodView],
     pub others: &'a [OtherGroup],
     pub store: &'a StoreView,
+    /// Nodes the controller's sweeper removed recently, with the time (ms).
+    pub swept: &'a [(String, u64)],
     /// The local wall clock in ms, used only when Redis's is not at hand.
     pub local_now_ms: u64,
 }
@@ -359,6 +361,33 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         }
     }
 
+    // Sweeps that removed nodes this group last listed as members.
+    let last_sweep_ms = previous
+        .last_sweep
+        .as_ref()
+        .map(|s| s.time.clone())
+        .unwrap_or_default();
+    let mut last_sweep = previous.last_sweep.clone();
+    let swept_members: Vec<&(String, u64)> = observed
+        .swept
+        .iter()
+        .filter(|(node, at)| {
+            rfc3339(*at) > last_sweep_ms && previous.members.iter().any(|m| &m.node == node)
+        })
+        .collect();
+    if let Some(latest) = swept_members.iter().map(|(_, at)| *at).max() {
+        let nodes: Vec<String> = swept_members.iter().map(|(n, _)| n.clone()).collect();
+        events.push(PlannedEvent {
+            reason: "NodesSwept",
+            note: format!("expired nodes removed: {}", nodes.join(", ")),
+            warning: false,
+        });
+        last_sweep = Some(super::crd::LastSweep {
+            time: rfc3339(latest),
+            nodes,
+        });
+    }
+
     // Step-down requested by annotation, once per new value.
     let annotation = group
         .metadata
@@ -453,7 +482,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         live_members: members.len() as i64,
         members,
         transitions: previous.transitions + i64::from(elected && holder != previous.holder),
-        last_sweep: previous.last_sweep.clone(),
+        last_sweep,
         conditions: merge_conditions(
             &previous.conditions,
             conditions,

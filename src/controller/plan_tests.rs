@@ -61,6 +61,7 @@ fn run(g: &LeaderGroup, pods: &[PodView], store: &StoreView) -> Plan {
         pods,
         others: &[],
         store,
+        swept: &[],
         local_now_ms: NOW,
     })
 }
@@ -267,6 +268,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
         pods: &pods,
         others: &others_of_beta,
         store: &store,
+        swept: &[],
         local_now_ms: NOW,
     });
     assert!(p.labels.is_empty(), "beta yields the pod to alpha");
@@ -289,6 +291,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
         pods: &pods,
         others: &others_of_alpha,
         store: &store,
+        swept: &[],
         local_now_ms: NOW,
     });
     assert_eq!(p.labels, vec![change("a", Some(LEADER))]);
@@ -304,6 +307,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
         pods: &pods,
         others: &others,
         store: &store,
+        swept: &[],
         local_now_ms: NOW,
     });
     assert_eq!(p.labels, vec![change("a", Some(LEADER))]);
@@ -425,4 +429,49 @@ fn timestamps_are_rfc3339() {
     assert_eq!(pod_of("shop/a", "shop"), Some("a"));
     assert_eq!(pod_of("other/a", "shop"), None);
     assert_eq!(pod_of("noslash", "shop"), None);
+}
+
+#[test]
+fn a_sweep_of_former_members_is_reported_once() {
+    let prev = run(
+        &group("web", spec(), None),
+        &[pod("a", None), pod("b", None)],
+        &state(Some("a"), 1, &["a", "b"]),
+    )
+    .status;
+    let g = group("web", spec(), Some(prev));
+    let pods = [pod("a", Some(LEADER)), pod("b", Some(FOLLOWER))];
+    let swept = [
+        ("shop/b".to_owned(), NOW + 2_000),
+        ("elsewhere/z".to_owned(), NOW + 2_000),
+    ];
+    let store = state(Some("a"), 1, &["a"]);
+    let p = plan(&Observed {
+        group: &g,
+        pods: &pods,
+        others: &[],
+        store: &store,
+        swept: &swept,
+        local_now_ms: NOW,
+    });
+    let sweep = p.status.last_sweep.clone().expect("lastSweep");
+    assert_eq!(sweep.nodes, ["shop/b"]);
+    assert_eq!(sweep.time, rfc3339(NOW + 2_000));
+    assert!(p
+        .events
+        .iter()
+        .any(|e| e.reason == "NodesSwept" && e.note.contains("shop/b")));
+    assert_eq!(p.labels, vec![change("b", None)]);
+    // Reported once: with the sweep recorded, the same sweep is no news.
+    let mut g2 = g.clone();
+    g2.status = Some(p.status);
+    let p = plan(&Observed {
+        group: &g2,
+        pods: &pods,
+        others: &[],
+        store: &store,
+        swept: &swept,
+        local_now_ms: NOW,
+    });
+    assert!(!p.events.iter().any(|e| e.reason == "NodesSwept"));
 }

@@ -34,3 +34,42 @@ impl Store {
         Ok(as_int(&reply)? == 1)
     }
 }
+
+impl Store {
+    /// Follows the engine events every node publishes on `P:events`, as
+    /// parsed JSON. The subscription is kept (and renewed after reconnects)
+    /// until the receiver is dropped; events published while it is down are
+    /// missed, which is why the controller also resyncs periodically.
+    pub fn follow_events(&self) -> tokio::sync::mpsc::UnboundedReceiver<serde_json::Value> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (push_tx, mut pushes) = tokio::sync::mpsc::unbounded_channel();
+        let conn = self.subscriber(push_tx);
+        let channel = self.keys().events();
+        tokio::spawn(async move {
+            let Ok(mut conn) = conn else { return };
+            let mut backoff = std::time::Duration::from_millis(50);
+            while conn.subscribe(&channel).await.is_err() {
+                if tx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+            }
+            while let Some(push) = pushes.recv().await {
+                if push.kind != redis::PushKind::Message {
+                    continue;
+                }
+                let Some(redis::Value::BulkString(payload)) = push.data.get(1) else {
+                    continue;
+                };
+                if let Ok(event) = serde_json::from_slice(payload) {
+                    if tx.send(event).is_err() {
+                        return;
+                    }
+                }
+            }
+            drop(conn);
+        });
+        rx
+    }
+}

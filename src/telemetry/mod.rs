@@ -1,6 +1,7 @@
 //! Logging and metrics: `tracing` to stderr, filtered by `RUST_LOG`, and the
 //! process's Prometheus counters ([`metrics`]).
 
+pub mod http;
 pub mod metrics;
 
 use tracing_subscriber::EnvFilter;

@@ -1,0 +1,207 @@
+//! `leasehold controller`: wires the kube-runtime Controller to the plan and
+//! to Redis, elects one active replica, and serves probes and metrics.
+//!
+//! Triggers of a group's reconcile: the LeaderGroup changing, a pod of its
+//! namespace changing (one it selects, or one carrying its label key), any
+//! engine event for the group on `P:events` (so a new leader shows within
+//! milliseconds, not at the next resync), and a periodic requeue as a net.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::Controller;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+
+use super::crd::LeaderGroup;
+use super::reconcile::{error_policy, reconcile, Context};
+use super::selector;
+use crate::config::{validate_name, ElectionConfig, NodeConfig};
+use crate::events::Event;
+use crate::telemetry::http::{self, Response};
+use crate::telemetry::metrics::{controller_metrics, metrics};
+use crate::{Node, NodeOptions, Store};
+
+/// How long sweeps stay in memory for reporting on the groups they touched.
+const SWEEP_MEMORY: Duration = Duration::from_secs(600);
+
+#[derive(Debug, clap::Args)]
+pub struct ControllerArgs {
+    /// Redis holding the engine's state.
+    #[arg(long, env = "LEASEHOLD_REDIS_URL")]
+    pub redis_url: String,
+    /// Key prefix in Redis (must match the agents').
+    #[arg(long, env = "LEASEHOLD_PREFIX", default_value = crate::config::DEFAULT_PREFIX)]
+    pub prefix: String,
+    /// This replica's pod name (downward API); its node id is NAMESPACE/POD.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: String,
+    /// This replica's namespace; the replicas elect their active one there.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: String,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Requeue every group at least this often, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub resync_seconds: u64,
+}
+
+pub async fn run(args: ControllerArgs) -> Result<(), String> {
+    let node_id = format!("{}/{}", args.namespace, args.pod_name);
+    validate_name("node id", &node_id).map_err(|e| format!("--namespace/--pod-name: {e}"))?;
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| format!("no Kubernetes client (in-cluster or KUBECONFIG): {e}"))?;
+    let store = Store::connect(&args.redis_url, &args.prefix).map_err(|e| e.to_string())?;
+    let options = NodeOptions {
+        metadata: vec![("role".into(), "controller".into())],
+        ..Default::default()
+    };
+    let node = Arc::new(
+        Node::start_with(store.clone(), &node_id, NodeConfig::default(), options)
+            .await
+            .map_err(|e| e.to_string())?,
+    );
+    let leadership = node
+        .join(
+            &format!("{}/leasehold-controller", args.namespace),
+            ElectionConfig::default(),
+        )
+        .map_err(|e| e.to_string())?;
+
+    let groups: Api<LeaderGroup> = Api::all(client.clone());
+    let controller = Controller::new(groups, watcher::Config::default());
+    let reflector = controller.store();
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        node: node.clone(),
+        leadership: leadership.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "leasehold-controller".into(),
+                instance: Some(args.pod_name.clone()),
+            },
+        ),
+        groups: reflector.clone(),
+        swept: Mutex::new(Vec::new()),
+        resync: Duration::from_secs(args.resync_seconds.max(1)),
+    });
+
+    // Engine events: reconcile the group they name, remember sweeps.
+    let (triggers_tx, triggers) = tokio::sync::mpsc::unbounded_channel::<ObjectRef<LeaderGroup>>();
+    let mut redis_events = store.follow_events();
+    let sweep_ctx = ctx.clone();
+    let sweep_reflector = reflector.clone();
+    let mut local_events = node.events();
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                Some(event) = redis_events.recv() => {
+                    if let Some(group) = event.get("group").and_then(|g| g.as_str()) {
+                        if let Some((ns, name)) = group.split_once('/') {
+                            let _ = triggers_tx.send(ObjectRef::new(name).within(ns));
+                        }
+                    }
+                }
+                Ok(event) = local_events.recv() => {
+                    if let Event::Swept { nodes, .. } = event {
+                        let now = std::time::SystemTime::now()
+                            .duration_since(std::time::UNIX_EPOCH)
+                            .map_or(0, |d| d.as_millis() as u64);
+                        if let Ok(mut swept) = sweep_ctx.swept.lock() {
+                            swept.retain(|(_, at)| now.saturating_sub(*at) < SWEEP_MEMORY.as_millis() as u64);
+                            swept.extend(nodes.iter().map(|n| (n.clone(), now)));
+                        }
+                        // Reconcile the groups that listed a swept node.
+                        for g in sweep_reflector.state() {
+                            let listed = g.status.as_ref().is_some_and(|s| s.members.iter().any(|m| nodes.contains(&m.node)));
+                            if listed {
+                                let _ = triggers_tx.send(ObjectRef::from_obj(&*g));
+                            }
+                        }
+                    }
+                }
+                else => break,
+            }
+        }
+    });
+    let trigger_stream = futures::stream::unfold(triggers, |mut rx| async move {
+        rx.recv().await.map(|t| (t, rx))
+    });
+
+    // Active-replica bookkeeping for probes and metrics.
+    let mut role = leadership.role();
+    tokio::spawn(async move {
+        loop {
+            controller_metrics().set_active(matches!(
+                *role.borrow_and_update(),
+                crate::Role::Leader { .. }
+            ));
+            if role.changed().await.is_err() {
+                break;
+            }
+        }
+    });
+
+    // Probes and metrics.
+    let listener = http::bind(args.listen).await?;
+    let probe_store = store.clone();
+    tokio::spawn(http::serve(listener, move |method, path| {
+        let store = probe_store.clone();
+        async move {
+            match (method.as_str(), path.as_str()) {
+                ("GET", "/healthz") => Response::text(200, "ok\n"),
+                ("GET", "/readyz") => {
+                    match crate::store::bounded(Duration::from_secs(1), store.ping()).await {
+                        Ok(()) => Response::text(200, "ready\n"),
+                        Err(e) => Response::text(503, format!("redis: {e}\n")),
+                    }
+                }
+                ("GET", "/metrics") => {
+                    Response::text(200, metrics().render() + &controller_metrics().render())
+                }
+                _ => Response::text(404, "not found\n"),
+            }
+        }
+    }));
+
+    let pods: Api<Pod> = Api::all(client.clone());
+    let pod_reflector = reflector.clone();
+    tracing::info!(node = %node_id, listen = %args.listen, "controller started");
+    controller
+        .watches(pods, watcher::Config::default(), move |pod| {
+            let ns = pod.namespace().unwrap_or_default();
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            pod_reflector
+                .state()
+                .into_iter()
+                .filter(|g| g.namespace().as_deref() == Some(ns.as_str()))
+                .filter(|g| {
+                    labels.contains_key(&g.spec.role_label)
+                        || selector::matches(&g.spec.selector, &labels)
+                })
+                .map(|g| ObjectRef::from_obj(&*g))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_on(trigger_stream)
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller stream");
+            }
+        })
+        .await;
+    // Graceful: hand the controllers' lease over, unregister.
+    if let Ok(node) = Arc::try_unwrap(node) {
+        let _ = node.close().await;
+    }
+    Ok(())
+}
