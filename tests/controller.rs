@@ -1,0 +1,388 @@
+//! The controller's I/O against a mock Kubernetes API (kube-rs's tower-test
+//! approach: each expected request is checked and answered in turn, with a
+//! timeout so a missing call fails fast) and a real redis-server where engine
+//! nodes elect for real.
+
+mod support;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Method, Request, Response};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::client::Body;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::store::Writer;
+use leasehold::controller::crd::{LeaderGroup, LeaderGroupSpec, DEFAULT_ROLE_LABEL};
+use leasehold::controller::reconcile::{reconcile, Context};
+use leasehold::{ElectionConfig, Node};
+use serde_json::{json, Value};
+use support::{eventually, fast, node, RedisServer};
+
+type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+fn group() -> LeaderGroup {
+    let spec = LeaderGroupSpec {
+        selector: LabelSelector {
+            match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
+            match_expressions: None,
+        },
+        ttl_ms: 600,
+        renew_interval_ms: 200,
+        retry_interval_ms: 100,
+        role_label: DEFAULT_ROLE_LABEL.into(),
+    };
+    let mut g = LeaderGroup::new("web", spec);
+    g.metadata.namespace = Some("shop".into());
+    g.metadata.uid = Some("uid-1".into());
+    g.metadata.generation = Some(1);
+    g
+}
+
+fn pod_json(name: &str, role: Option<&str>) -> Value {
+    let mut labels = json!({ "app": "web" });
+    if let Some(r) = role {
+        labels[DEFAULT_ROLE_LABEL] = json!(r);
+    }
+    json!({ "apiVersion": "v1", "kind": "Pod", "metadata": { "name": name, "namespace": "shop", "labels": labels } })
+}
+
+fn respond(send: tower_test::mock::SendResponse<Response<Body>>, body: Value) {
+    send.send_response(
+        Response::builder()
+            .body(Body::from(serde_json::to_vec(&body).unwrap()))
+            .unwrap(),
+    );
+}
+
+/// What the mock API server saw, in order: "METHOD path body".
+type Seen = Arc<Mutex<Vec<String>>>;
+
+/// Answers requests until the handle closes: pods listed from `pods`, and
+/// every write echoed back; records each request.
+fn api_server(mut handle: Handle, pods: Vec<Value>, seen: Seen) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some((request, send)) = handle.next_request().await {
+            let method = request.method().clone();
+            let path = request.uri().path().to_owned();
+            let body = http_body_util_collect(request.into_body()).await;
+            seen.lock().unwrap().push(format!("{method} {path} {body}"));
+            let answer = match (method.clone(), path.as_str()) {
+                (Method::GET, "/api/v1/namespaces/shop/pods") => {
+                    json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods })
+                }
+                (Method::PATCH, p) if p.starts_with("/api/v1/namespaces/shop/pods/") => {
+                    pod_json(p.rsplit('/').next().unwrap(), None)
+                }
+                (Method::PATCH, p) if p.ends_with("/status") => {
+                    serde_json::to_value(group()).unwrap()
+                }
+                (Method::POST, p) if p.contains("/events") => {
+                    let mut e: Value = serde_json::from_str(&body).unwrap_or(json!({}));
+                    e["metadata"]["name"] = json!("ev");
+                    e
+                }
+                _ => json!({}),
+            };
+            respond(send, answer);
+        }
+    })
+}
+
+async fn http_body_util_collect(body: Body) -> String {
+    let bytes = body.collect_bytes().await.unwrap_or_default();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+struct Setup {
+    ctx: Arc<Context>,
+    seen: Seen,
+    _server: tokio::task::JoinHandle<()>,
+}
+
+async fn setup(redis: &RedisServer, pods: Vec<Value>) -> Setup {
+    setup_with(redis, pods, fast()).await
+}
+
+/// `leadership` is the timing of the controllers' own group.
+async fn setup_with(redis: &RedisServer, pods: Vec<Value>, timings: ElectionConfig) -> Setup {
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let seen: Seen = Arc::default();
+    let server = api_server(handle, pods, seen.clone());
+    let controller = Arc::new(node(redis, "ops/controller-0").await);
+    let leadership = controller
+        .join("ops/leasehold-controller", timings)
+        .unwrap();
+    eventually(Duration::from_secs(3), "the controller is active", || {
+        leadership.is_leader()
+    })
+    .await;
+    let reporter = Reporter {
+        controller: "leasehold-controller".into(),
+        instance: Some("controller-0".into()),
+    };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        node: controller,
+        leadership,
+        recorder: Recorder::new(client, reporter),
+        groups: Writer::<LeaderGroup>::default().as_reader(),
+        swept: Mutex::new(Vec::new()),
+        resync: Duration::from_secs(30),
+    });
+    Setup {
+        ctx,
+        seen,
+        _server: server,
+    }
+}
+
+fn writes(seen: &Seen) -> Vec<String> {
+    seen.lock()
+        .unwrap()
+        .iter()
+        .filter(|r| !r.starts_with("GET"))
+        .cloned()
+        .collect()
+}
+
+async fn elect(redis: &RedisServer, id: &str) -> (Node, leasehold::Group) {
+    let n = node(redis, id).await;
+    let cfg = ElectionConfig {
+        ttl_ms: 600,
+        renew_interval_ms: 200,
+        retry_interval_ms: 100,
+    };
+    let g = n.join("shop/web", cfg).unwrap();
+    (n, g)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_election_labels_followers_then_the_leader_and_writes_status() {
+    let redis = RedisServer::start();
+    let (a, ga) = elect(&redis, "shop/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    let (b, gb) = elect(&redis, "shop/b").await;
+    eventually(Duration::from_secs(3), "b follows", || {
+        matches!(support::role(&gb), leasehold::Role::Follower { .. })
+    })
+    .await;
+    let s = setup(&redis, vec![pod_json("a", None), pod_json("b", None)]).await;
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        reconcile(Arc::new(group()), s.ctx.clone()),
+    )
+    .await
+    .expect("reconcile finished")
+    .expect("reconcile succeeded");
+    let w = writes(&s.seen);
+    assert!(
+        w[0].starts_with("PATCH /api/v1/namespaces/shop/pods/b ")
+            && w[0].contains(r#""leasehold.dev/role":"follower""#),
+        "{w:#?}"
+    );
+    assert!(
+        w[1].starts_with("PATCH /api/v1/namespaces/shop/pods/a ")
+            && w[1].contains(r#""leasehold.dev/role":"leader""#),
+        "{w:#?}"
+    );
+    assert!(
+        w.iter().any(
+            |r| r.starts_with("POST /apis/events.k8s.io/v1/namespaces/shop/events")
+                && r.contains("LeaderElected")
+        ),
+        "{w:#?}"
+    );
+    let status = w
+        .iter()
+        .find(|r| r.contains("/leadergroups/web/status"))
+        .expect("status written");
+    assert!(
+        status.starts_with("PATCH")
+            && status.contains(r#""leader":"a""#)
+            && status.contains(r#""term":1"#),
+        "{status}"
+    );
+    // The group's timings went to Redis for the nodes to adopt.
+    assert_eq!(
+        redis.cli(&["HGET", "lh:g:{shop/web}:config", "ttlMs"]),
+        "600"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_leader_change_the_old_label_is_removed_before_the_new_one_is_set() {
+    let redis = RedisServer::start();
+    let (a, ga) = elect(&redis, "shop/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    let (b, gb) = elect(&redis, "shop/b").await;
+    a.step_down("shop/web").await.unwrap();
+    eventually(Duration::from_secs(3), "b leads", || gb.is_leader()).await;
+    // The cluster still shows a as leader.
+    let s = setup(
+        &redis,
+        vec![
+            pod_json("a", Some("leader")),
+            pod_json("b", Some("follower")),
+        ],
+    )
+    .await;
+    reconcile(Arc::new(group()), s.ctx.clone()).await.unwrap();
+    let w = writes(&s.seen);
+    let a_at = w
+        .iter()
+        .position(|r| r.contains("/pods/a "))
+        .expect("a patched");
+    let b_at = w
+        .iter()
+        .position(|r| r.contains("/pods/b "))
+        .expect("b patched");
+    assert!(a_at < b_at, "old leader first: {w:#?}");
+    assert!(
+        w[a_at].contains(r#""follower""#) || w[a_at].contains("null"),
+        "{}",
+        w[a_at]
+    );
+    assert!(w[b_at].contains(r#""leader""#), "{}", w[b_at]);
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crashed_leader_loses_its_label_before_a_successor_exists() {
+    let redis = RedisServer::start();
+    let (a, ga) = elect(&redis, "shop/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    drop(a); // crash, no successor candidate at all
+    eventually(Duration::from_secs(3), "lease expired", || {
+        redis.cli(&["EXISTS", "lh:g:{shop/web}:lease"]) == "0"
+    })
+    .await;
+    let s = setup(&redis, vec![pod_json("a", Some("leader"))]).await;
+    reconcile(Arc::new(group()), s.ctx.clone()).await.unwrap();
+    let w = writes(&s.seen);
+    assert!(
+        w[0].starts_with("PATCH /api/v1/namespaces/shop/pods/a ")
+            && w[0].contains(r#""leasehold.dev/role":null"#),
+        "{w:#?}"
+    );
+    let status = w.iter().find(|r| r.contains("/status")).expect("status");
+    assert!(status.contains("NoLeader"), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_unavailable_touches_no_label_and_reports_it() {
+    let mut redis = RedisServer::start();
+    let (a, ga) = elect(&redis, "shop/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    // The controllers' own lease outlasts the outage, so this replica stays
+    // active and reports it; it must still not touch a label.
+    let steady = ElectionConfig {
+        ttl_ms: 20_000,
+        renew_interval_ms: 5_000,
+        retry_interval_ms: 5_000,
+    };
+    let s = setup_with(&redis, vec![pod_json("a", Some("leader"))], steady).await;
+    redis.pause();
+    let result = tokio::time::timeout(
+        Duration::from_secs(5),
+        reconcile(Arc::new(group()), s.ctx.clone()),
+    )
+    .await;
+    redis.resume();
+    result
+        .expect("reconcile finished")
+        .expect("reconcile succeeded");
+    let w = writes(&s.seen);
+    assert!(
+        !w.iter().any(|r| r.contains("/pods/")),
+        "no label touched: {w:#?}"
+    );
+    let status = w
+        .iter()
+        .find(|r| r.contains("/status"))
+        .unwrap_or_else(|| panic!("status written: {w:#?} {:?}", s.seen.lock().unwrap()));
+    assert!(
+        status.contains("RedisUnavailable") && status.contains(r#""StoreAvailable""#),
+        "{status}"
+    );
+    drop(a);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_step_down_annotation_reaches_the_leader_once() {
+    let redis = RedisServer::start();
+    let (a, ga) = elect(&redis, "shop/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    let (b, gb) = elect(&redis, "shop/b").await;
+    let s = setup(
+        &redis,
+        vec![
+            pod_json("a", Some("leader")),
+            pod_json("b", Some("follower")),
+        ],
+    )
+    .await;
+    let mut g = group();
+    g.metadata.annotations = Some(
+        [(
+            leasehold::controller::crd::STEP_DOWN_ANNOTATION.to_owned(),
+            "now".to_owned(),
+        )]
+        .into(),
+    );
+    reconcile(Arc::new(g), s.ctx.clone()).await.unwrap();
+    eventually(Duration::from_secs(2), "a stepped down, b leads", || {
+        !ga.is_leader() && gb.is_leader()
+    })
+    .await;
+    let w = writes(&s.seen);
+    assert!(w.iter().any(|r| r.contains("StepDownRequested")), "{w:#?}");
+    let status = w.iter().find(|r| r.contains("/status")).expect("status");
+    assert!(status.contains(r#""handledStepDown":"now""#), "{status}");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// A standby replica (not holding the controllers' lease) writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_replica_writes_nothing() {
+    let redis = RedisServer::start();
+    let active = node(&redis, "ops/controller-1").await;
+    let g = active.join("ops/leasehold-controller", fast()).unwrap();
+    eventually(Duration::from_secs(3), "another replica is active", || {
+        g.is_leader()
+    })
+    .await;
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let seen: Seen = Arc::default();
+    let _server = api_server(handle, vec![], seen.clone());
+    let standby = Arc::new(node(&redis, "ops/controller-0").await);
+    let leadership = standby.join("ops/leasehold-controller", fast()).unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!leadership.is_leader());
+    let reporter = Reporter {
+        controller: "leasehold-controller".into(),
+        instance: None,
+    };
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        node: standby,
+        leadership,
+        recorder: Recorder::new(client, reporter),
+        groups: Writer::<LeaderGroup>::default().as_reader(),
+        swept: Mutex::new(Vec::new()),
+        resync: Duration::from_secs(30),
+    });
+    reconcile(Arc::new(group()), ctx).await.unwrap();
+    assert!(
+        seen.lock().unwrap().is_empty(),
+        "{:?}",
+        seen.lock().unwrap()
+    );
+    active.close().await.unwrap();
+}
