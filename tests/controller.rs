@@ -386,3 +386,94 @@ async fn a_standby_replica_writes_nothing() {
     );
     active.close().await.unwrap();
 }
+
+/// Waits for the next `elected` event of shop/web and checks that the plan
+/// made from Redis then labels `name` as leader; returns how long it took.
+async fn plan_follows(
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<Value>,
+    store: &leasehold::Store,
+    name: &str,
+    bound: Duration,
+) -> Duration {
+    use leasehold::controller::plan::{plan, Observed, PodView, StoreView, LEADER};
+    let pods: Vec<PodView> = ["a", "b"]
+        .iter()
+        .map(|p| PodView {
+            name: p.to_string(),
+            labels: [("app".to_owned(), "web".to_owned())].into(),
+        })
+        .collect();
+    let g = group();
+    let start = std::time::Instant::now();
+    loop {
+        let event = tokio::time::timeout(bound, events.recv())
+            .await
+            .expect("an engine event in time")
+            .expect("open");
+        if event["type"] != "elected" || event["group"] != "shop/web" {
+            continue;
+        }
+        let state = store.group_state("shop/web").await.unwrap();
+        let view = StoreView::Available(state);
+        let p = plan(&Observed {
+            group: &g,
+            pods: &pods,
+            others: &[],
+            store: &view,
+            swept: &[],
+            local_now_ms: 0,
+        });
+        let labelled = p
+            .labels
+            .iter()
+            .find(|c| c.value.as_deref() == Some(LEADER))
+            .map(|c| c.pod.as_str());
+        assert_eq!(labelled, Some(name), "{:?}", p.labels);
+        assert_eq!(p.status.leader.as_deref(), Some(name));
+        return start.elapsed();
+    }
+}
+
+/// Engine to controller: engine nodes elect on a real Redis; the controller's
+/// Redis side (the `P:events` subscription and the state read) produces a
+/// plan that labels the new leader, within a bound of each transition
+/// (step-down, then a crash).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_engine_transition_reaches_the_plan_within_a_bound() {
+    let redis = RedisServer::start();
+    let store = redis.store();
+    let mut events = store.follow_events();
+    tokio::time::sleep(Duration::from_millis(100)).await; // subscribed
+    let (a, ga) = elect(&redis, "shop/a").await;
+    let (b, gb) = elect(&redis, "shop/b").await;
+    eventually(Duration::from_secs(3), "a leader", || {
+        ga.is_leader() || gb.is_leader()
+    })
+    .await;
+    let (first, second, second_name, first_name) = if ga.is_leader() {
+        (a, b, "b", "a")
+    } else {
+        (b, a, "a", "b")
+    };
+    // Drain the first election's events.
+    while tokio::time::timeout(Duration::from_millis(100), events.recv())
+        .await
+        .is_ok()
+    {}
+    // Step-down: the release wakes the other node at once.
+    first.step_down("shop/web").await.unwrap();
+    let took = plan_follows(&mut events, &store, second_name, Duration::from_millis(500)).await;
+    assert!(took <= Duration::from_millis(500));
+    // Crash of the new leader: after its lease (600 ms) the first node, whose
+    // cooldown has run out by then, takes over.
+    drop(second);
+    let took = plan_follows(
+        &mut events,
+        &store,
+        first_name,
+        Duration::from_millis(600 + 500),
+    )
+    .await;
+    assert!(took <= Duration::from_millis(600 + 500));
+    first.close().await.unwrap();
+}
