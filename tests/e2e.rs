@@ -136,6 +136,7 @@ async fn e2e_labels_follow_the_leader_in_a_real_cluster() {
         namespace: ns.clone(),
         listen,
         resync_seconds: 5,
+        watch_namespace: Some(ns.clone()),
     };
     let controller = tokio::spawn(leasehold::controller::run::run(args));
 

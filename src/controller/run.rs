@@ -50,6 +50,10 @@ pub struct ControllerArgs {
     /// Requeue every group at least this often, seconds.
     #[arg(long, default_value_t = 30)]
     pub resync_seconds: u64,
+    /// Watch LeaderGroups and pods of this namespace only (needs only
+    /// namespaced RBAC); all namespaces when absent.
+    #[arg(long, env = "LEASEHOLD_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
 }
 
 pub async fn run(args: ControllerArgs) -> Result<(), String> {
@@ -75,7 +79,10 @@ pub async fn run(args: ControllerArgs) -> Result<(), String> {
         )
         .map_err(|e| e.to_string())?;
 
-    let groups: Api<LeaderGroup> = Api::all(client.clone());
+    let groups: Api<LeaderGroup> = match &args.watch_namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     let controller = Controller::new(groups, watcher::Config::default());
     let reflector = controller.store();
     let ctx = Arc::new(Context {
@@ -172,7 +179,10 @@ pub async fn run(args: ControllerArgs) -> Result<(), String> {
         }
     }));
 
-    let pods: Api<Pod> = Api::all(client.clone());
+    let pods: Api<Pod> = match &args.watch_namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
     let pod_reflector = reflector.clone();
     tracing::info!(node = %node_id, listen = %args.listen, "controller started");
     controller
