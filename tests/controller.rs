@@ -477,3 +477,139 @@ async fn each_engine_transition_reaches_the_plan_within_a_bound() {
     assert!(took <= Duration::from_millis(600 + 500));
     first.close().await.unwrap();
 }
+
+/// A mock API server good enough for the whole controller: lists answer,
+/// watches stay open and silent, writes are echoed and recorded.
+fn cluster(mut handle: Handle, pods: Vec<Value>, seen: Seen) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut open_watches = Vec::new();
+        while let Some((request, send)) = handle.next_request().await {
+            let method = request.method().clone();
+            let path = request.uri().path().to_owned();
+            let query = request.uri().query().unwrap_or_default().to_owned();
+            let body = http_body_util_collect(request.into_body()).await;
+            if query.contains("watch=") {
+                open_watches.push(send);
+                continue;
+            }
+            seen.lock().unwrap().push(format!("{method} {path} {body}"));
+            let list = |kind: &str, items: Vec<Value>| json!({ "apiVersion": "v1", "kind": kind, "metadata": { "resourceVersion": "1" }, "items": items });
+            let answer = match (method.clone(), path.as_str()) {
+                (Method::GET, "/apis/leasehold.dev/v1alpha1/leadergroups") => {
+                    let mut g = serde_json::to_value(group()).unwrap();
+                    g["metadata"]["resourceVersion"] = json!("1");
+                    list("LeaderGroupList", vec![g])
+                }
+                (Method::GET, "/api/v1/pods") | (Method::GET, "/api/v1/namespaces/shop/pods") => {
+                    list("PodList", pods.clone())
+                }
+                (Method::PATCH, p) if p.starts_with("/api/v1/namespaces/shop/pods/") => {
+                    pod_json(p.rsplit('/').next().unwrap(), None)
+                }
+                (Method::PATCH, p) if p.ends_with("/status") => {
+                    serde_json::to_value(group()).unwrap()
+                }
+                (Method::POST, p) if p.contains("/events") => {
+                    let mut e: Value = serde_json::from_str(&body).unwrap_or(json!({}));
+                    e["metadata"]["name"] = json!("ev");
+                    e
+                }
+                _ => json!({}),
+            };
+            respond(send, answer);
+        }
+    })
+}
+
+fn leader_patched(seen: &Seen, pod: &str) -> bool {
+    seen.lock().unwrap().iter().any(|r| {
+        r.starts_with(&format!("PATCH /api/v1/namespaces/shop/pods/{pod} "))
+            && r.contains(r#""leasehold.dev/role":"leader""#)
+    })
+}
+
+/// The whole controller (watches, the P:events trigger, leader-gated
+/// reconciles) against the mock API: the first leader is labelled, and after
+/// a step-down the new leader is labelled within a second, although the
+/// resync interval is an hour: only the engine's event can have triggered it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_controller_follows_engine_events_without_a_resync() {
+    use leasehold::controller::run::{run_with, ControllerArgs};
+    let redis = RedisServer::start();
+    let (a, ga) = elect(&redis, "shop/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    let (b, gb) = elect(&redis, "shop/b").await;
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let seen: Seen = Arc::default();
+    let _server = cluster(
+        handle,
+        vec![pod_json("a", None), pod_json("b", None)],
+        seen.clone(),
+    );
+    let listen = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let args = ControllerArgs {
+        redis_url: redis.url(),
+        prefix: "lh".into(),
+        pod_name: "controller-0".into(),
+        namespace: "ops".into(),
+        listen,
+        resync_seconds: 3_600,
+        watch_namespace: None,
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(run_with(client, args, async move {
+        let _ = stopped.await;
+    }));
+    // The controllers' own lease is the engine default (15 s ttl); the first
+    // claim wins at once in a fresh Redis.
+    let limit = Duration::from_secs(10);
+    let start = std::time::Instant::now();
+    while !leader_patched(&seen, "a") {
+        assert!(
+            start.elapsed() < limit,
+            "a never labelled leader: {:#?}",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Probes answer.
+    let health = reqwest_like_get(listen, "/healthz").await;
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    let metrics = reqwest_like_get(listen, "/metrics").await;
+    assert!(
+        metrics.contains("leasehold_label_patches_total")
+            && metrics.contains("leasehold_controller_active 1"),
+        "{metrics}"
+    );
+    a.step_down("shop/web").await.unwrap();
+    eventually(Duration::from_secs(2), "b leads", || gb.is_leader()).await;
+    let moved = std::time::Instant::now();
+    while !leader_patched(&seen, "b") {
+        assert!(
+            moved.elapsed() < Duration::from_secs(1),
+            "b not labelled within 1 s: {:#?}",
+            seen.lock().unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// A plain HTTP GET over a TCP socket: the probe server is tiny, so is this.
+async fn reqwest_like_get(addr: std::net::SocketAddr, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}

@@ -57,11 +57,39 @@ pub struct ControllerArgs {
 }
 
 pub async fn run(args: ControllerArgs) -> Result<(), String> {
-    let node_id = format!("{}/{}", args.namespace, args.pod_name);
-    validate_name("node id", &node_id).map_err(|e| format!("--namespace/--pod-name: {e}"))?;
     let client = kube::Client::try_default()
         .await
         .map_err(|e| format!("no Kubernetes client (in-cluster or KUBECONFIG): {e}"))?;
+    run_with(client, args, shutdown_signal()).await
+}
+
+/// Resolves on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return std::future::pending().await,
+            };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+}
+
+/// The controller with a given client (tests pass a mock API server's) until
+/// `shutdown` resolves.
+pub async fn run_with(
+    client: kube::Client,
+    args: ControllerArgs,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), String> {
+    let node_id = format!("{}/{}", args.namespace, args.pod_name);
+    validate_name("node id", &node_id).map_err(|e| format!("--namespace/--pod-name: {e}"))?;
     let store = Store::connect(&args.redis_url, &args.prefix).map_err(|e| e.to_string())?;
     let options = NodeOptions {
         metadata: vec![("role".into(), "controller".into())],
@@ -143,18 +171,27 @@ pub async fn run(args: ControllerArgs) -> Result<(), String> {
         rx.recv().await.map(|t| (t, rx))
     });
 
-    // Active-replica bookkeeping for probes and metrics.
+    // Becoming the active replica reconciles every group at once (a standby
+    // skipped them); also kept for probes and metrics.
+    let (became_active_tx, became_active) = tokio::sync::mpsc::unbounded_channel::<()>();
     let mut role = leadership.role();
     tokio::spawn(async move {
+        let mut was_active = false;
         loop {
-            controller_metrics().set_active(matches!(
-                *role.borrow_and_update(),
-                crate::Role::Leader { .. }
-            ));
+            let active = matches!(*role.borrow_and_update(), crate::Role::Leader { .. });
+            controller_metrics().set_active(active);
+            if active && !was_active {
+                tracing::info!("this replica is now the active controller");
+                let _ = became_active_tx.send(());
+            }
+            was_active = active;
             if role.changed().await.is_err() {
                 break;
             }
         }
+    });
+    let became_active = futures::stream::unfold(became_active, |mut rx| async move {
+        rx.recv().await.map(|t| (t, rx))
     });
 
     // Probes and metrics.
@@ -201,7 +238,8 @@ pub async fn run(args: ControllerArgs) -> Result<(), String> {
                 .collect::<Vec<_>>()
         })
         .reconcile_on(trigger_stream)
-        .shutdown_on_signal()
+        .reconcile_all_on(became_active)
+        .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
             if let Err(e) = result {
@@ -209,9 +247,8 @@ pub async fn run(args: ControllerArgs) -> Result<(), String> {
             }
         })
         .await;
-    // Graceful: hand the controllers' lease over, unregister.
-    if let Ok(node) = Arc::try_unwrap(node) {
-        let _ = node.close().await;
-    }
+    // Graceful: hand the controllers' lease to a standby at once. The
+    // registration itself expires (other tasks still hold the node).
+    node.shutdown().await;
     Ok(())
 }
