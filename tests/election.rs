@@ -702,3 +702,34 @@ async fn a_step_down_command_through_the_inbox_steps_the_leader_down() {
     }
     controller.close().await.unwrap();
 }
+
+/// Redis lost its data and every node restarted: the first claim starts low.
+/// Once the controller restores the term from the LeaderGroup's status, the
+/// leader's next renewal moves its lease above it, so no observer sees the
+/// term go backwards for long.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restored_term_lifts_the_current_lease_at_its_next_renewal() {
+    let redis = RedisServer::start();
+    let n = node(&redis, "test/a").await;
+    let g = n.join(GROUP, fast()).unwrap();
+    eventually(Duration::from_secs(2), "leads", || g.is_leader()).await;
+    assert_eq!(g.leader_term(), Some(1));
+    let mut events = n.events();
+    redis.store().restore_term(GROUP, 41).await.unwrap();
+    let elected = next_event(&mut events, fast().renew_interval() * 3, |e| {
+        matches!(e, Event::Elected { .. })
+    })
+    .await;
+    assert!(
+        matches!(elected, Event::Elected { term: 42, .. }),
+        "{elected:?}"
+    );
+    assert_eq!(g.leader_term(), Some(42));
+    assert!(redis
+        .cli(&["GET", "lh:g:{test/group}:lease"])
+        .ends_with("#42"));
+    // Still the same leader, renewing normally.
+    tokio::time::sleep(fast().renew_interval() * 2).await;
+    assert_eq!(g.leader_term(), Some(42));
+    n.close().await.unwrap();
+}

@@ -267,10 +267,28 @@ impl Campaign {
         )
         .await;
         match result {
-            Ok(Renewal::Renewed { config }) => {
+            Ok(Renewal::Renewed {
+                config,
+                term: renewed_term,
+            }) => {
                 self.adopt(config);
                 st.last_sent = sent;
-                self.set_lease(st, Some((term, sent + ttl)), Some(term));
+                st.seen_term = st.seen_term.max(renewed_term);
+                self.set_lease(st, Some((renewed_term, sent + ttl)), Some(renewed_term));
+                if renewed_term != term {
+                    // The counter had been restored above our term: the lease
+                    // moved to a new, higher term. Same leader, new token.
+                    tracing::info!(
+                        from = term,
+                        to = renewed_term,
+                        "lease moved to a higher term"
+                    );
+                    self.shared.events.emit(Event::Elected {
+                        node: self.node().to_owned(),
+                        group: self.group.clone(),
+                        term: renewed_term,
+                    });
+                }
             }
             Ok(Renewal::Gone) => {
                 self.demote(st, LostReason::Expired, Role::Candidate);

@@ -83,8 +83,13 @@ pub enum Claim {
 /// Outcome of a renewal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Renewal {
-    /// Renewed; `config` is the group's timings from Redis, if set.
-    Renewed { config: Option<ElectionConfig> },
+    /// Renewed; `config` is the group's timings from Redis, if set; `term`
+    /// is the lease's term afterwards (higher than before if the counter
+    /// was restored above it).
+    Renewed {
+        config: Option<ElectionConfig>,
+        term: u64,
+    },
     /// The lease expired before the renewal reached Redis.
     Gone,
     /// Someone else holds it now (possibly this node id's newer incarnation).
@@ -320,6 +325,7 @@ impl Store {
                     .key(&group.lease)
                     .key(&group.members)
                     .key(&group.config)
+                    .key(&group.term)
                     .arg(id)
                     .arg(incarnation)
                     .arg(term)
@@ -331,6 +337,7 @@ impl Store {
         Ok(match int_at(&items, 0)? {
             1 => Renewal::Renewed {
                 config: group_config(items.get(1)),
+                term: uint_at(&items, 2)?,
             },
             0 => Renewal::Gone,
             _ => {

@@ -1,16 +1,31 @@
 -- Renew a held lease (compare-and-expire).
--- KEYS: lease, members, config
+-- KEYS: lease, members, config, term
 -- ARGV: node id, incarnation, term, ttl ms, candidacy ms
--- Returns {1, config} renewed (config as in claim.lua), {0} the lease is
--- gone (expired), {-1, lease value} another holder.
+-- Returns {1, config, term} renewed (config as in claim.lua; term is the
+-- lease's term afterwards), {0} the lease is gone (expired), {-1, lease
+-- value} another holder.
+-- If the term counter is ahead of the lease's term (the controller restored
+-- a term Redis had lost, after this lease was taken at a low term), the
+-- lease moves to a new term above the counter, so terms never go backwards
+-- as anyone observes them.
+local mine = ARGV[1] .. '#' .. ARGV[2] .. '#'
 local current = redis.call('GET', KEYS[1])
-if current == ARGV[1] .. '#' .. ARGV[2] .. '#' .. ARGV[3] then
+if current == mine .. ARGV[3] then
   local now = now_ms()
-  redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[4]))
+  local ttl = tonumber(ARGV[4])
+  local term = tonumber(ARGV[3])
+  local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
+  if counter > term then
+    term = counter + 1
+    redis.call('SET', KEYS[4], term)
+    redis.call('SET', KEYS[1], mine .. term, 'PX', ttl)
+  else
+    redis.call('PEXPIRE', KEYS[1], ttl)
+  end
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[1])
   -- The leader keeps the member list tidy: drop candidacies that lapsed.
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
-  return {1, redis.call('HMGET', KEYS[3], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs')}
+  return {1, redis.call('HMGET', KEYS[3], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs'), term}
 end
 if not current then return {0} end
 return {-1, current}
