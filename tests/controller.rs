@@ -58,37 +58,6 @@ fn respond(send: tower_test::mock::SendResponse<Response<Body>>, body: Value) {
 /// What the mock API server saw, in order: "METHOD path body".
 type Seen = Arc<Mutex<Vec<String>>>;
 
-/// Answers requests until the handle closes: pods listed from `pods`, and
-/// every write echoed back; records each request.
-fn api_server(mut handle: Handle, pods: Vec<Value>, seen: Seen) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        while let Some((request, send)) = handle.next_request().await {
-            let method = request.method().clone();
-            let path = request.uri().path().to_owned();
-            let body = http_body_util_collect(request.into_body()).await;
-            seen.lock().unwrap().push(format!("{method} {path} {body}"));
-            let answer = match (method.clone(), path.as_str()) {
-                (Method::GET, "/api/v1/namespaces/shop/pods") => {
-                    json!({ "apiVersion": "v1", "kind": "PodList", "metadata": {}, "items": pods })
-                }
-                (Method::PATCH, p) if p.starts_with("/api/v1/namespaces/shop/pods/") => {
-                    pod_json(p.rsplit('/').next().unwrap(), None)
-                }
-                (Method::PATCH, p) if p.ends_with("/status") => {
-                    serde_json::to_value(group()).unwrap()
-                }
-                (Method::POST, p) if p.contains("/events") => {
-                    let mut e: Value = serde_json::from_str(&body).unwrap_or(json!({}));
-                    e["metadata"]["name"] = json!("ev");
-                    e
-                }
-                _ => json!({}),
-            };
-            respond(send, answer);
-        }
-    })
-}
-
 async fn http_body_util_collect(body: Body) -> String {
     let bytes = body.collect_bytes().await.unwrap_or_default();
     String::from_utf8_lossy(&bytes).into_owned()
@@ -109,7 +78,7 @@ async fn setup_with(redis: &RedisServer, pods: Vec<Value>, timings: ElectionConf
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
     let seen: Seen = Arc::default();
-    let server = api_server(handle, pods, seen.clone());
+    let server = cluster(handle, pods, seen.clone());
     let controller = Arc::new(node(redis, "ops/controller-0").await);
     let leadership = controller
         .join("ops/leasehold-controller", timings)
@@ -360,7 +329,7 @@ async fn a_standby_replica_writes_nothing() {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
     let seen: Seen = Arc::default();
-    let _server = api_server(handle, vec![], seen.clone());
+    let _server = cluster(handle, vec![], seen.clone());
     let standby = Arc::new(node(&redis, "ops/controller-0").await);
     let leadership = standby.join("ops/leasehold-controller", fast()).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
