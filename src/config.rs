@@ -81,6 +81,8 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 pub enum ConfigError {
     #[error("{option} = {value} is out of range: it must be a whole number of milliseconds from 1 to {MAX_MS}")]
     OutOfRange { option: &'static str, value: u64 },
+    #[error("{option} = {value} is out of range: it must be a whole number of milliseconds from 1 to {MAX_MS}")]
+    Negative { option: &'static str, value: i64 },
     #[error("renew_interval_ms = {renew} must be less than ttl_ms = {ttl}, so the leader renews before its lease runs out")]
     RenewNotBelowTtl { renew: u64, ttl: u64 },
     #[error("{option} = {value} is out of range: it must be a whole number from {min} to {max}")]

@@ -190,8 +190,9 @@ impl LeaderGroupSpec {
     /// The timings as engine configuration, checked by the same rules as the
     /// schema's, for API servers that do not enforce CEL.
     pub fn election_config(&self) -> Result<ElectionConfig, ConfigError> {
+        // A negative value is as out of range as zero; report it as given.
         let ms = |option: &'static str, v: i64| {
-            u64::try_from(v).map_err(|_| ConfigError::OutOfRange { option, value: 0 })
+            u64::try_from(v).map_err(|_| ConfigError::Negative { option, value: v })
         };
         let config = ElectionConfig {
             ttl_ms: ms("ttl_ms", self.ttl_ms)?,
@@ -201,6 +202,16 @@ impl LeaderGroupSpec {
         config.validate()?;
         Ok(config)
     }
+}
+
+/// A spec error in the resource's own field names (`ttlMs`, not `ttl_ms`),
+/// for conditions a user reads next to the YAML they wrote.
+pub fn spec_error_message(error: &ConfigError) -> String {
+    error
+        .to_string()
+        .replace("renew_interval_ms", "renewIntervalMs")
+        .replace("retry_interval_ms", "retryIntervalMs")
+        .replace("ttl_ms", "ttlMs")
 }
 
 /// The CRD as YAML, as `leasehold crdgen` prints it.

@@ -161,7 +161,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
                 "SpecValid",
                 false,
                 "InvalidTimings",
-                e.to_string(),
+                super::crd::spec_error_message(&e),
             ));
             None
         }

@@ -416,7 +416,25 @@ fn an_invalid_spec_is_a_condition_and_no_timings_are_written() {
     let p = run(&g, &[pod("a", None)], &state(Some("a"), 1, &["a"]));
     let c = cond(&p.status, "SpecValid");
     assert_eq!(c.status, "False");
-    assert!(c.message.contains("renew_interval_ms"), "{}", c.message);
+    assert!(
+        c.message.contains("renewIntervalMs = 15000") && c.message.contains("ttlMs = 15000"),
+        "{}",
+        c.message
+    );
+    // A negative value (possible where the API server does not check bounds)
+    // is named as given.
+    let mut s = spec();
+    s.retry_interval_ms = -5;
+    let g = group("web", s, None);
+    let p = run(&g, &[pod("a", None)], &state(Some("a"), 1, &["a"]));
+    let c = cond(&p.status, "SpecValid");
+    assert!(
+        c.message
+            .starts_with("retryIntervalMs = -5 is out of range")
+            && c.message.contains("from 1 to 2147483647"),
+        "{}",
+        c.message
+    );
     assert_eq!(p.config, None);
     assert_eq!(cond(&p.status, "Ready").status, "False");
 }
