@@ -48,7 +48,7 @@ impl LostReason {
     rename_all_fields = "camelCase"
 )]
 pub enum Event {
-    /// The node registered (first time, or again after being displaced by nobody).
+    /// The node registered for the first time in this process run.
     Registered { node: String },
     /// The node found its lease expired, registered again, and carries on.
     Recovered { node: String },

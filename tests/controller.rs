@@ -546,9 +546,9 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Probes answer.
-    let health = reqwest_like_get(listen, "/healthz").await;
+    let health = http_get(listen, "/healthz").await;
     assert!(health.starts_with("HTTP/1.1 200"), "{health}");
-    let metrics = reqwest_like_get(listen, "/metrics").await;
+    let metrics = http_get(listen, "/metrics").await;
     assert!(
         metrics.contains("leasehold_label_patches_total")
             && metrics.contains("leasehold_controller_active 1"),
@@ -572,7 +572,7 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
 }
 
 /// A plain HTTP GET over a TCP socket: the probe server is tiny, so is this.
-async fn reqwest_like_get(addr: std::net::SocketAddr, path: &str) -> String {
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
     s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())

@@ -8,7 +8,10 @@ mod support;
 use std::time::{Duration, Instant};
 
 use leasehold::{ElectionConfig, Event, LostReason, Node, Role};
-use support::{eventually, fast, next_event, node, one_leader, role, RedisServer};
+use support::{
+    eventually, fast, followers_see_the_leader, is_follower, next_event, node, one_leader, role,
+    RedisServer,
+};
 
 const GROUP: &str = "test/group";
 
@@ -87,7 +90,7 @@ async fn step_down_releases_at_once_and_abstains_for_a_ttl() {
     eventually(
         cfg.ttl() + cfg.retry_interval() * 3,
         "first node follows again",
-        || matches!(role(&groups[leader]), Role::Follower { .. }),
+        || is_follower(&groups[leader]),
     )
     .await;
     for n in nodes {
@@ -154,14 +157,7 @@ async fn crash_takeover_wakes_at_lease_expiry() {
     let (mut nodes, mut groups) = three(&redis, cfg).await;
     let leader = one_leader(&refs(&groups), Duration::from_secs(12)).await;
     // Let the followers see the leader (their claim reads the PTTL).
-    eventually(Duration::from_secs(12), "followers see the leader", || {
-        groups
-            .iter()
-            .filter(|g| matches!(role(g), Role::Follower { .. }))
-            .count()
-            == 2
-    })
-    .await;
+    followers_see_the_leader(&groups, Duration::from_secs(12)).await;
     let start = Instant::now();
     drop(nodes.remove(leader));
     groups.remove(leader);
@@ -185,14 +181,7 @@ async fn followers_wake_on_release_not_on_their_retry_tick() {
     };
     let (nodes, groups) = three(&redis, cfg).await;
     let leader = one_leader(&refs(&groups), Duration::from_secs(12)).await;
-    eventually(Duration::from_secs(12), "followers see the leader", || {
-        groups
-            .iter()
-            .filter(|g| matches!(role(g), Role::Follower { .. }))
-            .count()
-            == 2
-    })
-    .await;
+    followers_see_the_leader(&groups, Duration::from_secs(12)).await;
     let start = Instant::now();
     nodes[leader].step_down(GROUP).await.unwrap();
     one_leader(&refs(&groups), Duration::from_millis(500)).await;
@@ -217,10 +206,7 @@ async fn unclean_restart_with_stable_id_reclaims_at_boot() {
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
     let b = node(&redis, "test/other").await;
     let gb = b.join(GROUP, cfg).unwrap();
-    eventually(Duration::from_secs(3), "b follows", || {
-        matches!(role(&gb), Role::Follower { .. })
-    })
-    .await;
+    eventually(Duration::from_secs(3), "b follows", || is_follower(&gb)).await;
     let old_term = ga.leader_term().unwrap();
     drop(a); // crash, lease left behind
     drop(ga);

@@ -269,3 +269,16 @@ impl Drop for Subscription {
         let _ = self.child.wait();
     }
 }
+
+pub fn is_follower(group: &Group) -> bool {
+    matches!(role(group), Role::Follower { .. })
+}
+
+/// Waits until every group handle but the leader's follows: their last claim
+/// read the lease's expiry, so they wake when it is due.
+pub async fn followers_see_the_leader(groups: &[leasehold::Group], limit: Duration) {
+    eventually(limit, "followers see the leader", || {
+        groups.iter().filter(|g| is_follower(g)).count() == groups.len() - 1
+    })
+    .await;
+}
