@@ -76,6 +76,18 @@ pub const PUBLISH_BATCH_BYTES: usize = 1024 * 1024;
 /// Bound on user-facing calls (publish, subscribe, introspection).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Where the agent's local HTTP API listens unless told otherwise: loopback,
+/// so only the pod's own containers can ask it to step down.
+pub const DEFAULT_AGENT_LISTEN: &str = "127.0.0.1:4040";
+
+/// Exec mode: how long a command has between SIGTERM and SIGKILL once its
+/// pod stops leading. Keep it short: until it is over, the command may still
+/// be running while a successor's starts.
+pub const DEFAULT_EXEC_GRACE_MS: u64 = 5_000;
+
+/// Longest exec-mode grace period accepted.
+pub const MAX_EXEC_GRACE_MS: u64 = 600_000;
+
 /// A refused option value. The message is meant for the person who set it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
@@ -94,6 +106,12 @@ pub enum ConfigError {
     },
     #[error("{kind} {value:?} is invalid: {reason}; allowed are 1 to {MAX_ID_BYTES} bytes of ASCII letters, digits, '_', '-', '.' and '/'")]
     InvalidName {
+        kind: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+    #[error("{kind} {value:?} is invalid: {reason}; a Kubernetes object name is 1 to {MAX_ID_BYTES} bytes of lowercase letters, digits, '-' and '.', starting and ending with a letter or digit")]
+    InvalidObjectName {
         kind: &'static str,
         value: String,
         reason: &'static str,
@@ -277,6 +295,37 @@ pub fn validate_name(kind: &'static str, value: &str) -> Result<(), ConfigError>
         .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/'))
     {
         return fail("it contains a character outside the allowed set");
+    }
+    Ok(())
+}
+
+/// Checks the name of a Kubernetes object, such as a LeaderGroup: a DNS
+/// subdomain (lowercase letters, digits, '-' and '.', starting and ending
+/// with a letter or digit, at most 253 bytes). The agent puts it in URL
+/// paths and file names, where a '/' would not do.
+pub fn validate_object_name(kind: &'static str, value: &str) -> Result<(), ConfigError> {
+    let fail = |reason| {
+        Err(ConfigError::InvalidObjectName {
+            kind,
+            value: value.to_owned(),
+            reason,
+        })
+    };
+    if value.is_empty() {
+        return fail("it is empty");
+    }
+    if value.len() > MAX_ID_BYTES {
+        return fail("it is too long");
+    }
+    if !value
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.'))
+    {
+        return fail("it contains a character outside the allowed set");
+    }
+    let edge = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    if !edge(value.as_bytes()[0]) || !edge(value.as_bytes()[value.len() - 1]) {
+        return fail("it must start and end with a letter or digit");
     }
     Ok(())
 }

@@ -19,6 +19,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod agent;
 pub mod config;
 pub mod controller;
 pub mod election;
@@ -26,6 +27,7 @@ pub mod events;
 pub mod inbox;
 pub mod node;
 pub mod store;
+pub mod signal;
 pub mod telemetry;
 
 mod task;

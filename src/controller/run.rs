@@ -60,25 +60,7 @@ pub async fn run(args: ControllerArgs) -> Result<(), String> {
     let client = kube::Client::try_default()
         .await
         .map_err(|e| format!("no Kubernetes client (in-cluster or KUBECONFIG): {e}"))?;
-    run_with(client, args, shutdown_signal()).await
-}
-
-/// Resolves on SIGTERM or SIGINT.
-async fn shutdown_signal() {
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => return std::future::pending().await,
-            };
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = tokio::signal::ctrl_c().await;
+    run_with(client, args, crate::signal::shutdown()).await
 }
 
 /// The controller with a given client (tests pass a mock API server's) until

@@ -176,23 +176,44 @@ impl Store {
     /// connection is made lazily: a Redis that is down at start is normal
     /// weather, and the first calls fail and are retried like any other.
     pub fn connect(url: &str, prefix: &str) -> Result<Self, ConnectError> {
-        Self::open(url, prefix, None)
+        Self::open(url, prefix, None, None)
     }
 
     /// Like [`Store::connect`], for a `rediss://` URL whose server certificate
     /// is signed by the CA in `ca_pem` (PEM) rather than a public one.
     pub fn connect_with_ca(url: &str, prefix: &str, ca_pem: &[u8]) -> Result<Self, ConnectError> {
-        Self::open(url, prefix, Some(ca_pem))
+        Self::open(url, prefix, Some(ca_pem), None)
     }
 
-    fn open(url: &str, prefix: &str, ca_pem: Option<&[u8]>) -> Result<Self, ConnectError> {
+    /// Like [`Store::connect`], with the password given apart from the URL
+    /// (read from a mounted secret file, say) and, for a private CA, its
+    /// certificate. A password here wins over one in the URL.
+    pub fn connect_with(
+        url: &str,
+        prefix: &str,
+        password: Option<&str>,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Self, ConnectError> {
+        Self::open(url, prefix, ca_pem, password)
+    }
+
+    fn open(
+        url: &str,
+        prefix: &str,
+        ca_pem: Option<&[u8]>,
+        password: Option<&str>,
+    ) -> Result<Self, ConnectError> {
         config::validate_prefix(prefix)?;
         // rustls needs a process-wide crypto provider; a second install is a no-op error.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let info = url
+        let mut info = url
             .into_connection_info()
             .map_err(ConnectError::Url)?
             .set_tcp_settings(tcp_settings());
+        if let Some(password) = password {
+            let settings = info.redis_settings().clone().set_password(password);
+            info = info.set_redis_settings(settings);
+        }
         let client = match ca_pem {
             None => redis::Client::open(info),
             Some(pem) => redis::Client::build_with_tls(

@@ -282,3 +282,27 @@ impl ControllerMetrics {
         out
     }
 }
+
+/// The agent's gauges, computed at scrape time from its groups: whether this
+/// pod leads each one and under which term. Group names come from the
+/// agent's own flags, a small fixed set, so they are safe as label values.
+pub fn agent_gauges(groups: &[(&str, Option<u64>)]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# HELP leasehold_agent_leader Whether this pod leads the group (1) or not (0).\n# TYPE leasehold_agent_leader gauge");
+    for (group, term) in groups {
+        let _ = writeln!(
+            out,
+            "leasehold_agent_leader{{group=\"{group}\"}} {}",
+            u8::from(term.is_some())
+        );
+    }
+    let _ = writeln!(out, "# HELP leasehold_agent_term The term under which this pod leads the group (0 when it does not).\n# TYPE leasehold_agent_term gauge");
+    for (group, term) in groups {
+        let _ = writeln!(
+            out,
+            "leasehold_agent_term{{group=\"{group}\"}} {}",
+            term.unwrap_or(0)
+        );
+    }
+    out
+}

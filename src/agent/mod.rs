@@ -1,0 +1,320 @@
+//! `leasehold agent`: the sidecar. One node per pod, named `NAMESPACE/POD`,
+//! campaigns for the pod's LeaderGroups (engine group `NAMESPACE/NAME`) and
+//! tells the pod what it is: through a local HTTP API ([`api`]), a file per
+//! group ([`role_file`]) and, in exec mode ([`exec`]), by running a command
+//! only while it leads. It talks to Redis only; the controller reflects what
+//! it does into Kubernetes.
+//!
+//! One task owns the [`Node`]. It carries out step-downs asked for through
+//! the API, and on SIGTERM or SIGINT it stops the exec'd command first and
+//! releases the leases second, so a successor never starts its copy of the
+//! command while this pod's still runs.
+
+mod api;
+mod exec;
+mod role_file;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc};
+
+use crate::config::{
+    self, validate_name, validate_object_name, ElectionConfig, NodeConfig, DEFAULT_PREFIX,
+};
+use crate::events::Event;
+use crate::telemetry::http;
+use crate::{Group, Node, NodeOptions, Store};
+
+pub use api::{GroupView, Status};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentArgs {
+    /// Redis holding the engine's state: redis://[user[:password]@]host[:port][/db], or rediss:// for TLS.
+    #[arg(long, env = "LEASEHOLD_REDIS_URL")]
+    pub redis_url: String,
+    /// File holding the Redis password (a mounted Secret); wins over a password in the URL.
+    #[arg(long, env = "LEASEHOLD_REDIS_PASSWORD_FILE")]
+    pub redis_password_file: Option<PathBuf>,
+    /// PEM file of the CA that signed a rediss:// server's certificate, if not a public one.
+    #[arg(long, env = "LEASEHOLD_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<PathBuf>,
+    /// Key prefix in Redis (the same for the controller and every agent).
+    #[arg(long, env = "LEASEHOLD_PREFIX", default_value = DEFAULT_PREFIX)]
+    pub prefix: String,
+    /// The pod's name (downward API); the node id is NAMESPACE/POD_NAME.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// The pod's namespace (downward API): the namespace of the LeaderGroups.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// Node id to use instead of NAMESPACE/POD_NAME (outside Kubernetes).
+    #[arg(long, env = "LEASEHOLD_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Name of a LeaderGroup in the namespace to campaign for; repeat it, or separate names with commas.
+    #[arg(
+        long = "group",
+        value_name = "NAME",
+        env = "LEASEHOLD_GROUPS",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub groups: Vec<String>,
+    /// Address of the local HTTP API, probes and metrics.
+    #[arg(long, env = "LEASEHOLD_LISTEN", default_value = config::DEFAULT_AGENT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Directory where the agent keeps one file per group, holding `leader TERM`, `follower`, `candidate`, `abstaining` or `stopped`.
+    #[arg(long, env = "LEASEHOLD_ROLE_DIR")]
+    pub role_dir: Option<PathBuf>,
+    /// Lease time to live, ms, until the controller writes the LeaderGroup's own.
+    #[arg(long, env = "LEASEHOLD_TTL_MS", default_value_t = ElectionConfig::default().ttl_ms)]
+    pub ttl_ms: u64,
+    /// How often the leader renews, ms (less than the ttl).
+    #[arg(long, env = "LEASEHOLD_RENEW_INTERVAL_MS", default_value_t = ElectionConfig::default().renew_interval_ms)]
+    pub renew_interval_ms: u64,
+    /// How often a follower tries to claim at the latest, ms.
+    #[arg(long, env = "LEASEHOLD_RETRY_INTERVAL_MS", default_value_t = ElectionConfig::default().retry_interval_ms)]
+    pub retry_interval_ms: u64,
+    /// How long the node stays registered without a heartbeat, ms.
+    #[arg(long, env = "LEASEHOLD_NODE_LEASE_MS", default_value_t = NodeConfig::default().lease_duration_ms)]
+    pub node_lease_ms: u64,
+    /// Exec mode: time between SIGTERM and SIGKILL when the command must stop, ms.
+    #[arg(long, env = "LEASEHOLD_GRACE_PERIOD_MS", default_value_t = config::DEFAULT_EXEC_GRACE_MS)]
+    pub grace_period_ms: u64,
+    /// Exec mode: the command (after `--`) to run only while this pod leads its one group.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// The arguments, checked: what the agent will do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub node_id: String,
+    /// `(LeaderGroup name, engine group NAMESPACE/NAME)`.
+    pub groups: Vec<(String, String)>,
+    pub election: ElectionConfig,
+    pub node: NodeConfig,
+    pub grace: Duration,
+    pub command: Vec<String>,
+}
+
+impl Settings {
+    /// Checks every flag and names the one at fault, before anything starts.
+    pub fn from_args(args: &AgentArgs) -> Result<Self, String> {
+        validate_object_name("--namespace", &args.namespace).map_err(|e| e.to_string())?;
+        let node_id = match (&args.node_id, &args.pod_name) {
+            (Some(id), _) => id.clone(),
+            (None, Some(pod)) => {
+                validate_object_name("POD_NAME", pod).map_err(|e| e.to_string())?;
+                format!("{}/{pod}", args.namespace)
+            }
+            (None, None) => {
+                return Err(
+                    "no node id: set POD_NAME (from the downward API) or --node-id".to_owned(),
+                )
+            }
+        };
+        validate_name("--node-id", &node_id).map_err(|e| e.to_string())?;
+        let mut groups = Vec::new();
+        for name in &args.groups {
+            validate_object_name("--group", name).map_err(|e| e.to_string())?;
+            if groups.iter().any(|(n, _)| n == name) {
+                return Err(format!("--group {name:?} is given twice"));
+            }
+            groups.push((name.clone(), format!("{}/{name}", args.namespace)));
+        }
+        if groups.is_empty() {
+            return Err("--group: at least one LeaderGroup name is needed".to_owned());
+        }
+        let election = ElectionConfig {
+            ttl_ms: args.ttl_ms,
+            renew_interval_ms: args.renew_interval_ms,
+            retry_interval_ms: args.retry_interval_ms,
+        };
+        election
+            .validate()
+            .map_err(|e| format!("--ttl-ms/--renew-interval-ms/--retry-interval-ms: {e}"))?;
+        let node = NodeConfig::with_lease(args.node_lease_ms);
+        node.validate()
+            .map_err(|e| format!("--node-lease-ms: {e}"))?;
+        if args.grace_period_ms > config::MAX_EXEC_GRACE_MS {
+            return Err(format!(
+                "--grace-period-ms = {} is out of range: it must be a whole number of milliseconds from 0 to {}",
+                args.grace_period_ms,
+                config::MAX_EXEC_GRACE_MS
+            ));
+        }
+        if !args.command.is_empty() {
+            if groups.len() != 1 {
+                return Err(format!(
+                    "exec mode runs the command while this pod leads one group; {} --group flags were given",
+                    groups.len()
+                ));
+            }
+            exec::check_program(&args.command[0])?;
+        }
+        Ok(Self {
+            node_id,
+            groups,
+            election,
+            node,
+            grace: Duration::from_millis(args.grace_period_ms),
+            command: args.command.clone(),
+        })
+    }
+}
+
+fn read_secret(flag: &str, path: &Option<PathBuf>) -> Result<Option<Vec<u8>>, String> {
+    path.as_ref()
+        .map(|p| std::fs::read(p).map_err(|e| format!("{flag} {}: {e}", p.display())))
+        .transpose()
+}
+
+/// A step-down asked for through the API, answered by the task owning the node.
+pub(crate) struct StepDown {
+    pub group: String,
+    pub reply: tokio::sync::oneshot::Sender<Result<bool, crate::Error>>,
+}
+
+/// Why the agent stopped.
+enum Exit {
+    Signal,
+    Command(u8),
+    Displaced,
+    Failed(String),
+}
+
+/// Runs the agent until SIGTERM/SIGINT (exit code 0), or in exec mode until
+/// the command ends by itself while leading (its exit code).
+pub async fn run(args: AgentArgs) -> Result<u8, String> {
+    // Installed first, so a SIGTERM during start-up is still graceful.
+    let shutdown = crate::signal::shutdown();
+    let settings = Settings::from_args(&args)?;
+    let password = read_secret("--redis-password-file", &args.redis_password_file)?
+        .map(|p| String::from_utf8_lossy(&p).trim_end_matches(['\r', '\n']).to_owned());
+    let ca = read_secret("--redis-ca-file", &args.redis_ca_file)?;
+    let store = Store::connect_with(
+        &args.redis_url,
+        &args.prefix,
+        password.as_deref(),
+        ca.as_deref(),
+    )
+    .map_err(|e| format!("--redis-url: {e}"))?;
+    let listener = http::bind(args.listen).await?;
+    let role_files = match &args.role_dir {
+        Some(dir) => Some(role_file::RoleFiles::create(dir.clone())?),
+        None => None,
+    };
+
+    let mut metadata = vec![
+        ("agent".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+        ("namespace".to_owned(), args.namespace.clone()),
+    ];
+    if let Some(pod) = &args.pod_name {
+        metadata.push(("pod".to_owned(), pod.clone()));
+    }
+    let options = NodeOptions {
+        metadata,
+        ..Default::default()
+    };
+    let node = Node::start_with(store.clone(), &settings.node_id, settings.node, options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut events = node.events();
+    let mut groups: Vec<(String, Group)> = Vec::new();
+    for (name, full) in &settings.groups {
+        let group = node
+            .join(full, settings.election)
+            .map_err(|e| format!("--group {name}: {e}"))?;
+        groups.push((name.clone(), group));
+    }
+
+    let (step_downs, mut requests) = mpsc::channel::<StepDown>(16);
+    let state = Arc::new(api::State {
+        node_id: settings.node_id.clone(),
+        namespace: args.namespace.clone(),
+        groups: groups.clone(),
+        store,
+        step_downs,
+    });
+    let server = tokio::spawn(http::serve(listener, move |method, path| {
+        api::respond(state.clone(), method, path)
+    }));
+    let watchers = role_files.as_ref().map(|files| files.watch(&groups));
+    let mut command = (!settings.command.is_empty()).then(|| {
+        let (name, group) = &groups[0];
+        exec::Exec::spawn(
+            settings.command.clone(),
+            name.clone(),
+            group.clone(),
+            settings.node_id.clone(),
+            settings.grace,
+        )
+    });
+    tracing::info!(
+        node = %settings.node_id,
+        groups = ?settings.groups.iter().map(|g| &g.1).collect::<Vec<_>>(),
+        listen = %args.listen,
+        exec = command.is_some(),
+        "agent started"
+    );
+
+    tokio::pin!(shutdown);
+    let exit = loop {
+        tokio::select! {
+            _ = &mut shutdown => break Exit::Signal,
+            Some(request) = requests.recv() => {
+                let full = format!("{}/{}", args.namespace, request.group);
+                let result = node.step_down(&full).await;
+                tracing::info!(group = %full, ?result, "step-down asked through the API");
+                let _ = request.reply.send(result);
+            }
+            ended = async { command.as_mut().expect("guarded").ended().await }, if command.is_some() => {
+                command = None;
+                break match ended {
+                    Ok(code) => Exit::Command(code),
+                    Err(e) => Exit::Failed(e),
+                };
+            }
+            event = events.recv() => match event {
+                Ok(Event::Displaced { by_incarnation, .. }) => {
+                    tracing::error!(%by_incarnation, "another process took over this node id");
+                    break Exit::Displaced;
+                }
+                Err(broadcast::error::RecvError::Closed) => break Exit::Failed("the node's event stream ended".into()),
+                _ => {}
+            },
+        }
+    };
+
+    // The command first: nothing may run as leader once the lease is free.
+    if let Some(command) = command {
+        command.stop().await;
+    }
+    server.abort();
+    drop(watchers);
+    let closed = node.close().await;
+    if let Some(files) = &role_files {
+        files.write_stopped(&groups);
+    }
+    match exit {
+        Exit::Signal => {
+            if let Err(e) = closed {
+                tracing::warn!(error = %e, "leases released; removing the registration failed (it expires on its own)");
+            }
+            tracing::info!("agent stopped");
+            Ok(0)
+        }
+        Exit::Command(code) => {
+            tracing::info!(code, "the command ended by itself; the agent stops with its exit code");
+            Ok(code)
+        }
+        Exit::Displaced => Err(format!(
+            "another live process took over node id {:?}; this agent stopped campaigning",
+            settings.node_id
+        )),
+        Exit::Failed(message) => Err(message),
+    }
+}
