@@ -26,8 +26,8 @@ pub mod election;
 pub mod events;
 pub mod inbox;
 pub mod node;
-pub mod store;
 pub mod signal;
+pub mod store;
 pub mod telemetry;
 
 mod task;
@@ -37,7 +37,7 @@ pub use election::{Group, Role};
 pub use events::{Event, LostReason};
 pub use inbox::topic::TopicError;
 pub use inbox::{Delivery, Inbox, Message, Overflow, PublishOptions, Published, Retain};
-pub use node::{Node, NodeOptions};
+pub use node::{Node, NodeOptions, StepDownRequest};
 pub use store::{ConnectError, NodeInfo, Store, StoreError};
 
 /// Every error the engine's API returns.

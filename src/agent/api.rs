@@ -117,7 +117,10 @@ pub(crate) async fn respond(state: Arc<State>, method: String, path: String) -> 
         }
         (_, ["v1", "groups", name, action]) => {
             let Some((_, group)) = state.groups.iter().find(|(n, _)| n == name) else {
-                return error(404, format!("this agent does not campaign for group {name:?}"));
+                return error(
+                    404,
+                    format!("this agent does not campaign for group {name:?}"),
+                );
             };
             match (method.as_str(), *action) {
                 ("GET", "leader") => {
@@ -161,7 +164,10 @@ mod tests {
     #[test]
     fn a_lease_that_ran_out_locally_is_not_reported_as_leading() {
         let v = view("ns/g", &Role::Leader { term: 4 }, None, "ns/me");
-        assert_eq!((v.role.as_str(), v.term, v.leader), ("candidate", None, None));
+        assert_eq!(
+            (v.role.as_str(), v.term, v.leader),
+            ("candidate", None, None)
+        );
         let v = view("ns/g", &Role::Leader { term: 4 }, Some(4), "ns/me");
         assert_eq!(
             (v.role.as_str(), v.term, v.leader.as_deref()),

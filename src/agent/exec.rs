@@ -2,10 +2,13 @@
 //!
 //! The command starts when the local lease view says this node leads, with
 //! `LEASEHOLD_GROUP`, `LEASEHOLD_TERM` and `LEASEHOLD_NODE_ID` in its
-//! environment. The moment that view turns false (the lease was lost, expired
-//! locally, or was released by a step-down) the command's whole process
-//! group gets SIGTERM, and SIGKILL after the grace period; it starts again,
-//! under the new term, if this pod wins again. If the command ends by itself
+//! environment. Its whole process group gets SIGTERM, and SIGKILL after the
+//! grace period, when the lease is lost, and also *before* it could run out:
+//! once less than the grace period is left (renewals failing), so the
+//! command is gone before Redis can give the lease to another node. A
+//! step-down and a graceful stop of the agent stop the command first and
+//! release the lease after. The command starts again, under a new term, if
+//! this pod wins again. If the command ends by itself
 //! while leading, the agent ends too, with the command's exit code, so the
 //! pod's restart policy decides what happens next.
 //!
@@ -18,7 +21,7 @@ use std::process::{ExitStatus, Stdio};
 use std::time::Duration;
 
 use tokio::process::{Child, Command};
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use crate::Group;
@@ -56,9 +59,18 @@ pub fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
+/// What the agent asks of the supervisor.
+enum Control {
+    /// Stop the command before a step-down releases the lease, and do not
+    /// start it again under the same term; answered once it is gone.
+    HandOver(oneshot::Sender<()>),
+    /// Stop the command for good; the agent is shutting down.
+    Stop,
+}
+
 /// The supervising task.
 pub(crate) struct Exec {
-    stop: Option<oneshot::Sender<()>>,
+    control: mpsc::UnboundedSender<Control>,
     task: JoinHandle<Result<u8, String>>,
 }
 
@@ -70,12 +82,9 @@ impl Exec {
         node_id: String,
         grace: Duration,
     ) -> Self {
-        let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(supervise(command, name, group, node_id, grace, stopped));
-        Self {
-            stop: Some(stop),
-            task,
-        }
+        let (control, requests) = mpsc::unbounded_channel();
+        let task = tokio::spawn(supervise(command, name, group, node_id, grace, requests));
+        Self { control, task }
     }
 
     /// Resolves when the command ended by itself while leading (its exit
@@ -86,12 +95,18 @@ impl Exec {
             .map_err(|e| format!("exec supervisor failed: {e}"))?
     }
 
-    /// Stops the command if it runs (SIGTERM, SIGKILL after the grace
-    /// period) and waits until it is gone.
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
+    /// Stops the command if it runs, before a step-down; returns once it is
+    /// gone (SIGTERM, SIGKILL after the grace period).
+    pub async fn hand_over(&self) {
+        let (done, gone) = oneshot::channel();
+        if self.control.send(Control::HandOver(done)).is_ok() {
+            let _ = gone.await;
         }
+    }
+
+    /// Stops the command if it runs and waits until it is gone.
+    pub async fn stop(mut self) {
+        let _ = self.control.send(Control::Stop);
         let _ = (&mut self.task).await;
     }
 }
@@ -155,23 +170,43 @@ fn kill_stragglers(pgid: Option<u32>) {
     }
 }
 
+/// The term under which the command may run now: this node leads, and its
+/// local lease holds for longer than the command could take to stop. So a
+/// command is stopped, SIGKILL included, before the lease can expire in
+/// Redis and pass to another node, and a healthy renewal never dips below
+/// that (see the check on `--grace-period-ms`).
+fn may_run(group: &Group, grace: Duration) -> Option<u64> {
+    group
+        .leader_lease()
+        .filter(|(_, left)| *left > grace + RECHECK)
+        .map(|(term, _)| term)
+}
+
 async fn supervise(
     command: Vec<String>,
     name: String,
     group: Group,
     node_id: String,
     grace: Duration,
-    mut stop: oneshot::Receiver<()>,
+    mut control: mpsc::UnboundedReceiver<Control>,
 ) -> Result<u8, String> {
     let mut role = group.role();
+    // A term handed over by a step-down is not run again.
+    let mut handed_over: Option<u64> = None;
     loop {
-        // Wait to lead.
         let term = loop {
-            if let Some(term) = group.leader_term() {
-                break term;
+            match may_run(&group, grace) {
+                Some(term) if Some(term) != handed_over => break term,
+                _ => {}
             }
             tokio::select! {
-                _ = &mut stop => return Ok(0),
+                request = control.recv() => match request {
+                    Some(Control::HandOver(done)) => {
+                        handed_over = group.leader_term().or(handed_over);
+                        let _ = done.send(());
+                    }
+                    Some(Control::Stop) | None => return Ok(0),
+                },
                 changed = role.changed() => if changed.is_err() { return Ok(0) },
                 _ = tokio::time::sleep(RECHECK) => {}
             }
@@ -180,7 +215,6 @@ async fn supervise(
             .map_err(|e| format!("exec mode: cannot start {:?}: {e}", command[0]))?;
         let pgid = child.id();
         tracing::info!(group = %name, term, pid = ?pgid, "leading: command started");
-        // Run while leading under this term.
         loop {
             tokio::select! {
                 status = child.wait() => {
@@ -188,19 +222,28 @@ async fn supervise(
                     let status = status.map_err(|e| format!("exec mode: waiting for the command: {e}"))?;
                     return Ok(exit_code(status));
                 }
-                _ = &mut stop => {
-                    terminate(&mut child, pgid, grace).await;
-                    tracing::info!(group = %name, "agent stopping: command stopped");
-                    return Ok(0);
-                }
+                request = control.recv() => match request {
+                    Some(Control::HandOver(done)) => {
+                        terminate(&mut child, pgid, grace).await;
+                        tracing::info!(group = %name, term, "stepping down: command stopped");
+                        handed_over = Some(term);
+                        let _ = done.send(());
+                        break;
+                    }
+                    Some(Control::Stop) | None => {
+                        terminate(&mut child, pgid, grace).await;
+                        tracing::info!(group = %name, "agent stopping: command stopped");
+                        return Ok(0);
+                    }
+                },
                 changed = role.changed() => if changed.is_err() {
                     terminate(&mut child, pgid, grace).await;
                     return Ok(0);
                 },
                 _ = tokio::time::sleep(RECHECK) => {}
             }
-            if group.leader_term() != Some(term) {
-                tracing::warn!(group = %name, term, "leadership lost: stopping the command");
+            if may_run(&group, grace) != Some(term) {
+                tracing::warn!(group = %name, term, "leadership lost or about to run out: stopping the command");
                 terminate(&mut child, pgid, grace).await;
                 break;
             }

@@ -154,6 +154,18 @@ impl Settings {
                 ));
             }
             exec::check_program(&args.command[0])?;
+            // The command is stopped once less than the grace period is left
+            // on the lease; a healthy renewal cycle, even one slow by a retry
+            // interval, must never get there.
+            let room = election
+                .ttl_ms
+                .saturating_sub(election.renew_interval_ms + election.retry_interval_ms);
+            if args.grace_period_ms >= room {
+                return Err(format!(
+                    "--grace-period-ms = {} is too long for these timings: exec mode needs it below ttl - renew interval - retry interval = {room} ms",
+                    args.grace_period_ms
+                ));
+            }
         }
         Ok(Self {
             node_id,
@@ -186,14 +198,33 @@ enum Exit {
     Failed(String),
 }
 
+/// Steps down from `group`; in exec mode, the command of that group is
+/// stopped first, so it is gone before another pod can win the lease.
+async fn step_down(
+    node: &Node,
+    command: Option<&exec::Exec>,
+    settings: &Settings,
+    group: &str,
+) -> Result<bool, crate::Error> {
+    if let Some(command) = command {
+        if settings.groups[0].1 == group {
+            command.hand_over().await;
+        }
+    }
+    node.step_down(group).await
+}
+
 /// Runs the agent until SIGTERM/SIGINT (exit code 0), or in exec mode until
 /// the command ends by itself while leading (its exit code).
 pub async fn run(args: AgentArgs) -> Result<u8, String> {
     // Installed first, so a SIGTERM during start-up is still graceful.
     let shutdown = crate::signal::shutdown();
     let settings = Settings::from_args(&args)?;
-    let password = read_secret("--redis-password-file", &args.redis_password_file)?
-        .map(|p| String::from_utf8_lossy(&p).trim_end_matches(['\r', '\n']).to_owned());
+    let password = read_secret("--redis-password-file", &args.redis_password_file)?.map(|p| {
+        String::from_utf8_lossy(&p)
+            .trim_end_matches(['\r', '\n'])
+            .to_owned()
+    });
     let ca = read_secret("--redis-ca-file", &args.redis_ca_file)?;
     let store = Store::connect_with(
         &args.redis_url,
@@ -215,8 +246,12 @@ pub async fn run(args: AgentArgs) -> Result<u8, String> {
     if let Some(pod) = &args.pod_name {
         metadata.push(("pod".to_owned(), pod.clone()));
     }
+    // Step-downs the controller sends come here first, so exec mode can
+    // stop the command before the lease is released.
+    let (deferred_tx, mut deferred) = mpsc::unbounded_channel();
     let options = NodeOptions {
         metadata,
+        step_down_requests: Some(deferred_tx),
         ..Default::default()
     };
     let node = Node::start_with(store.clone(), &settings.node_id, settings.node, options)
@@ -267,9 +302,13 @@ pub async fn run(args: AgentArgs) -> Result<u8, String> {
             _ = &mut shutdown => break Exit::Signal,
             Some(request) = requests.recv() => {
                 let full = format!("{}/{}", args.namespace, request.group);
-                let result = node.step_down(&full).await;
+                let result = step_down(&node, command.as_ref(), &settings, &full).await;
                 tracing::info!(group = %full, ?result, "step-down asked through the API");
                 let _ = request.reply.send(result);
+            }
+            Some(request) = deferred.recv() => {
+                let result = step_down(&node, command.as_ref(), &settings, &request.group).await;
+                tracing::info!(group = %request.group, from = %request.from, ?result, "step-down asked by the controller");
             }
             ended = async { command.as_mut().expect("guarded").ended().await }, if command.is_some() => {
                 command = None;
@@ -308,7 +347,10 @@ pub async fn run(args: AgentArgs) -> Result<u8, String> {
             Ok(0)
         }
         Exit::Command(code) => {
-            tracing::info!(code, "the command ended by itself; the agent stops with its exit code");
+            tracing::info!(
+                code,
+                "the command ended by itself; the agent stops with its exit code"
+            );
             Ok(code)
         }
         Exit::Displaced => Err(format!(

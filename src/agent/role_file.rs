@@ -59,7 +59,9 @@ impl RoleFiles {
                         if text != written {
                             match write(&dir, &name, &text) {
                                 Ok(()) => written = text,
-                                Err(e) => tracing::warn!(%name, error = %e, "cannot write the role file"),
+                                Err(e) => {
+                                    tracing::warn!(%name, error = %e, "cannot write the role file")
+                                }
                             }
                         }
                         tokio::select! {

@@ -99,6 +99,17 @@ impl Group {
             .and_then(|(term, valid_until)| (Instant::now() < valid_until).then_some(term))
     }
 
+    /// The term and how much longer the local lease view holds, if this node
+    /// leads. For work that must end *before* the lease could pass to another
+    /// node: stop once the time left is shorter than the work takes to stop.
+    pub fn leader_lease(&self) -> Option<(u64, std::time::Duration)> {
+        let lease = *self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        lease
+            .leading
+            .and_then(|(term, valid_until)| (now < valid_until).then(|| (term, valid_until - now)))
+    }
+
     pub fn is_leader(&self) -> bool {
         self.leader_term().is_some()
     }

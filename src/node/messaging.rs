@@ -99,8 +99,10 @@ impl Node {
         .await
     }
 
-    /// Sends a command to another node's engine (it acts on it itself; its
-    /// application does not see it). The node must be live.
+    /// Sends a command to another node's engine. The engine acts on it
+    /// itself, never delivering it as a message, except that a node started
+    /// with [`crate::NodeOptions::step_down_requests`] hands step-downs to its
+    /// application first. The node must be live.
     pub async fn send_command(
         &self,
         node: &str,

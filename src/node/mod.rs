@@ -81,6 +81,20 @@ pub struct NodeOptions {
     /// the `local_started_at` metadata). Tests use it to prove that no expiry
     /// depends on the local clock.
     pub wall_clock_skew_ms: i64,
+    /// When set, step-down commands from other nodes (the controller turns
+    /// the LeaderGroup annotation into one) are handed here instead of
+    /// carried out at once, so the application can first stop its
+    /// leader-only work and then call [`Node::step_down`] itself.
+    pub step_down_requests: Option<mpsc::UnboundedSender<StepDownRequest>>,
+}
+
+/// A step-down another node asked for (see [`NodeOptions::step_down_requests`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepDownRequest {
+    /// The node that sent the command.
+    pub from: String,
+    /// The group to step down from.
+    pub group: String,
 }
 
 /// A registered node. See the module docs.
@@ -177,7 +191,11 @@ impl Node {
         ));
         let campaigns = Arc::new(Campaigns::new(shared.clone()));
         let command_task = Task::spawn(tracing::Instrument::instrument(
-            act_on_commands(campaigns.clone(), command_rx),
+            act_on_commands(
+                campaigns.clone(),
+                command_rx,
+                options.step_down_requests.clone(),
+            ),
             tracing::info_span!("commands", node = %id),
         ));
         Ok(Self {
@@ -290,9 +308,16 @@ impl Node {
 async fn act_on_commands(
     campaigns: Arc<Campaigns>,
     mut commands: mpsc::UnboundedReceiver<(String, Vec<u8>)>,
+    deferred: Option<mpsc::UnboundedSender<StepDownRequest>>,
 ) {
     while let Some((from, payload)) = commands.recv().await {
         match crate::inbox::command::Command::decode(&payload) {
+            Ok(crate::inbox::command::Command::StepDown { group }) if deferred.is_some() => {
+                tracing::info!(%from, %group, "step-down requested; handed to the application");
+                if let Some(tx) = &deferred {
+                    let _ = tx.send(StepDownRequest { from, group });
+                }
+            }
             Ok(crate::inbox::command::Command::StepDown { group }) => {
                 let result = campaigns.step_down(&group).await;
                 tracing::info!(%from, %group, ?result, "stepped down on request");

@@ -3,6 +3,7 @@
 //! waiting helpers with explicit bounds.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
+pub mod agent;
 pub mod proxy;
 
 use std::net::TcpListener;
@@ -167,6 +168,22 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
     let start = Instant::now();
     loop {
         if check() {
+            return start.elapsed();
+        }
+        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Like [`eventually`], for a check that has to await.
+pub async fn eventually_async<F, Fut>(limit: Duration, what: &str, mut check: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = Instant::now();
+    loop {
+        if check().await {
             return start.elapsed();
         }
         assert!(start.elapsed() < limit, "not within {limit:?}: {what}");

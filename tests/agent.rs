@@ -1,0 +1,579 @@
+//! `leasehold agent` as real processes against a real redis-server: the
+//! local API, hand-over on SIGTERM and SIGKILL, role files, exec mode, and
+//! flags refused before anything starts.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use leasehold::inbox::command::Command as EngineCommand;
+use support::agent::{args, free_port, get, post, run_to_end, Agent, RETRY_MS, TTL_MS};
+use support::proxy::Proxy;
+use support::RedisServer;
+
+const GROUP: &str = "jobs";
+
+async fn start_agents(redis: &RedisServer, n: usize) -> Vec<Agent> {
+    let mut agents = Vec::new();
+    for i in 0..n {
+        let id = format!("t/agent-{i}");
+        let port = free_port();
+        agents.push(Agent::start(&id, port, args(&id, &redis.url(), port, GROUP)).await);
+    }
+    agents
+}
+
+/// Waits until exactly one of `agents` leads and the others follow it under
+/// the same term; returns the leader's index.
+async fn agreed_leader(agents: &[Agent], limit: Duration) -> usize {
+    let start = Instant::now();
+    loop {
+        let mut roles = Vec::new();
+        for a in agents {
+            roles.push(a.role(GROUP).await);
+        }
+        let leaders: Vec<usize> = (0..agents.len())
+            .filter(|&i| matches!(&roles[i], Some((r, _)) if r == "leader"))
+            .collect();
+        if let [l] = leaders[..] {
+            let term = roles[l].as_ref().and_then(|r| r.1);
+            let all_follow = (0..agents.len())
+                .filter(|&i| i != l)
+                .all(|i| matches!(&roles[i], Some((r, t)) if r == "follower" && *t == term));
+            if all_follow {
+                return l;
+            }
+        }
+        assert!(
+            start.elapsed() < limit,
+            "no agreed leader within {limit:?}: {roles:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Time until one of `agents` (other than `except`) reports leading.
+async fn time_to_new_leader(agents: &[Agent], except: usize, limit: Duration) -> Duration {
+    let start = Instant::now();
+    loop {
+        for (i, a) in agents.iter().enumerate() {
+            if i != except && a.leads(GROUP).await {
+                return start.elapsed();
+            }
+        }
+        assert!(start.elapsed() < limit, "no new leader within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+#[tokio::test]
+async fn three_agents_agree_on_one_leader_and_the_api_says_so() {
+    let redis = RedisServer::start();
+    let agents = start_agents(&redis, 3).await;
+    let l = agreed_leader(&agents, Duration::from_secs(3)).await;
+
+    let (code, body) = get(agents[l].port, "/v1/status").await;
+    assert_eq!(code, 200);
+    let status: leasehold::agent::Status = serde_json::from_str(&body).unwrap();
+    assert_eq!(status.node, agents[l].id);
+    assert_eq!(status.groups[GROUP].group, "t/jobs");
+    assert_eq!(
+        status.groups[GROUP].leader.as_deref(),
+        Some(agents[l].id.as_str())
+    );
+
+    let follower = (l + 1) % 3;
+    let (code, body) = get(agents[follower].port, "/v1/groups/jobs/leader").await;
+    assert_eq!(code, 503, "{body}");
+    let (code, _) = get(agents[l].port, "/v1/groups/jobs/leader").await;
+    assert_eq!(code, 200);
+    let (code, _) = get(agents[l].port, "/v1/groups/other/leader").await;
+    assert_eq!(code, 404);
+    let (code, _) = get(agents[l].port, "/v1/groups/jobs/step-down").await;
+    assert_eq!(code, 405, "step-down needs POST");
+    assert_eq!(get(agents[l].port, "/readyz").await.0, 200);
+    let (code, metrics) = get(agents[l].port, "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(
+        metrics.contains("leasehold_agent_leader{group=\"jobs\"} 1"),
+        "{metrics}"
+    );
+
+    // A step-down through the API hands over; the old leader abstains.
+    let (code, body) = post(agents[l].port, "/v1/groups/jobs/step-down").await;
+    assert_eq!(code, 200, "{body}");
+    assert!(body.contains("\"wasLeader\":true"), "{body}");
+    let took = time_to_new_leader(&agents, l, Duration::from_secs(2)).await;
+    assert_eq!(agents[l].role(GROUP).await.unwrap().0, "abstaining");
+    assert!(
+        took < Duration::from_millis(3 * RETRY_MS),
+        "step-down handover took {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_on_the_leader_hands_over_within_the_retry_interval() {
+    let redis = RedisServer::start();
+    let mut agents = start_agents(&redis, 3).await;
+    let l = agreed_leader(&agents, Duration::from_secs(3)).await;
+    agents[l].signal("-TERM");
+    // The seed promises one retry interval; the margin is two more.
+    let took = time_to_new_leader(&agents, l, Duration::from_secs(5)).await;
+    eprintln!("SIGTERM -> new leader: {took:?}");
+    assert!(
+        took <= Duration::from_millis(3 * RETRY_MS),
+        "graceful handover took {took:?}, bound {} ms",
+        3 * RETRY_MS
+    );
+    let status = agents[l].exited_within(Duration::from_secs(3)).await;
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "SIGTERM must end the agent with 0, got {status:?}"
+    );
+    // It left the registry at once.
+    assert_eq!(
+        redis.cli(&["EXISTS", &format!("lh:node:{{{}}}", agents[l].id)]),
+        "0"
+    );
+}
+
+#[tokio::test]
+async fn sigkill_on_the_leader_hands_over_within_ttl_plus_retry() {
+    let redis = RedisServer::start();
+    let mut agents = start_agents(&redis, 3).await;
+    let l = agreed_leader(&agents, Duration::from_secs(3)).await;
+    agents[l].signal("-KILL");
+    let took = time_to_new_leader(&agents, l, Duration::from_secs(10)).await;
+    eprintln!("SIGKILL -> new leader: {took:?}");
+    let bound = Duration::from_millis(TTL_MS + 3 * RETRY_MS);
+    assert!(
+        took <= bound,
+        "crash takeover took {took:?}, bound {bound:?}"
+    );
+    assert!(agents[l]
+        .exited_within(Duration::from_secs(1))
+        .await
+        .is_some());
+}
+
+#[tokio::test]
+async fn a_step_down_command_from_the_controller_reaches_the_agent() {
+    let redis = RedisServer::start();
+    let agents = start_agents(&redis, 2).await;
+    let l = agreed_leader(&agents, Duration::from_secs(3)).await;
+    // The controller's path: a command into the leader node's inbox.
+    let sender = support::node(&redis, "t/controller").await;
+    sender
+        .send_command(
+            &agents[l].id,
+            &EngineCommand::StepDown {
+                group: "t/jobs".into(),
+            },
+        )
+        .await
+        .unwrap();
+    let took = time_to_new_leader(&agents, l, Duration::from_secs(2)).await;
+    assert!(took < Duration::from_millis(3 * RETRY_MS), "took {took:?}");
+    assert_eq!(agents[l].role(GROUP).await.unwrap().0, "abstaining");
+}
+
+#[tokio::test]
+async fn role_files_follow_the_role_and_say_stopped_at_exit() {
+    let redis = RedisServer::start();
+    let dir = std::env::temp_dir().join(format!("leasehold-roles-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let (dir_a, dir_b) = (dir.join("a"), dir.join("b"));
+    let mut agents = Vec::new();
+    for (id, d) in [("t/a", &dir_a), ("t/b", &dir_b)] {
+        let port = free_port();
+        let mut a = args(id, &redis.url(), port, GROUP);
+        a.extend(["--role-dir".into(), d.display().to_string()]);
+        agents.push(Agent::start(id, port, a).await);
+    }
+    let l = agreed_leader(&agents, Duration::from_secs(3)).await;
+    let dirs = [&dir_a, &dir_b];
+    let read = |i: usize| std::fs::read_to_string(dirs[i].join(GROUP)).unwrap_or_default();
+    support::eventually(Duration::from_secs(1), "role files written", || {
+        read(l).starts_with("leader ") && read(1 - l) == "follower\n"
+    })
+    .await;
+    let term: u64 = read(l).trim()["leader ".len()..].parse().unwrap();
+
+    agents[l].signal("-TERM");
+    assert!(agents[l]
+        .exited_within(Duration::from_secs(3))
+        .await
+        .is_some());
+    assert_eq!(read(l), "stopped\n");
+    support::eventually(Duration::from_secs(1), "the other file says leader", || {
+        read(1 - l) == format!("leader {}\n", term + 1)
+    })
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[tokio::test]
+async fn the_password_can_come_from_a_file() {
+    let redis = RedisServer::start_with_password("s3cret/with:odd@chars");
+    let file = std::env::temp_dir().join(format!("leasehold-pw-{}", std::process::id()));
+    std::fs::write(&file, "s3cret/with:odd@chars\n").unwrap();
+    let port = free_port();
+    let mut a = args(
+        "t/a",
+        &format!("redis://127.0.0.1:{}", redis.port),
+        port,
+        GROUP,
+    );
+    a.extend(["--redis-password-file".into(), file.display().to_string()]);
+    let agent = Agent::start("t/a", port, a).await;
+    support::eventually_async(Duration::from_secs(3), "the agent leads", || {
+        agent.leads(GROUP)
+    })
+    .await;
+    let _ = std::fs::remove_file(&file);
+}
+
+/// One line of the exec test's log, written by the command itself.
+#[derive(Debug)]
+struct Line {
+    what: String,
+    node: String,
+    at_ns: u128,
+    pid: Option<u32>,
+}
+
+fn read_log(path: &std::path::Path) -> Vec<Line> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some(Line {
+                what: f.first()?.to_string(),
+                node: f.get(1)?.to_string(),
+                at_ns: f.get(3)?.parse().ok()?,
+                pid: f.get(4).and_then(|p| p.parse().ok()),
+            })
+        })
+        .collect()
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// Whether `pid` still runs (a zombie, killed but not yet reaped by
+/// whichever process adopted it, does not count).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| {
+            let state = stat
+                .rsplit_once(')')?
+                .1
+                .split_whitespace()
+                .next()?
+                .to_owned();
+            Some(state != "Z" && state != "X")
+        })
+        .unwrap_or(false)
+}
+
+async fn wait_for_line(
+    log: &std::path::Path,
+    what: &str,
+    node: &str,
+    n: usize,
+    limit: Duration,
+) -> Line {
+    let start = Instant::now();
+    loop {
+        let mut lines: Vec<Line> = read_log(log)
+            .into_iter()
+            .filter(|l| l.what == what && l.node == node)
+            .collect();
+        if lines.len() >= n {
+            return lines.swap_remove(n - 1);
+        }
+        assert!(
+            start.elapsed() < limit,
+            "no {what} #{n} of {node} within {limit:?}: {:?}",
+            read_log(log)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_mode_runs_the_command_only_while_leading_and_never_twice() {
+    // Longer ttl than the other tests: the command is stopped a grace period
+    // before the lease could run out, and the bound is the lease itself.
+    const TTL: u64 = 2000;
+    const GRACE: u64 = 500;
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(redis.port).await;
+    let log = std::env::temp_dir().join(format!("leasehold-exec-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    // The command takes 300 ms to stop after SIGTERM, so a successor that
+    // started before it was gone would show in the log.
+    let script = format!(
+        "echo \"start $LEASEHOLD_NODE_ID $LEASEHOLD_TERM $(date +%s%N) $$\" >> {log}; \
+         trap 'sleep 0.3; echo \"stop $LEASEHOLD_NODE_ID $LEASEHOLD_TERM $(date +%s%N)\" >> {log}; exit 0' TERM; \
+         while :; do sleep 0.01 2>/dev/null; done",
+        log = log.display()
+    );
+    let exec_args = |id: &str, url: &str, port: u16| {
+        let mut a = args(id, url, port, GROUP);
+        let ttl = a.iter().position(|x| x == "--ttl-ms").unwrap() + 1;
+        a[ttl] = TTL.to_string();
+        a.extend(["--grace-period-ms".into(), GRACE.to_string()]);
+        a.extend(["--".into(), "sh".into(), "-c".into(), script.clone()]);
+        a
+    };
+    let (port_a, port_b) = (free_port(), free_port());
+    // a talks to Redis directly, b through the proxy (so b can be cut off).
+    let mut a = Agent::start("t/a", port_a, exec_args("t/a", &redis.url(), port_a)).await;
+    let first = wait_for_line(&log, "start", "t/a", 1, Duration::from_secs(3)).await;
+    let b = Agent::start("t/b", port_b, exec_args("t/b", &proxy.url(), port_b)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        read_log(&log).iter().all(|l| l.node == "t/a"),
+        "a follower ran the command: {:?}",
+        read_log(&log)
+    );
+
+    // 1. Step-down through the API: the command is gone when the call returns.
+    let (code, body) = post(port_a, "/v1/groups/jobs/step-down").await;
+    assert_eq!(code, 200, "{body}");
+    assert!(
+        read_log(&log)
+            .iter()
+            .any(|l| l.what == "stop" && l.node == "t/a"),
+        "the step-down answered before the command stopped"
+    );
+    assert!(!alive(first.pid.unwrap()));
+    wait_for_line(&log, "start", "t/b", 1, Duration::from_secs(2)).await;
+
+    // 2. b loses Redis: its command stops before the lease can expire there.
+    let cut = now_ns();
+    proxy.pause();
+    let stop_b = wait_for_line(&log, "stop", "t/b", 1, Duration::from_secs(5)).await;
+    let stopped_after = Duration::from_nanos((stop_b.at_ns - cut) as u64);
+    eprintln!("b cut off -> command stopped after {stopped_after:?}");
+    assert!(
+        stopped_after < Duration::from_millis(TTL),
+        "the command outlived the lease: stopped {stopped_after:?} after the cut, ttl {TTL} ms"
+    );
+    let second = wait_for_line(&log, "start", "t/a", 2, Duration::from_secs(5)).await;
+    assert!(second.at_ns > stop_b.at_ns, "a started before b stopped");
+    proxy.resume();
+
+    // 3. SIGKILL of the leading agent takes its command with it.
+    a.signal("-KILL");
+    assert!(a.exited_within(Duration::from_secs(1)).await.is_some());
+    support::eventually(
+        Duration::from_millis(4 * RETRY_MS),
+        "a's command died with it",
+        || !alive(second.pid.unwrap()),
+    )
+    .await;
+    let a_gone = now_ns();
+    let third = wait_for_line(&log, "start", "t/b", 2, Duration::from_secs(10)).await;
+    assert!(
+        third.at_ns > a_gone,
+        "b started before a's command was gone"
+    );
+
+    // Never two at once: starts and stops alternate, one node at a time.
+    // a's second run ended by SIGKILL, without a stop line: add its end.
+    let mut lines = read_log(&log);
+    lines.push(Line {
+        what: "stop".into(),
+        node: "t/a".into(),
+        at_ns: a_gone,
+        pid: None,
+    });
+    lines.sort_by_key(|l| l.at_ns);
+    let mut running: Option<&str> = None;
+    for l in &lines {
+        if l.what == "start" {
+            assert!(
+                running.is_none(),
+                "{} started while {running:?} ran: {lines:?}",
+                l.node
+            );
+            running = Some(&l.node);
+        } else {
+            assert_eq!(running, Some(l.node.as_str()), "{lines:?}");
+            running = None;
+        }
+    }
+    drop(b);
+    let _ = std::fs::remove_file(&log);
+}
+
+#[test]
+fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["agent", "--redis-url", &url, "--node-id", "t/a"],
+            "--group",
+        ),
+        (
+            vec![
+                "agent",
+                "--redis-url",
+                &url,
+                "--node-id",
+                "t/a",
+                "--group",
+                "Bad_Name",
+            ],
+            "--group \"Bad_Name\" is invalid",
+        ),
+        (
+            vec!["agent", "--redis-url", &url, "--group", "g"],
+            "POD_NAME",
+        ),
+        (
+            vec![
+                "agent",
+                "--redis-url",
+                &url,
+                "--node-id",
+                "t/a",
+                "--group",
+                "g",
+                "--ttl-ms",
+                "100",
+                "--renew-interval-ms",
+                "200",
+            ],
+            "renew_interval_ms = 200 must be less than ttl_ms = 100",
+        ),
+        (
+            vec![
+                "agent",
+                "--redis-url",
+                &url,
+                "--node-id",
+                "t/a",
+                "--group",
+                "g",
+                "--ttl-ms",
+                "0",
+            ],
+            "ttl_ms = 0 is out of range",
+        ),
+        (
+            vec![
+                "agent",
+                "--redis-url",
+                &url,
+                "--node-id",
+                "t/a",
+                "--group",
+                "g",
+                "--group",
+                "h",
+                "--",
+                "sh",
+            ],
+            "one group",
+        ),
+        (
+            vec![
+                "agent",
+                "--redis-url",
+                &url,
+                "--node-id",
+                "t/a",
+                "--group",
+                "g",
+                "--",
+                "no-such-command-x",
+            ],
+            "\"no-such-command-x\" was not found",
+        ),
+        (
+            vec![
+                "agent",
+                "--redis-url",
+                &url,
+                "--node-id",
+                "t/a",
+                "--group",
+                "g",
+                "--grace-period-ms",
+                "9000",
+                "--",
+                "sh",
+            ],
+            "--grace-period-ms = 9000 is too long",
+        ),
+        (
+            vec![
+                "agent",
+                "--redis-url",
+                "http://x",
+                "--node-id",
+                "t/a",
+                "--group",
+                "g",
+            ],
+            "--redis-url",
+        ),
+        (
+            vec![
+                "agent",
+                "--redis-url",
+                &url,
+                "--node-id",
+                "t/a",
+                "--group",
+                "g",
+                "--listen",
+                "not-an-address",
+            ],
+            "--listen",
+        ),
+        (
+            vec![
+                "agent",
+                "--redis-url",
+                &url,
+                "--node-id",
+                "t/a",
+                "--group",
+                "g",
+                "--redis-password-file",
+                "/no/such/file",
+            ],
+            "--redis-password-file /no/such/file",
+        ),
+    ];
+    for (args, expected) in cases {
+        let started = Instant::now();
+        let (status, stderr) = run_to_end(&args);
+        assert!(!status.success(), "{args:?} was accepted");
+        assert!(
+            stderr.contains(expected),
+            "{args:?}: expected {expected:?} in {stderr}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{args:?} took {:?}",
+            started.elapsed()
+        );
+    }
+    assert_eq!(
+        redis.cli(&["DBSIZE"]),
+        "0",
+        "a refused start wrote to Redis"
+    );
+}

@@ -1,0 +1,196 @@
+//! `leasehold agent` as a real OS process (so SIGKILL, SIGTERM and SIGSTOP
+//! are real), and a small HTTP client for its local API.
+
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// Timings of the agent tests: ttl 1000 ms, renew 300 ms, retry 200 ms.
+pub const TTL_MS: u64 = 1000;
+pub const RENEW_MS: u64 = 300;
+pub const RETRY_MS: u64 = 200;
+
+pub struct Agent {
+    pub id: String,
+    pub port: u16,
+    child: Option<Child>,
+}
+
+/// The agent's flags for `id` on `redis_url` in group `group`, at the test
+/// timings; callers add more.
+pub fn args(id: &str, redis_url: &str, port: u16, group: &str) -> Vec<String> {
+    [
+        "agent",
+        "--redis-url",
+        redis_url,
+        "--prefix",
+        "lh",
+        "--namespace",
+        "t",
+        "--node-id",
+        id,
+        "--group",
+        group,
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--ttl-ms",
+        &TTL_MS.to_string(),
+        "--renew-interval-ms",
+        &RENEW_MS.to_string(),
+        "--retry-interval-ms",
+        &RETRY_MS.to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port on loopback")
+}
+
+/// Runs the binary with `args` and returns its exit status and stderr, for
+/// flags that must be refused before anything starts.
+pub fn run_to_end(args: &[&str]) -> (ExitStatus, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(args)
+        .env_remove("POD_NAME")
+        .env_remove("POD_NAMESPACE")
+        .output()
+        .expect("run leasehold");
+    (
+        out.status,
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+impl Agent {
+    /// Starts an agent with these flags (see [`args`]) and waits until its
+    /// API answers.
+    pub async fn start(id: &str, port: u16, args: Vec<String>) -> Self {
+        let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(&args)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("spawn leasehold agent");
+        let agent = Self {
+            id: id.to_owned(),
+            port,
+            child: Some(child),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while get(port, "/healthz").await.0 != 200 {
+            assert!(
+                Instant::now() < deadline,
+                "agent {id} did not answer on port {port}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        agent
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([sig, &self.pid().to_string()])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {} failed", self.id);
+    }
+
+    /// Waits up to `limit` for the process to exit.
+    pub async fn exited_within(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                self.child = None;
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The group's role as the agent reports it (`None` if it does not answer).
+    pub async fn role(&self, group: &str) -> Option<(String, Option<u64>)> {
+        let (code, body) = get(self.port, "/v1/status").await;
+        if code != 200 {
+            return None;
+        }
+        let v: serde_json::Value = serde_json::from_str(&body).ok()?;
+        let g = &v["groups"][group];
+        Some((g["role"].as_str()?.to_owned(), g["term"].as_u64()))
+    }
+
+    pub async fn leads(&self, group: &str) -> bool {
+        get(self.port, &format!("/v1/groups/{group}/leader"))
+            .await
+            .0
+            == 200
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = Command::new("kill")
+                .args(["-CONT", &child.id().to_string()])
+                .status();
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One HTTP/1.1 request; `(0, "")` when nothing answers within a second.
+pub async fn request(port: u16, method: &str, path: &str) -> (u16, String) {
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        s.write_all(
+            format!("{method} {path} HTTP/1.1\r\nhost: agent\r\ncontent-length: 0\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+        let mut out = String::new();
+        s.read_to_string(&mut out).await?;
+        Ok::<_, std::io::Error>(out)
+    };
+    match tokio::time::timeout(Duration::from_secs(1), exchange).await {
+        Ok(Ok(text)) => {
+            let code = text
+                .split_whitespace()
+                .nth(1)
+                .and_then(|c| c.parse().ok())
+                .unwrap_or(0);
+            let body = text
+                .split_once("\r\n\r\n")
+                .map_or("", |(_, b)| b)
+                .to_owned();
+            (code, body)
+        }
+        _ => (0, String::new()),
+    }
+}
+
+pub async fn get(port: u16, path: &str) -> (u16, String) {
+    request(port, "GET", path).await
+}
+
+pub async fn post(port: u16, path: &str) -> (u16, String) {
+    request(port, "POST", path).await
+}
