@@ -26,6 +26,7 @@ pub mod election;
 pub mod events;
 pub mod inbox;
 pub mod node;
+pub mod redis_args;
 pub mod signal;
 pub mod store;
 pub mod telemetry;

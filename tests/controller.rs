@@ -521,8 +521,12 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
         .local_addr()
         .unwrap();
     let args = ControllerArgs {
-        redis_url: redis.url(),
-        prefix: "lh".into(),
+        redis: leasehold::redis_args::RedisArgs {
+            redis_url: redis.url(),
+            redis_password_file: None,
+            redis_ca_file: None,
+            prefix: "lh".into(),
+        },
         pod_name: "controller-0".into(),
         namespace: "ops".into(),
         listen,

@@ -130,8 +130,12 @@ async fn e2e_labels_follow_the_leader_in_a_real_cluster() {
         .local_addr()
         .unwrap();
     let args = ControllerArgs {
-        redis_url: redis.url(),
-        prefix: prefix.into(),
+        redis: leasehold::redis_args::RedisArgs {
+            redis_url: redis.url(),
+            redis_password_file: None,
+            redis_ca_file: None,
+            prefix: prefix.into(),
+        },
         pod_name: "controller-e2e".into(),
         namespace: ns.clone(),
         listen,

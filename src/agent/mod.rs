@@ -21,29 +21,17 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc};
 
-use crate::config::{
-    self, validate_name, validate_object_name, ElectionConfig, NodeConfig, DEFAULT_PREFIX,
-};
+use crate::config::{self, validate_name, validate_object_name, ElectionConfig, NodeConfig};
 use crate::events::Event;
 use crate::telemetry::http;
-use crate::{Group, Node, NodeOptions, Store};
+use crate::{Group, Node, NodeOptions};
 
 pub use api::{GroupView, Status};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct AgentArgs {
-    /// Redis holding the engine's state: redis://[user[:password]@]host[:port][/db], or rediss:// for TLS.
-    #[arg(long, env = "LEASEHOLD_REDIS_URL")]
-    pub redis_url: String,
-    /// File holding the Redis password (a mounted Secret); wins over a password in the URL.
-    #[arg(long, env = "LEASEHOLD_REDIS_PASSWORD_FILE")]
-    pub redis_password_file: Option<PathBuf>,
-    /// PEM file of the CA that signed a rediss:// server's certificate, if not a public one.
-    #[arg(long, env = "LEASEHOLD_REDIS_CA_FILE")]
-    pub redis_ca_file: Option<PathBuf>,
-    /// Key prefix in Redis (the same for the controller and every agent).
-    #[arg(long, env = "LEASEHOLD_PREFIX", default_value = DEFAULT_PREFIX)]
-    pub prefix: String,
+    #[command(flatten)]
+    pub redis: crate::redis_args::RedisArgs,
     /// The pod's name (downward API); the node id is NAMESPACE/POD_NAME.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
@@ -178,12 +166,6 @@ impl Settings {
     }
 }
 
-fn read_secret(flag: &str, path: &Option<PathBuf>) -> Result<Option<Vec<u8>>, String> {
-    path.as_ref()
-        .map(|p| std::fs::read(p).map_err(|e| format!("{flag} {}: {e}", p.display())))
-        .transpose()
-}
-
 /// A step-down asked for through the API, answered by the task owning the node.
 pub(crate) struct StepDown {
     pub group: String,
@@ -220,19 +202,7 @@ pub async fn run(args: AgentArgs) -> Result<u8, String> {
     // Installed first, so a SIGTERM during start-up is still graceful.
     let shutdown = crate::signal::shutdown();
     let settings = Settings::from_args(&args)?;
-    let password = read_secret("--redis-password-file", &args.redis_password_file)?.map(|p| {
-        String::from_utf8_lossy(&p)
-            .trim_end_matches(['\r', '\n'])
-            .to_owned()
-    });
-    let ca = read_secret("--redis-ca-file", &args.redis_ca_file)?;
-    let store = Store::connect_with(
-        &args.redis_url,
-        &args.prefix,
-        password.as_deref(),
-        ca.as_deref(),
-    )
-    .map_err(|e| format!("--redis-url: {e}"))?;
+    let store = args.redis.connect()?;
     let listener = http::bind(args.listen).await?;
     let role_files = match &args.role_dir {
         Some(dir) => Some(role_file::RoleFiles::create(dir.clone())?),

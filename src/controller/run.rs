@@ -25,19 +25,15 @@ use crate::config::{validate_name, ElectionConfig, NodeConfig};
 use crate::events::Event;
 use crate::telemetry::http::{self, Response};
 use crate::telemetry::metrics::{controller_metrics, metrics};
-use crate::{Node, NodeOptions, Store};
+use crate::{Node, NodeOptions};
 
 /// How long sweeps stay in memory for reporting on the groups they touched.
 const SWEEP_MEMORY: Duration = Duration::from_secs(600);
 
 #[derive(Debug, clap::Args)]
 pub struct ControllerArgs {
-    /// Redis holding the engine's state.
-    #[arg(long, env = "LEASEHOLD_REDIS_URL")]
-    pub redis_url: String,
-    /// Key prefix in Redis (must match the agents').
-    #[arg(long, env = "LEASEHOLD_PREFIX", default_value = crate::config::DEFAULT_PREFIX)]
-    pub prefix: String,
+    #[command(flatten)]
+    pub redis: crate::redis_args::RedisArgs,
     /// This replica's pod name (downward API); its node id is NAMESPACE/POD.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: String,
@@ -72,7 +68,7 @@ pub async fn run_with(
 ) -> Result<(), String> {
     let node_id = format!("{}/{}", args.namespace, args.pod_name);
     validate_name("node id", &node_id).map_err(|e| format!("--namespace/--pod-name: {e}"))?;
-    let store = Store::connect(&args.redis_url, &args.prefix).map_err(|e| e.to_string())?;
+    let store = args.redis.connect()?;
     let options = NodeOptions {
         metadata: vec![("role".into(), "controller".into())],
         ..Default::default()
