@@ -74,7 +74,7 @@ impl Agent {
     pub async fn start(id: &str, port: u16, args: Vec<String>) -> Self {
         let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
             .args(&args)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "error")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .spawn()

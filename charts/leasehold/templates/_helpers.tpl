@@ -1,0 +1,51 @@
+{{/* The chart's name, shortened to fit a label value. */}}
+{{- define "leasehold.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Prefix of every resource name: the release name, with the chart's name unless it already holds it. */}}
+{{- define "leasehold.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "leasehold.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "leasehold.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "leasehold.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "leasehold.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "leasehold.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "leasehold.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* The Redis URL: the in-release Redis when deployed, else redis.url; one of them is required. */}}
+{{- define "leasehold.redisUrl" -}}
+{{- if and .Values.redis.deploy .Values.redis.url }}
+{{- fail "redis: set either redis.url (your Redis) or redis.deploy=true (a throwaway Redis for trying it out), not both; with deploy, set redis.url=\"\"" }}
+{{- else if .Values.redis.deploy }}
+{{- printf "redis://%s-redis.%s.svc:6379" (include "leasehold.fullname" .) .Release.Namespace }}
+{{- else if .Values.redis.url }}
+{{- .Values.redis.url }}
+{{- else }}
+{{- fail "redis: set redis.url to your Redis (redis://host:6379), or redis.deploy=true for a throwaway one" }}
+{{- end }}
+{{- end }}

@@ -1,0 +1,385 @@
+//! The Helm chart: `helm lint` and `helm template` with the default values
+//! and with each option set, and the rendered YAML checked for the RBAC and
+//! security settings the chart promises.
+//!
+//! `helm` comes from `LEASEHOLD_HELM` or `PATH`. `.ci/run` fetches a pinned
+//! one and sets `CI`; under `CI` a missing helm fails these tests, elsewhere
+//! they say they were skipped. The checks that need no helm always run.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_yaml::Value;
+
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/leasehold");
+
+fn helm() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("LEASEHOLD_HELM") {
+        return Some(PathBuf::from(path));
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|d| d.join("helm"))
+        .find(|p| p.is_file())
+}
+
+/// The helm binary, or `None` (skipped, said out loud) outside CI.
+fn helm_or_skip(test: &str) -> Option<PathBuf> {
+    match helm() {
+        Some(h) => Some(h),
+        None if std::env::var_os("CI").is_some() => panic!(
+            "{test}: helm is needed and was not found; set LEASEHOLD_HELM or put helm in PATH (.ci/run fetches a pinned one)"
+        ),
+        None => {
+            eprintln!("{test}: SKIPPED, no helm (set LEASEHOLD_HELM or put helm in PATH)");
+            None
+        }
+    }
+}
+
+/// `helm template` with `--set` values; Ok(rendered) or Err(stderr).
+fn template(helm: &Path, sets: &[&str]) -> Result<String, String> {
+    let mut cmd = Command::new(helm);
+    cmd.args(["template", "rel", CHART, "--namespace", "ops"]);
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().expect("run helm");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn docs(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| Value::deserialize(d).expect("helm rendered valid YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn one<'a>(docs: &'a [Value], k: &str) -> &'a Value {
+    let found = kind(docs, k);
+    assert_eq!(found.len(), 1, "expected one {k}, found {}", found.len());
+    found[0]
+}
+
+fn controller(docs: &[Value]) -> &Value {
+    kind(docs, "Deployment")
+        .into_iter()
+        .find(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "controller")
+        .expect("the controller Deployment")
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_sequence()
+        .map(|s| {
+            s.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn env<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
+    container["env"]
+        .as_sequence()?
+        .iter()
+        .find(|e| e["name"] == name)
+}
+
+/// The rules the controller needs, and nothing more: `(group, resource, verbs)`.
+fn expected_rules() -> Vec<(String, String, Vec<String>)> {
+    let r = |g: &str, res: &str, verbs: &[&str]| {
+        (
+            g.to_owned(),
+            res.to_owned(),
+            verbs.iter().map(|v| v.to_string()).collect(),
+        )
+    };
+    vec![
+        r("leasehold.dev", "leadergroups", &["get", "list", "watch"]),
+        r("leasehold.dev", "leadergroups/status", &["get", "patch"]),
+        r("", "pods", &["get", "list", "watch", "patch"]),
+        r("events.k8s.io", "events", &["create", "patch"]),
+    ]
+}
+
+fn rules(role: &Value) -> Vec<(String, String, Vec<String>)> {
+    let mut out = Vec::new();
+    for rule in role["rules"].as_sequence().expect("rules") {
+        for g in strings(&rule["apiGroups"]) {
+            for res in strings(&rule["resources"]) {
+                out.push((g.clone(), res, strings(&rule["verbs"])));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn lint_passes_with_the_defaults_and_with_each_option_set() {
+    let Some(helm) = helm_or_skip("lint") else {
+        return;
+    };
+    let variants: &[&[&str]] = &[
+        &[],
+        &["redis.deploy=true", "redis.url="],
+        &["watchNamespace=team-a"],
+        &["metrics.serviceMonitor.enabled=true"],
+        &["podDisruptionBudget.enabled=false"],
+        &["redis.existingSecret=redis-auth", "redis.caSecret=redis-ca"],
+        &["replicaCount=1", "podAntiAffinity=hard"],
+        &["rbac.create=false", "serviceAccount.create=false"],
+    ];
+    for sets in variants {
+        let mut cmd = Command::new(&helm);
+        cmd.args(["lint", CHART, "--strict"]);
+        for s in *sets {
+            cmd.args(["--set", s]);
+        }
+        let out = cmd.output().expect("run helm lint");
+        assert!(
+            out.status.success(),
+            "helm lint {sets:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rendered = template(&helm, sets).unwrap_or_else(|e| panic!("{sets:?}: {e}"));
+        eprintln!("helm template {sets:?}: {} bytes", rendered.len());
+    }
+}
+
+#[test]
+fn the_default_install_is_least_privilege_and_locked_down() {
+    let Some(helm) = helm_or_skip("defaults") else {
+        return;
+    };
+    let docs = docs(&template(&helm, &[]).unwrap());
+
+    // RBAC: cluster-wide by default, exactly the needed rules.
+    let role = one(&docs, "ClusterRole");
+    assert_eq!(rules(role), expected_rules());
+    let binding = one(&docs, "ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0]["kind"], "ServiceAccount");
+    assert_eq!(binding["subjects"][0]["namespace"], "ops");
+    assert!(kind(&docs, "Role").is_empty());
+    let sa = one(&docs, "ServiceAccount");
+    assert_eq!(binding["subjects"][0]["name"], sa["metadata"]["name"]);
+
+    // The controller: 2 replicas spread over nodes, probes, locked down.
+    let deploy = controller(&docs);
+    let spec = &deploy["spec"]["template"]["spec"];
+    assert_eq!(deploy["spec"]["replicas"], 2);
+    assert!(
+        !spec["affinity"]["podAntiAffinity"].is_null(),
+        "anti-affinity"
+    );
+    assert_eq!(spec["serviceAccountName"], sa["metadata"]["name"]);
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &spec["containers"][0];
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(
+        strings(&c["securityContext"]["capabilities"]["drop"]),
+        ["ALL"]
+    );
+    assert_eq!(strings(&c["args"])[0], "controller");
+    assert!(env(c, "POD_NAME").is_some() && env(c, "POD_NAMESPACE").is_some());
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
+        "redis://redis:6379"
+    );
+    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_none());
+
+    // Metrics Service and PDB by default; no ServiceMonitor, no Redis.
+    let svc = one(&docs, "Service");
+    assert_eq!(svc["spec"]["ports"][0]["name"], "http-metrics");
+    assert_eq!(one(&docs, "PodDisruptionBudget")["spec"]["minAvailable"], 1);
+    assert!(kind(&docs, "ServiceMonitor").is_empty());
+    assert_eq!(kind(&docs, "Deployment").len(), 1);
+    // Nothing asks for secrets or for every verb.
+    for r in kind(&docs, "ClusterRole") {
+        for (_, res, verbs) in rules(r) {
+            assert_ne!(res, "secrets");
+            assert!(!verbs.contains(&"*".to_owned()));
+        }
+    }
+}
+
+#[test]
+fn namespaced_mode_uses_a_role_in_that_namespace_only() {
+    let Some(helm) = helm_or_skip("namespaced") else {
+        return;
+    };
+    let docs = docs(&template(&helm, &["watchNamespace=team-a"]).unwrap());
+    assert!(kind(&docs, "ClusterRole").is_empty());
+    assert!(kind(&docs, "ClusterRoleBinding").is_empty());
+    let role = one(&docs, "Role");
+    assert_eq!(role["metadata"]["namespace"], "team-a");
+    assert_eq!(rules(role), expected_rules());
+    let binding = one(&docs, "RoleBinding");
+    assert_eq!(binding["metadata"]["namespace"], "team-a");
+    assert_eq!(binding["subjects"][0]["namespace"], "ops");
+    let args = strings(&controller(&docs)["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(
+        args.contains(&"--watch-namespace=team-a".to_owned()),
+        "{args:?}"
+    );
+}
+
+#[test]
+fn each_option_renders_what_it_says() {
+    let Some(helm) = helm_or_skip("options") else {
+        return;
+    };
+    // A throwaway Redis, clearly marked, and the controller pointed at it.
+    let docs_ = docs(&template(&helm, &["redis.deploy=true", "redis.url="]).unwrap());
+    let redis = kind(&docs_, "Deployment")
+        .into_iter()
+        .find(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "redis")
+        .expect("a Redis Deployment");
+    assert!(redis["metadata"]["annotations"]["leasehold.dev/not-for-production"].is_string());
+    let rc = &redis["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(rc["securityContext"]["readOnlyRootFilesystem"], true);
+    let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
+        "redis://rel-leasehold-redis.ops.svc:6379"
+    );
+
+    // The password from a Secret, as a file, never as an env value.
+    let docs_ = docs(&template(&helm, &["redis.existingSecret=redis-auth"]).unwrap());
+    let spec = &controller(&docs_)["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    let file = env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").unwrap()["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(file.starts_with(c["volumeMounts"][0]["mountPath"].as_str().unwrap()));
+    assert_eq!(spec["volumes"][0]["secret"]["secretName"], "redis-auth");
+    assert!(kind(&docs_, "Secret").is_empty());
+
+    // ServiceMonitor on demand; no PDB for one replica or when disabled.
+    let docs_ = docs(&template(&helm, &["metrics.serviceMonitor.enabled=true"]).unwrap());
+    let sm = one(&docs_, "ServiceMonitor");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "http-metrics");
+    let docs_ = docs(&template(&helm, &["replicaCount=1"]).unwrap());
+    assert!(kind(&docs_, "PodDisruptionBudget").is_empty());
+    let docs_ = docs(&template(&helm, &["podDisruptionBudget.enabled=false"]).unwrap());
+    assert!(kind(&docs_, "PodDisruptionBudget").is_empty());
+
+    // Hard anti-affinity is required, not preferred.
+    let docs_ = docs(&template(&helm, &["podAntiAffinity=hard"]).unwrap());
+    let aa = &controller(&docs_)["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
+    assert!(aa["requiredDuringSchedulingIgnoredDuringExecution"].is_sequence());
+
+    // Without RBAC and ServiceAccount, none rendered; the pods use the named one.
+    let docs_ = docs(
+        &template(
+            &helm,
+            &[
+                "rbac.create=false",
+                "serviceAccount.create=false",
+                "serviceAccount.name=mine",
+            ],
+        )
+        .unwrap(),
+    );
+    assert!(kind(&docs_, "ClusterRole").is_empty() && kind(&docs_, "ServiceAccount").is_empty());
+    assert_eq!(
+        controller(&docs_)["spec"]["template"]["spec"]["serviceAccountName"],
+        "mine"
+    );
+}
+
+#[test]
+fn bad_values_are_refused_with_the_key_named() {
+    let Some(helm) = helm_or_skip("bad values") else {
+        return;
+    };
+    let cases: &[(&[&str], &str)] = &[
+        (&["replicaCount=0"], "replicaCount"),
+        (&["redis.urll=redis://x"], "urll"),
+        (&["redis.url=http://x"], "redis.url"),
+        (&["podAntiAffinity=sometimes"], "podAntiAffinity"),
+        (&["redis.deploy=true"], "not both"),
+        (&["redis.url="], "set redis.url"),
+        (&["watchNamespace=Team_A"], "watchNamespace"),
+        (
+            &[
+                "metrics.service.enabled=false",
+                "metrics.serviceMonitor.enabled=true",
+            ],
+            "metrics.service.enabled",
+        ),
+    ];
+    for (sets, expected) in cases {
+        let err = template(&helm, sets).expect_err(&format!("{sets:?} was accepted"));
+        assert!(
+            err.contains(expected),
+            "{sets:?}: {expected:?} not in {err}"
+        );
+    }
+}
+
+#[test]
+fn the_chart_carries_the_generated_crd() {
+    let chart = std::fs::read_to_string(format!("{CHART}/crds/leadergroups.yaml")).unwrap();
+    let generated = leasehold::controller::crd::crd_yaml().unwrap();
+    assert!(
+        chart == generated,
+        "charts/leasehold/crds/leadergroups.yaml is stale: run `cargo run -- crdgen > charts/leasehold/crds/leadergroups.yaml`"
+    );
+}
+
+/// Objects handed to Kubernetes as they are: their inner keys are
+/// Kubernetes' own fields, commented as a whole.
+const VERBATIM: [&str; 3] = ["podSecurityContext", "securityContext", "resources"];
+
+#[test]
+fn every_value_is_commented() {
+    let values = std::fs::read_to_string(format!("{CHART}/values.yaml")).unwrap();
+    let mut previous = "";
+    // (indent, key) of the keys enclosing the current line.
+    let mut ancestors: Vec<(usize, String)> = Vec::new();
+    let mut uncommented = Vec::new();
+    for line in values.lines() {
+        let t = line.trim_start();
+        if t.is_empty() {
+            continue;
+        }
+        let indent = line.len() - t.len();
+        let key = (!t.starts_with('#') && !t.starts_with('-'))
+            .then(|| t.split_once(':').map(|(k, _)| k))
+            .flatten()
+            .filter(|k| k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        if let Some(key) = key {
+            ancestors.retain(|(i, _)| *i < indent);
+            let verbatim = ancestors
+                .iter()
+                .any(|(_, a)| VERBATIM.contains(&a.as_str()));
+            if !verbatim && !previous.trim_start().starts_with('#') {
+                uncommented.push(line);
+            }
+            ancestors.push((indent, key.to_owned()));
+        }
+        previous = line;
+    }
+    assert!(
+        uncommented.is_empty(),
+        "values.yaml keys without a comment above them: {uncommented:#?}"
+    );
+}
