@@ -130,7 +130,7 @@ fn lint_passes_with_the_defaults_and_with_each_option_set() {
     };
     let variants: &[&[&str]] = &[
         &[],
-        &["redis.deploy=true", "redis.url="],
+        &["redis.deploy=true"],
         &["watchNamespace=team-a"],
         &["metrics.serviceMonitor.enabled=true"],
         &["podDisruptionBudget.enabled=false"],
@@ -246,7 +246,7 @@ fn each_option_renders_what_it_says() {
         return;
     };
     // A throwaway Redis, clearly marked, and the controller pointed at it.
-    let docs_ = docs(&template(&helm, &["redis.deploy=true", "redis.url="]).unwrap());
+    let docs_ = docs(&template(&helm, &["redis.deploy=true"]).unwrap());
     let redis = kind(&docs_, "Deployment")
         .into_iter()
         .find(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "redis")
@@ -315,7 +315,6 @@ fn bad_values_are_refused_with_the_key_named() {
         (&["redis.urll=redis://x"], "urll"),
         (&["redis.url=http://x"], "redis.url"),
         (&["podAntiAffinity=sometimes"], "podAntiAffinity"),
-        (&["redis.deploy=true"], "not both"),
         (&["redis.url="], "set redis.url"),
         (&["watchNamespace=Team_A"], "watchNamespace"),
         (

@@ -37,11 +37,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* The Redis URL: the in-release Redis when deployed, else redis.url; one of them is required. */}}
+{{/* The Redis URL: the in-release Redis when deployed (it wins over redis.url), else redis.url. */}}
 {{- define "leasehold.redisUrl" -}}
-{{- if and .Values.redis.deploy .Values.redis.url }}
-{{- fail "redis: set either redis.url (your Redis) or redis.deploy=true (a throwaway Redis for trying it out), not both; with deploy, set redis.url=\"\"" }}
-{{- else if .Values.redis.deploy }}
+{{- if .Values.redis.deploy }}
 {{- printf "redis://%s-redis.%s.svc:6379" (include "leasehold.fullname" .) .Release.Namespace }}
 {{- else if .Values.redis.url }}
 {{- .Values.redis.url }}
