@@ -89,7 +89,7 @@ pub(crate) async fn respond(state: Arc<State>, method: String, path: String) -> 
         ("GET", ["readyz"]) => {
             match crate::store::bounded(Duration::from_secs(1), state.store.ping()).await {
                 Ok(()) => Response::text(200, "ready\n"),
-                Err(e) => Response::text(503, format!("redis: {e}\n")),
+                Err(e) => Response::text(503, format!("{e}\n")),
             }
         }
         ("GET", ["metrics"]) => {

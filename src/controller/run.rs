@@ -183,7 +183,7 @@ pub async fn run_with(
                 ("GET", "/readyz") => {
                     match crate::store::bounded(Duration::from_secs(1), store.ping()).await {
                         Ok(()) => Response::text(200, "ready\n"),
-                        Err(e) => Response::text(503, format!("redis: {e}\n")),
+                        Err(e) => Response::text(503, format!("{e}\n")),
                     }
                 }
                 ("GET", "/metrics") => {
