@@ -445,6 +445,97 @@ async fn every_new_acquisition_increases_the_term() {
     }
 }
 
+fn script_calls(redis: &RedisServer) -> u64 {
+    redis
+        .cli(&["INFO", "commandstats"])
+        .lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A follower does not poll: once its wake-up subscription is confirmed it
+/// claims when the lease it saw runs out, about once per ttl, however short
+/// the retry interval (releases wake it through pub/sub).
+#[tokio::test]
+async fn a_follower_at_rest_claims_about_once_per_ttl_not_every_retry_interval() {
+    let redis = RedisServer::start();
+    let cfg = ElectionConfig {
+        ttl_ms: 1000,
+        renew_interval_ms: 300,
+        retry_interval_ms: 20,
+    };
+    // Long node leases: heartbeats stay out of the count.
+    let quiet = leasehold::NodeConfig::with_lease(60_000);
+    let a = Node::start(redis.store(), "test/a", quiet).await.unwrap();
+    let ga = a.join(GROUP, cfg).unwrap();
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    let b = Node::start(redis.store(), "test/b", quiet).await.unwrap();
+    let gb = b.join(GROUP, cfg).unwrap();
+    eventually(Duration::from_secs(3), "b follows", || is_follower(&gb)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = script_calls(&redis);
+    let window = Duration::from_secs(4);
+    tokio::time::sleep(window).await;
+    let calls = script_calls(&redis) - before;
+    // a renews every 300 ms (about 13 calls); b claims about once per ttl
+    // (4 to 6). Polling every retry interval would be 200 claims.
+    assert!(
+        calls <= 30,
+        "{calls} script calls in {window:?}: the follower is polling"
+    );
+    assert!(ga.is_leader() && is_follower(&gb));
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// Redis restarting empty loses the lease, but the leader may still lead by
+/// its local view until its next renewal. A claimant that never saw the
+/// group (it cannot know a term) must not start leading meanwhile: no lease
+/// is handed out for one ttl after the store is born again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_redis_loses_its_data_no_second_leader_starts_while_the_first_may_lead() {
+    let mut redis = RedisServer::start();
+    let cfg = fast();
+    let (mut nodes, mut groups) = three(&redis, cfg).await;
+    let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
+    let before = groups[leader].leader_term().unwrap();
+    followers_see_the_leader(&groups, Duration::from_secs(2)).await;
+    redis.restart();
+    let restarted = Instant::now();
+    // A node that never saw the group joins at once.
+    let fresh = node(&redis, "test/fresh").await;
+    groups.push(fresh.join(GROUP, cfg).unwrap());
+    nodes.push(fresh);
+    let bound = Duration::from_millis(cfg.ttl_ms + 3 * cfg.retry_interval_ms);
+    let mut new_term = None;
+    while restarted.elapsed() < bound + Duration::from_millis(500) {
+        let leading: Vec<(usize, u64)> = groups
+            .iter()
+            .enumerate()
+            .filter_map(|(i, g)| g.leader_term().map(|t| (i, t)))
+            .collect();
+        assert!(leading.len() <= 1, "two leaders at once: {leading:?}");
+        if let [(_, t)] = leading[..] {
+            if t != before {
+                new_term = Some((t, restarted.elapsed()));
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let (term, took) = new_term.expect("a new leader after the restart");
+    assert!(term > before, "terms went back: {term} after {before}");
+    assert!(
+        took <= bound,
+        "the new leader came after {took:?}, bound {bound:?}"
+    );
+    for n in nodes {
+        n.close().await.unwrap();
+    }
+}
+
 /// Terms never go backwards, also when Redis restarts empty: the nodes
 /// remember the highest term they saw and claim above it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

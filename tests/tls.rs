@@ -128,6 +128,14 @@ impl TlsRedis {
             assert!(Instant::now() < deadline, "TLS redis-server did not start");
             std::thread::sleep(Duration::from_millis(10));
         }
+        // An established store, as in support::RedisServer (see claim.lua).
+        let set = Command::new("redis-cli")
+            .args(["--tls", "--cacert", "ca.pem", "-h", "localhost"])
+            .args(["-p", &port.to_string(), "SET", "lh:born", "0"])
+            .current_dir(&dir)
+            .output()
+            .expect("redis-cli");
+        assert_eq!(String::from_utf8_lossy(&set.stdout).trim(), "OK");
         Self { dir, port, child }
     }
 

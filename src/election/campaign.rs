@@ -37,6 +37,8 @@ pub(crate) struct Campaign {
     pub role: watch::Sender<Role>,
     pub lease: Arc<Mutex<LocalLease>>,
     pub wake: Arc<Notify>,
+    /// Whether release wake-ups are known to arrive (see `wake`).
+    pub wake_healthy: Arc<std::sync::atomic::AtomicBool>,
     pub commands: mpsc::Receiver<Command>,
 }
 
@@ -224,13 +226,24 @@ impl Campaign {
                 self.adopt(config);
                 st.seen_term = st.seen_term.max(term);
                 self.set_lease(st, None, None);
-                self.set_role(Role::Follower {
-                    leader: holder,
-                    term,
+                // No holder: the store is in its first ttl (claim.lua).
+                self.set_role(if holder.is_empty() {
+                    Role::Candidate
+                } else {
+                    Role::Follower {
+                        leader: holder,
+                        term,
+                    }
                 });
-                // Wake when the lease is due to expire, if that comes before
-                // the retry tick; 1 ms past it so Redis sees it expired.
+                // Wake 1 ms after the lease is due to expire, so Redis sees
+                // it expired; a release (or new timings) wakes us earlier
+                // through pub/sub. Never later than one ttl: a lease taken
+                // under a longer ttl is shortened by the holder's next
+                // renewal once it adopts a shorter one. Without confirmed
+                // wake-ups, also at the retry tick.
+                let healthy = self.wake_healthy.load(std::sync::atomic::Ordering::SeqCst);
                 let wait = match u64::try_from(pttl_ms) {
+                    Ok(ms) if healthy => Duration::from_millis(ms + 1).min(self.config.ttl()),
                     Ok(ms) => Duration::from_millis(ms + 1).min(retry),
                     Err(_) => retry,
                 };

@@ -176,6 +176,7 @@ impl Campaigns {
             role: role_tx,
             lease: lease.clone(),
             wake,
+            wake_healthy: self.wake.healthy(),
             commands: commands_rx,
         };
         let span = tracing::info_span!("campaign", node = %self.shared.id, group = %name);

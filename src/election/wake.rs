@@ -1,11 +1,16 @@
 //! Wake-ups for followers: one pub/sub connection per process that listens on
 //! the release channel of every joined group and pokes that group's campaign
-//! the moment its lease is released, instead of letting it sleep until its
-//! next retry tick. The retry tick stays as the safety net for anything this
-//! misses (a message lost while the connection was down is followed by a
-//! resubscription, which pokes the group too).
+//! the moment its lease is released. A message lost while the connection was
+//! down is followed by a resubscription, which pokes every group too.
+//!
+//! Because of this, a follower need not poll: while the subscription is
+//! confirmed ([`Wake::healthy`]) it sleeps until the lease it saw runs out,
+//! about one claim per ttl. While it is not (at start, after a disconnection,
+//! until the resubscription is confirmed), followers fall back to claiming
+//! every retry interval.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,6 +23,7 @@ type Routes = Arc<Mutex<HashMap<String, Arc<Notify>>>>;
 
 pub(crate) struct Wake {
     routes: Routes,
+    healthy: Arc<AtomicBool>,
     changes: mpsc::UnboundedSender<()>,
     _tasks: [crate::task::Task; 2],
 }
@@ -27,12 +33,19 @@ impl Wake {
         let routes: Routes = Arc::default();
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let (changes, changes_rx) = mpsc::unbounded_channel();
+        let healthy = Arc::new(AtomicBool::new(false));
         let conn = store.subscriber(push_tx);
-        let dispatcher = crate::task::Task::spawn(dispatch(push_rx, routes.clone()));
-        let subscriber =
-            crate::task::Task::spawn(keep_subscribed(conn, routes.clone(), changes_rx));
+        let dispatcher =
+            crate::task::Task::spawn(dispatch(push_rx, routes.clone(), healthy.clone()));
+        let subscriber = crate::task::Task::spawn(keep_subscribed(
+            conn,
+            routes.clone(),
+            changes_rx,
+            healthy.clone(),
+        ));
         Self {
             routes,
+            healthy,
             changes,
             _tasks: [dispatcher, subscriber],
         }
@@ -44,6 +57,12 @@ impl Wake {
         lock(&self.routes).insert(channel.to_owned(), notify.clone());
         let _ = self.changes.send(());
         notify
+    }
+
+    /// True while release messages are known to arrive: the subscription is
+    /// confirmed and no disconnection was seen since.
+    pub fn healthy(&self) -> Arc<AtomicBool> {
+        self.healthy.clone()
     }
 
     pub fn remove(&self, channel: &str) {
@@ -66,12 +85,21 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
-async fn dispatch(mut pushes: mpsc::UnboundedReceiver<PushInfo>, routes: Routes) {
+async fn dispatch(
+    mut pushes: mpsc::UnboundedReceiver<PushInfo>,
+    routes: Routes,
+    healthy: Arc<AtomicBool>,
+) {
     while let Some(push) = pushes.recv().await {
         match push.kind {
+            // Releases may be missed from now until the resubscription.
+            PushKind::Disconnection => healthy.store(false, Ordering::SeqCst),
             // A release, or a (re)subscription after which a release may have
             // been missed: either way the group should look again now.
             PushKind::Message | PushKind::Subscribe => {
+                if push.kind == PushKind::Subscribe {
+                    healthy.store(true, Ordering::SeqCst);
+                }
                 let Some(channel) = push.data.first().and_then(text) else {
                     continue;
                 };
@@ -91,6 +119,7 @@ async fn keep_subscribed(
     conn: Result<redis::aio::ConnectionManager, crate::store::StoreError>,
     routes: Routes,
     mut changes: mpsc::UnboundedReceiver<()>,
+    healthy: Arc<AtomicBool>,
 ) {
     let mut conn = match conn {
         Ok(conn) => conn,
@@ -99,12 +128,13 @@ async fn keep_subscribed(
             return;
         }
     };
-    let mut subscribed: Vec<String> = Vec::new();
+    // Sets: a process may follow thousands of groups.
+    let mut subscribed: HashSet<String> = HashSet::new();
     let mut backoff = Duration::from_millis(50);
     loop {
-        let wanted: Vec<String> = lock(&routes).keys().cloned().collect();
-        let add: Vec<&String> = wanted.iter().filter(|c| !subscribed.contains(c)).collect();
-        let drop: Vec<&String> = subscribed.iter().filter(|c| !wanted.contains(c)).collect();
+        let wanted: HashSet<String> = lock(&routes).keys().cloned().collect();
+        let add: Vec<&String> = wanted.difference(&subscribed).collect();
+        let drop: Vec<&String> = subscribed.difference(&wanted).collect();
         let mut ok = true;
         if !add.is_empty() {
             ok &= conn.subscribe(&add).await.is_ok();
@@ -119,6 +149,7 @@ async fn keep_subscribed(
                 return;
             }
         } else {
+            healthy.store(false, Ordering::SeqCst);
             tracing::debug!(?backoff, "pub/sub (un)subscribe failed, retrying");
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(Duration::from_secs(2));

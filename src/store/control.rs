@@ -6,21 +6,43 @@ use crate::config::ElectionConfig;
 
 impl Store {
     /// Writes a group's timings; nodes apply them at their next claim or
-    /// renewal.
+    /// renewal. A change also wakes the group's followers (on its release
+    /// channel): they sleep until the lease they saw runs out, and a shorter
+    /// ttl can make the real lease run out sooner than that.
     pub async fn write_group_config(
         &self,
         group: &str,
         config: &ElectionConfig,
     ) -> Result<(), StoreError> {
-        let key = self.keys().group(group).config;
+        let keys = self.keys().group(group);
+        let current: Vec<Option<u64>> = redis::cmd("HMGET")
+            .arg(&keys.config)
+            .arg("ttlMs")
+            .arg("renewIntervalMs")
+            .arg("retryIntervalMs")
+            .query_async(&mut self.conn())
+            .await?;
+        let wanted = [
+            config.ttl_ms,
+            config.renew_interval_ms,
+            config.retry_interval_ms,
+        ];
+        if current.iter().zip(wanted).all(|(c, w)| *c == Some(w)) {
+            return Ok(());
+        }
         let _: i64 = redis::cmd("HSET")
-            .arg(key)
+            .arg(&keys.config)
             .arg("ttlMs")
             .arg(config.ttl_ms)
             .arg("renewIntervalMs")
             .arg(config.renew_interval_ms)
             .arg("retryIntervalMs")
             .arg(config.retry_interval_ms)
+            .query_async(&mut self.conn())
+            .await?;
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(&keys.released)
+            .arg("config")
             .query_async(&mut self.conn())
             .await?;
         Ok(())

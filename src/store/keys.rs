@@ -49,6 +49,11 @@ impl Keys {
     pub fn topic_retained(&self, topic: &str) -> String {
         format!("{}:topic:{topic}:retained", self.prefix)
     }
+    /// When this store was first used (Redis ms), or first used again after
+    /// Redis lost its data: new leases wait one ttl after it (see claim.lua).
+    pub fn born(&self) -> String {
+        format!("{}:born", self.prefix)
+    }
     /// Channel carrying every engine transition as JSON, for the controller.
     pub fn events(&self) -> String {
         format!("{}:events", self.prefix)

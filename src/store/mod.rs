@@ -71,7 +71,9 @@ pub enum Claim {
         fresh: bool,
         config: Option<ElectionConfig>,
     },
-    /// Another node holds it for `pttl_ms` more (Redis clock).
+    /// Another node holds it for `pttl_ms` more (Redis clock). While the
+    /// store is in its first ttl (see claim.lua) nobody holds it, `holder`
+    /// is empty and `pttl_ms` is the time until leases are handed out.
     Lost {
         term: u64,
         pttl_ms: i64,
@@ -308,6 +310,7 @@ impl Store {
                     .key(&group.term)
                     .key(&group.members)
                     .key(&group.config)
+                    .key(self.keys.born())
                     .arg(id)
                     .arg(incarnation)
                     .arg(ttl_ms)

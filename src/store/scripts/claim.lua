@@ -1,5 +1,5 @@
 -- Claim a group's lease.
--- KEYS: lease, term, members, config
+-- KEYS: lease, term, members, config, born
 -- ARGV: node id, incarnation, ttl ms, highest term this node has seen, candidacy ms
 -- Returns {1, term, fresh, config} when this node holds the lease afterwards
 -- (fresh = 1 for a new acquisition, 0 when it kept a lease it already held),
@@ -7,10 +7,23 @@
 -- config is {ttlMs, renewIntervalMs, retryIntervalMs} from the group's
 -- config hash (written by the controller), so nodes pick up new timings at
 -- their next claim without another call.
+--
+-- born is the store's birth, in Redis ms: set by the first claim made under
+-- this prefix, and so again after Redis lost its data. For one ttl after it
+-- no lease is newly handed out ({0, term, ms left, '', config}): a leader
+-- whose lease was lost with the data may still lead by its local view for
+-- up to one ttl, and a second leader must not start meanwhile. Claims made
+-- in that time also lift the term counter to the highest term the
+-- claimants remember, so terms do not restart from 1 either.
 local mine = ARGV[1] .. '#' .. ARGV[2] .. '#'
 local ttl = tonumber(ARGV[3])
 local seen = tonumber(ARGV[4])
 local now = now_ms()
+local born = tonumber(redis.call('GET', KEYS[5]) or '-1')
+if born < 0 then
+  born = now
+  redis.call('SET', KEYS[5], now)
+end
 local config = redis.call('HMGET', KEYS[4], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs')
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1])
 local stored = tonumber(redis.call('GET', KEYS[2]) or '0')
@@ -23,12 +36,20 @@ if current and string.sub(current, 1, #mine) == mine then
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, term, 0, config}
 end
+if seen > stored then
+  -- Only after a data loss: remember what this node has seen.
+  stored = seen
+  redis.call('SET', KEYS[2], stored)
+end
 if current and holder_id(current) ~= ARGV[1] then
   return {0, stored, redis.call('PTTL', KEYS[1]), holder_id(current), config}
 end
+if now - born < ttl then
+  return {0, stored, born + ttl - now, '', config}
+end
 -- Free, or held by an earlier incarnation of this node id (an unclean restart
 -- with a stable id): a new acquisition, under a term larger than any before.
-local term = math.max(stored, seen) + 1
+local term = stored + 1
 redis.call('SET', KEYS[2], term)
 redis.call('SET', KEYS[1], mine .. term, 'PX', ttl)
 return {1, term, 1, config}
