@@ -532,6 +532,9 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
         listen,
         resync_seconds: 3_600,
         watch_namespace: None,
+        replica_ttl_ms: 1000,
+        replica_renew_interval_ms: 300,
+        replica_retry_interval_ms: 100,
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run_with(client, args, async move {

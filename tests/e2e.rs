@@ -141,6 +141,9 @@ async fn e2e_labels_follow_the_leader_in_a_real_cluster() {
         listen,
         resync_seconds: 5,
         watch_namespace: Some(ns.clone()),
+        replica_ttl_ms: 1000,
+        replica_renew_interval_ms: 300,
+        replica_retry_interval_ms: 100,
     };
     let controller = tokio::spawn(leasehold::controller::run::run(args));
 

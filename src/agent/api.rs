@@ -4,6 +4,7 @@
 //! so at once, even before its campaign task has noticed.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +22,16 @@ pub(crate) struct State {
     pub groups: Vec<(String, Group)>,
     pub store: Store,
     pub step_downs: tokio::sync::mpsc::Sender<StepDown>,
+    pub inbox: Arc<InboxCounts>,
+}
+
+/// What arrived in the node's inbox. The agent does not hand messages to
+/// the application; it reads them so the inbox never fills up, and counts
+/// them, which is how the chaos tests check delivery from outside.
+#[derive(Debug, Default)]
+pub struct InboxCounts {
+    pub received: std::sync::atomic::AtomicU64,
+    pub recoveries: std::sync::atomic::AtomicU64,
 }
 
 /// One group as this agent sees it.
@@ -43,6 +54,16 @@ pub struct Status {
     pub namespace: String,
     /// By LeaderGroup name.
     pub groups: BTreeMap<String, GroupView>,
+    pub inbox: InboxView,
+}
+
+/// Messages received in this node's inbox since the agent started, and the
+/// times it came back after its registration had expired (what was sent
+/// meanwhile is lost).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct InboxView {
+    pub received: u64,
+    pub recoveries: u64,
 }
 
 /// The view of a group from its role and the local lease check. A role of
@@ -112,6 +133,10 @@ pub(crate) async fn respond(state: Arc<State>, method: String, path: String) -> 
                     node: state.node_id.clone(),
                     namespace: state.namespace.clone(),
                     groups,
+                    inbox: InboxView {
+                        received: state.inbox.received.load(Ordering::Relaxed),
+                        recoveries: state.inbox.recoveries.load(Ordering::Relaxed),
+                    },
                 },
             )
         }

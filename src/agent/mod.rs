@@ -26,7 +26,7 @@ use crate::events::Event;
 use crate::telemetry::http;
 use crate::{Group, Node, NodeOptions};
 
-pub use api::{GroupView, Status};
+pub use api::{GroupView, InboxView, Status};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct AgentArgs {
@@ -237,7 +237,21 @@ pub async fn run(args: AgentArgs) -> Result<u8, String> {
     }
 
     let (step_downs, mut requests) = mpsc::channel::<StepDown>(16);
+    let inbox = Arc::new(api::InboxCounts::default());
+    let reader = node.inbox().map(|mut messages| {
+        let counts = inbox.clone();
+        tokio::spawn(async move {
+            use std::sync::atomic::Ordering::Relaxed;
+            while let Some(delivery) = messages.recv().await {
+                match delivery {
+                    crate::Delivery::Message(_) => counts.received.fetch_add(1, Relaxed),
+                    crate::Delivery::Recovered => counts.recoveries.fetch_add(1, Relaxed),
+                };
+            }
+        })
+    });
     let state = Arc::new(api::State {
+        inbox,
         node_id: settings.node_id.clone(),
         namespace: args.namespace.clone(),
         groups: groups.clone(),
@@ -303,11 +317,21 @@ pub async fn run(args: AgentArgs) -> Result<u8, String> {
         command.stop().await;
     }
     server.abort();
-    drop(watchers);
-    let closed = node.close().await;
+    if let Some(reader) = reader {
+        reader.abort();
+    }
+    // Files say `stopped` before the leases go, so no reader can see
+    // `leader` while another pod already leads.
+    // (Each watcher is awaited: one that is mid-write on another thread
+    // must not land after `stopped`.)
+    for watcher in watchers.into_iter().flatten() {
+        watcher.abort();
+        watcher.join().await;
+    }
     if let Some(files) = &role_files {
         files.write_stopped(&groups);
     }
+    let closed = node.close().await;
     match exit {
         Exit::Signal => {
             if let Err(e) = closed {

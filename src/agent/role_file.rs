@@ -1,6 +1,7 @@
 //! One file per group, for applications that would rather watch a file than
 //! call an API: `DIR/NAME` holds `leader TERM`, `follower`, `candidate`,
-//! `abstaining`, or `stopped` once the agent has exited. Each write goes to a
+//! `abstaining`, or `stopped` once the agent is stopping (written before
+//! its leases are released). Each write goes to a
 //! temporary file that is renamed over the old one, so a reader never sees
 //! half a line, and inotify watchers see one event per change.
 
@@ -74,7 +75,7 @@ impl RoleFiles {
             .collect()
     }
 
-    /// Marks every file `stopped`, once the leases are released.
+    /// Marks every file `stopped`, before the leases are released.
     pub fn write_stopped(&self, groups: &[(String, Group)]) {
         for (name, _) in groups {
             if let Err(e) = write(&self.dir, name, "stopped\n") {

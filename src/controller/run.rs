@@ -46,6 +46,15 @@ pub struct ControllerArgs {
     /// Requeue every group at least this often, seconds.
     #[arg(long, default_value_t = 30)]
     pub resync_seconds: u64,
+    /// Lease ttl of the replicas' own election of their active one, ms.
+    #[arg(long, default_value_t = ElectionConfig::default().ttl_ms)]
+    pub replica_ttl_ms: u64,
+    /// Renew interval of the replicas' election, ms.
+    #[arg(long, default_value_t = ElectionConfig::default().renew_interval_ms)]
+    pub replica_renew_interval_ms: u64,
+    /// Retry interval of the replicas' election, ms.
+    #[arg(long, default_value_t = ElectionConfig::default().retry_interval_ms)]
+    pub replica_retry_interval_ms: u64,
     /// Watch LeaderGroups and pods of this namespace only (needs only
     /// namespaced RBAC); all namespaces when absent.
     #[arg(long, env = "LEASEHOLD_WATCH_NAMESPACE")]
@@ -66,6 +75,14 @@ pub async fn run_with(
     args: ControllerArgs,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), String> {
+    let replicas = ElectionConfig {
+        ttl_ms: args.replica_ttl_ms,
+        renew_interval_ms: args.replica_renew_interval_ms,
+        retry_interval_ms: args.replica_retry_interval_ms,
+    };
+    replicas.validate().map_err(|e| {
+        format!("--replica-ttl-ms/--replica-renew-interval-ms/--replica-retry-interval-ms: {e}")
+    })?;
     let node_id = format!("{}/{}", args.namespace, args.pod_name);
     validate_name("node id", &node_id).map_err(|e| format!("--namespace/--pod-name: {e}"))?;
     let store = args.redis.connect()?;
@@ -81,7 +98,7 @@ pub async fn run_with(
     let leadership = node
         .join(
             &format!("{}/leasehold-controller", args.namespace),
-            ElectionConfig::default(),
+            replicas,
         )
         .map_err(|e| e.to_string())?;
 
