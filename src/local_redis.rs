@@ -1,5 +1,5 @@
 //! A throwaway `redis-server` for commands that need one and were not given
-//! a URL (`demo`, later `bench`): free loopback port, no persistence, killed
+//! a URL (`demo`, `bench`): free loopback port, no persistence, killed
 //! when dropped.
 
 use std::net::TcpListener;
@@ -45,6 +45,23 @@ impl LocalRedis {
         Ok(redis)
     }
 
+    /// SIGSTOP: connections stay open and nothing answers, like a stalled
+    /// server; [`LocalRedis::resume`] sends SIGCONT.
+    pub fn pause(&self) {
+        self.signal(libc::SIGSTOP);
+    }
+
+    pub fn resume(&self) {
+        self.signal(libc::SIGCONT);
+    }
+
+    fn signal(&self, signal: libc::c_int) {
+        // SAFETY: a plain syscall on our own child.
+        unsafe {
+            libc::kill(self.child.id() as libc::pid_t, signal);
+        }
+    }
+
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
     }
@@ -52,6 +69,7 @@ impl LocalRedis {
 
 impl Drop for LocalRedis {
     fn drop(&mut self) {
+        self.resume();
         let _ = self.child.kill();
         let _ = self.child.wait();
     }

@@ -6,11 +6,7 @@ use std::time::{Duration, Instant};
 
 use leasehold::{InboxConfig, Node, NodeConfig, NodeOptions, Store};
 
-use super::{ms, percentile, BenchArgs, Row};
-
-fn prefix() -> String {
-    format!("leasehold-bench-{:08x}", fastrand::u32(..))
-}
+use super::{ms, percentile, prefix, progress, BenchArgs, Row};
 
 async fn start(
     url: &str,
@@ -27,10 +23,6 @@ async fn start(
     Node::start_with(store, id, NodeConfig::with_lease(lease_ms), options)
         .await
         .map_err(|e| e.to_string())
-}
-
-fn progress(what: &str) {
-    eprintln!("bench: {what}");
 }
 
 /// `in_flight` workers publish `n` messages between them, each one at a time,
@@ -108,6 +100,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
             ms(percentile(&latencies, 99.0)),
             ms(percentile(&latencies, 100.0))
         ),
+        met: Some(percentile(&latencies, 99.0) <= Duration::from_micros(500)),
     });
 
     // 2. Throughput to one subscriber with many publishes in flight.
@@ -145,6 +138,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
         ),
         goal: ">= 60k/s, no silent loss".into(),
         measured: format!("{:.0}/s, {dropped} dropped", n as f64 / took.as_secs_f64()),
+        met: Some(n as f64 / took.as_secs_f64() >= 60_000.0 && dropped == 0),
     });
     sub.close().await.map_err(|e| e.to_string())?;
 
@@ -196,6 +190,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
             deliveries as f64 / took.as_secs_f64(),
             m * count as u64
         ),
+        met: Some(deliveries as f64 / took.as_secs_f64() >= 120_000.0),
     });
     if let Ok(p) = Arc::try_unwrap(publisher) {
         p.close().await.map_err(|e| e.to_string())?;
@@ -204,7 +199,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
 }
 
 /// `INFO commandstats` as command -> calls.
-async fn command_calls(url: &str) -> Result<HashMap<String, u64>, String> {
+pub(super) async fn command_calls(url: &str) -> Result<HashMap<String, u64>, String> {
     let client = redis::Client::open(url).map_err(|e| e.to_string())?;
     let mut conn = client
         .get_multiplexed_async_connection()
@@ -282,5 +277,6 @@ pub async fn idle(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
             per(client_side),
             per(total)
         ),
+        met: Some(per(client_side) < 0.9),
     }])
 }

@@ -1,20 +1,33 @@
 //! `leasehold bench`: figures from real runs against a real Redis, printed
-//! as a Markdown table. Build with `--release`; a debug build measures the
-//! debug build.
+//! as Markdown tables (and `--json`, `--svg`). Build with `--release`; a
+//! debug build measures the debug build.
 //!
-//! Scenarios so far (`--scenario`): `messaging` (publish-to-delivery latency
-//! one message at a time, throughput to one subscriber with many publishes in
-//! flight, fan-out to many subscribers) and `idle` (Redis commands per second
-//! an idle node costs, from `INFO commandstats`). Failover scenarios follow.
+//! Scenarios (`--scenario`): `failover` (agent processes: SIGKILL, SIGTERM
+//! and step-down of the leader, the sweep of a dead node, Redis stalled for
+//! less and more than a ttl), `cost` (Redis calls and CPU of holding and
+//! following 1, 100 and 10,000 groups at rest), `messaging`
+//! (publish-to-delivery latency, throughput, fan-out) and `idle` (what an
+//! idle node costs). Timings default to a scaled-down ttl 1000 / renew 300 /
+//! retry 200 ms so a full run takes minutes; the bounds scale with them.
 
+mod agents;
+mod cost;
+mod failover;
 mod messaging;
+mod report;
 
+use std::io::IsTerminal;
 use std::time::Duration;
 
+use leasehold::ElectionConfig;
+
 use crate::local_redis::LocalRedis;
+pub use report::Row;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
+    Failover,
+    Cost,
     Messaging,
     Idle,
     All,
@@ -22,11 +35,33 @@ pub enum Scenario {
 
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// Redis to use; when absent, a redis-server is started on a free port.
+    /// Redis to use; when absent, a redis-server is started on a free port
+    /// (needed for the Redis pause scenarios, which stop and resume it).
     #[arg(long, env = "LEASEHOLD_REDIS_URL")]
     pub redis_url: Option<String>,
     #[arg(long, value_enum, default_value = "all")]
     pub scenario: Scenario,
+    /// Trials per takeover scenario.
+    #[arg(long, default_value_t = 20)]
+    pub trials: usize,
+    /// Lease time to live of the takeover and cost scenarios, ms.
+    #[arg(long, default_value_t = 1000)]
+    pub ttl_ms: u64,
+    /// Renew interval, ms (less than the ttl).
+    #[arg(long, default_value_t = 300)]
+    pub renew_interval_ms: u64,
+    /// Retry interval, ms.
+    #[arg(long, default_value_t = 200)]
+    pub retry_interval_ms: u64,
+    /// The agents' node lease, ms; defaults to the ttl.
+    #[arg(long)]
+    pub node_lease_ms: Option<u64>,
+    /// Group counts of the cost-at-rest scenario.
+    #[arg(long, value_delimiter = ',', default_value = "1,100,10000")]
+    pub cost_groups: Vec<usize>,
+    /// How long each cost window is measured, s.
+    #[arg(long, default_value_t = 10)]
+    pub cost_seconds: u64,
     /// Messages published one at a time for the latency figure.
     #[arg(long, default_value_t = 5_000)]
     pub latency_messages: u64,
@@ -51,13 +86,29 @@ pub struct BenchArgs {
     /// How long idle cost is measured, s.
     #[arg(long, default_value_t = 60)]
     pub idle_seconds: u64,
+    /// Also write the results as JSON to this file (`-` for standard output).
+    #[arg(long)]
+    pub json: Option<std::path::PathBuf>,
+    /// Also draw the takeover trials against their bounds as an SVG chart in this file.
+    #[arg(long)]
+    pub svg: Option<std::path::PathBuf>,
 }
 
-/// One row of the output table.
-pub struct Row {
-    pub scenario: String,
-    pub goal: String,
-    pub measured: String,
+impl BenchArgs {
+    pub fn timings(&self) -> Result<ElectionConfig, String> {
+        let t = ElectionConfig {
+            ttl_ms: self.ttl_ms,
+            renew_interval_ms: self.renew_interval_ms,
+            retry_interval_ms: self.retry_interval_ms,
+        };
+        t.validate()
+            .map_err(|e| format!("--ttl-ms/--renew-interval-ms/--retry-interval-ms: {e}"))?;
+        Ok(t)
+    }
+
+    pub fn node_lease_ms(&self) -> u64 {
+        self.node_lease_ms.unwrap_or(self.ttl_ms)
+    }
 }
 
 pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
@@ -72,11 +123,30 @@ pub fn ms(d: Duration) -> String {
     format!("{:.3} ms", d.as_secs_f64() * 1000.0)
 }
 
+/// A fresh key prefix per run, so a bench never touches other data.
+pub fn prefix() -> String {
+    format!("leasehold-bench-{:08x}", fastrand::u32(..))
+}
+
+/// Progress on standard error: one line per step (rewritten in place on a
+/// terminal), so the tables on standard output stay clean.
+pub fn progress(what: &str) {
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2Kbench: {what}");
+    } else {
+        eprintln!("bench: {what}");
+    }
+}
+
 pub async fn run(args: BenchArgs) -> Result<(), String> {
     if cfg!(debug_assertions) {
         eprintln!("note: this is a debug build; figures are only meaningful from `cargo run --release -- bench`");
     }
-    let (_local, url) = match &args.redis_url {
+    let timings = args.timings()?;
+    if args.trials == 0 {
+        return Err("--trials = 0 is out of range: it must be at least 1".into());
+    }
+    let (local, url) = match &args.redis_url {
         Some(url) => (None, url.clone()),
         None => {
             let local = LocalRedis::start()?;
@@ -84,17 +154,40 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
             (Some(local), url)
         }
     };
+    let all = args.scenario == Scenario::All;
+    let mut series = Vec::new();
     let mut rows = Vec::new();
-    if matches!(args.scenario, Scenario::Messaging | Scenario::All) {
+    if all || args.scenario == Scenario::Failover {
+        series.extend(failover::run(&url, local.as_ref(), &args).await?);
+    }
+    if all || args.scenario == Scenario::Cost {
+        rows.extend(cost::run(&url, &args).await?);
+    }
+    if all || args.scenario == Scenario::Messaging {
         rows.extend(messaging::run(&url, &args).await?);
     }
-    if matches!(args.scenario, Scenario::Idle | Scenario::All) {
+    if all || args.scenario == Scenario::Idle {
         rows.extend(messaging::idle(&url, &args).await?);
     }
-    println!("| scenario | goal | measured |");
-    println!("|---|---|---|");
-    for row in rows {
-        println!("| {} | {} | {} |", row.scenario, row.goal, row.measured);
+    if std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+    print!("{}", report::markdown(&series, &rows));
+    if let Some(path) = &args.json {
+        let text = report::json(&timings, args.node_lease_ms(), args.trials, &series, &rows);
+        if path.as_os_str() == "-" {
+            print!("{text}");
+        } else {
+            std::fs::write(path, text).map_err(|e| format!("--json {}: {e}", path.display()))?;
+        }
+    }
+    if let Some(path) = &args.svg {
+        let title = format!(
+            "leasehold takeover times, {} trials each (ttl {} ms, renew {} ms, retry {} ms)",
+            args.trials, timings.ttl_ms, timings.renew_interval_ms, timings.retry_interval_ms
+        );
+        std::fs::write(path, report::svg(&series, &title))
+            .map_err(|e| format!("--svg {}: {e}", path.display()))?;
     }
     Ok(())
 }

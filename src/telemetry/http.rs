@@ -99,3 +99,35 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))
 }
+
+/// One request as a client (the bench and the tests ask agents with it):
+/// `(status, body)`, or an error if nothing answered within `limit`.
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    limit: std::time::Duration,
+) -> Result<(u16, String), String> {
+    let exchange = async {
+        let mut s = tokio::net::TcpStream::connect(addr).await?;
+        let head = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 0\r\n\r\n");
+        s.write_all(head.as_bytes()).await?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await?;
+        Ok::<_, std::io::Error>(String::from_utf8_lossy(&out).into_owned())
+    };
+    let text = tokio::time::timeout(limit, exchange)
+        .await
+        .map_err(|_| format!("{addr} did not answer {method} {path} within {limit:?}"))?
+        .map_err(|e| format!("{method} http://{addr}{path}: {e}"))?;
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| format!("{method} http://{addr}{path}: not an HTTP response"))?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    Ok((status, body))
+}

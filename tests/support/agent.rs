@@ -4,8 +4,6 @@
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
 /// Timings of the agent tests: ttl 1000 ms, renew 300 ms, retry 200 ms.
 pub const TTL_MS: u64 = 1000;
 pub const RENEW_MS: u64 = 300;
@@ -159,32 +157,10 @@ impl Drop for Agent {
 
 /// One HTTP/1.1 request; `(0, "")` when nothing answers within a second.
 pub async fn request(port: u16, method: &str, path: &str) -> (u16, String) {
-    let exchange = async {
-        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
-        s.write_all(
-            format!("{method} {path} HTTP/1.1\r\nhost: agent\r\ncontent-length: 0\r\n\r\n")
-                .as_bytes(),
-        )
-        .await?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        Ok::<_, std::io::Error>(out)
-    };
-    match tokio::time::timeout(Duration::from_secs(1), exchange).await {
-        Ok(Ok(text)) => {
-            let code = text
-                .split_whitespace()
-                .nth(1)
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(0);
-            let body = text
-                .split_once("\r\n\r\n")
-                .map_or("", |(_, b)| b)
-                .to_owned();
-            (code, body)
-        }
-        _ => (0, String::new()),
-    }
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    leasehold::telemetry::http::request(addr, method, path, Duration::from_secs(1))
+        .await
+        .unwrap_or((0, String::new()))
 }
 
 pub async fn get(port: u16, path: &str) -> (u16, String) {

@@ -1,0 +1,162 @@
+//! Cost at rest: what holding, and following, N groups costs Redis and the
+//! agent process when nothing happens. One agent leads all N groups alone
+//! (the holder's cost), then a second agent joins them all as a follower
+//! (its cost is the increase). Commands are counted from `INFO
+//! commandstats` deltas; "client calls" are what the agents send (script
+//! calls, blocking inbox reads, publishes), "commands" also count those
+//! run inside the scripts.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use super::agents::AgentProcess;
+use super::report::Row;
+use super::{progress, BenchArgs};
+
+async fn command_calls(url: &str) -> Result<HashMap<String, u64>, String> {
+    super::messaging::command_calls(url).await
+}
+
+/// Client calls and all commands between two `INFO commandstats` readings.
+fn deltas(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> (u64, u64) {
+    let delta =
+        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    let client: u64 = ["evalsha", "eval", "xread", "publish"]
+        .iter()
+        .map(|c| delta(c))
+        .sum();
+    let all: u64 = after.keys().map(|k| delta(k)).sum::<u64>() - delta("info");
+    (client, all)
+}
+
+/// Waits until `agent` reports `role` in every one of its `n` groups.
+async fn wait_roles(
+    agent: &AgentProcess,
+    role: &str,
+    n: usize,
+    limit: Duration,
+) -> Result<(), String> {
+    let start = Instant::now();
+    loop {
+        if let Some(status) = agent.status().await {
+            let count = status.groups.values().filter(|g| g.role == role).count();
+            if count == n {
+                return Ok(());
+            }
+            if start.elapsed() > limit {
+                return Err(format!(
+                    "{} is {role} in {count} of {n} groups after {limit:?}",
+                    agent.id
+                ));
+            }
+        } else if start.elapsed() > limit {
+            return Err(format!("{} does not answer", agent.id));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Measures `window` of rest: per-group client calls and commands per
+/// second, and the CPU share of `agent`.
+async fn measure(
+    url: &str,
+    agent: &AgentProcess,
+    window: Duration,
+) -> Result<(f64, f64, f64), String> {
+    let before = command_calls(url).await?;
+    let cpu_before = agent.cpu_time().unwrap_or_default();
+    let start = Instant::now();
+    tokio::time::sleep(window).await;
+    let after = command_calls(url).await?;
+    let cpu = agent
+        .cpu_time()
+        .unwrap_or_default()
+        .saturating_sub(cpu_before);
+    let secs = start.elapsed().as_secs_f64();
+    let (client, all) = deltas(&before, &after);
+    Ok((
+        client as f64 / secs,
+        all as f64 / secs,
+        cpu.as_secs_f64() / secs,
+    ))
+}
+
+pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
+    let timings = args.timings()?;
+    let window = Duration::from_secs(args.cost_seconds);
+    let mut rows = Vec::new();
+    for &n in &args.cost_groups {
+        let prefix = super::prefix();
+        let groups: Vec<String> = (0..n).map(|i| format!("g-{i:05}")).collect();
+        // Claims are spread by the engine; give big sets time to settle.
+        let settle = Duration::from_millis(3 * timings.ttl_ms) + Duration::from_millis(n as u64);
+        progress(&format!("cost at rest, {n} groups: the holder alone"));
+        let holder = AgentProcess::start(
+            url,
+            &prefix,
+            "holder",
+            &groups,
+            timings,
+            args.node_lease_ms(),
+        )
+        .await?;
+        wait_roles(&holder, "leader", n, settle + Duration::from_secs(30)).await?;
+        tokio::time::sleep(Duration::from_millis(timings.ttl_ms)).await;
+        let (h_client, h_all, h_cpu) = measure(url, &holder, window).await?;
+        progress(&format!(
+            "cost at rest, {n} groups: holder and one follower"
+        ));
+        let follower = AgentProcess::start(
+            url,
+            &prefix,
+            "follower",
+            &groups,
+            timings,
+            args.node_lease_ms(),
+        )
+        .await?;
+        wait_roles(&follower, "follower", n, settle + Duration::from_secs(30)).await?;
+        tokio::time::sleep(Duration::from_millis(2 * timings.ttl_ms)).await;
+        let cpu_holder_before = holder.cpu_time().unwrap_or_default();
+        let (b_client, b_all, f_cpu) = measure(url, &follower, window).await?;
+        let both_cpu_holder = holder
+            .cpu_time()
+            .unwrap_or_default()
+            .saturating_sub(cpu_holder_before)
+            .as_secs_f64()
+            / window.as_secs_f64();
+        let per_group = |x: f64| x / n as f64;
+        let f_client = (b_client - h_client).max(0.0);
+        let f_all = (b_all - h_all).max(0.0);
+        // A follower's goal: at most one call per ttl.
+        let follower_goal = 1000.0 / timings.ttl_ms as f64;
+        let holder_bound = 1000.0 / timings.renew_interval_ms as f64;
+        rows.push(Row::new(
+            format!("holder at rest, {n} group(s): Redis calls/s per group"),
+            format!("≈ 1 renewal per renew interval = {holder_bound:.2}/s"),
+            format!(
+                "{:.3} client calls/s ({:.3} commands/s with those inside scripts); agent CPU {:.1}%",
+                per_group(h_client),
+                per_group(h_all),
+                100.0 * h_cpu.max(both_cpu_holder)
+            ),
+            Some(per_group(h_client) <= holder_bound * 1.2),
+        ));
+        rows.push(Row::new(
+            format!("follower at rest, {n} group(s): Redis calls/s per group"),
+            format!("≤ 1 per ttl = {follower_goal:.2}/s [seed: 1 per retry interval = {:.2}/s]", 1000.0 / timings.retry_interval_ms as f64),
+            format!(
+                "{:.3} client calls/s ({:.3} commands/s with those inside scripts); agent CPU {:.1}%",
+                per_group(f_client),
+                per_group(f_all),
+                100.0 * f_cpu
+            ),
+            Some(per_group(f_client) <= follower_goal),
+        ));
+        for mut a in [follower, holder] {
+            a.signal(libc::SIGTERM);
+            let _ = a.wait(Duration::from_secs(30)).await;
+        }
+    }
+    Ok(rows)
+}
