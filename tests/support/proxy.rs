@@ -1,17 +1,28 @@
 //! A TCP proxy between a node and Redis that a test can pause (bytes stop
 //! flowing both ways while connections stay open, like a paused process or a
-//! black-holed network) and resume. It lets one node lose Redis while the
-//! others keep it.
+//! black-holed network) and resume, cut (every open connection is closed;
+//! new ones are let through), or slow down (each chunk is held back for a
+//! while in both directions). It lets one node lose Redis while the others
+//! keep it.
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Mode {
+    paused: bool,
+    delay: Duration,
+    /// Bumped by `cut`: connections opened under an older value close.
+    cuts: u64,
+}
+
 pub struct Proxy {
     pub port: u16,
-    paused: watch::Sender<bool>,
+    mode: watch::Sender<Mode>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -19,22 +30,27 @@ impl Proxy {
     pub async fn start(upstream_port: u16) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let port = listener.local_addr().expect("addr").port();
-        let (paused, paused_rx) = watch::channel(false);
+        let (mode, mode_rx) = watch::channel(Mode::default());
         let upstream: SocketAddr = ([127, 0, 0, 1], upstream_port).into();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
-                let rx = paused_rx.clone();
+                let rx = mode_rx.clone();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(upstream).await else {
                         return;
                     };
+                    let born = rx.borrow().cuts;
                     let (cr, cw) = client.into_split();
                     let (sr, sw) = server.into_split();
-                    tokio::join!(pump(cr, sw, rx.clone()), pump(sr, cw, rx));
+                    // Either direction ending (or a cut) closes both.
+                    tokio::select! {
+                        _ = pump(cr, sw, rx.clone(), born) => {}
+                        _ = pump(sr, cw, rx, born) => {}
+                    }
                 });
             }
         });
-        Self { port, paused, task }
+        Self { port, mode, task }
     }
 
     pub fn url(&self) -> String {
@@ -42,11 +58,21 @@ impl Proxy {
     }
 
     pub fn pause(&self) {
-        self.paused.send_replace(true);
+        self.mode.send_modify(|m| m.paused = true);
     }
 
     pub fn resume(&self) {
-        self.paused.send_replace(false);
+        self.mode.send_modify(|m| m.paused = false);
+    }
+
+    /// Closes every open connection (the node sees a reset and reconnects).
+    pub fn cut(&self) {
+        self.mode.send_modify(|m| m.cuts += 1);
+    }
+
+    /// Holds every chunk back for `delay` (zero: no delay).
+    pub fn delay(&self, delay: Duration) {
+        self.mode.send_modify(|m| m.delay = delay);
     }
 }
 
@@ -59,28 +85,44 @@ impl Drop for Proxy {
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
-    mut paused: watch::Receiver<bool>,
+    mut mode: watch::Receiver<Mode>,
+    born: u64,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
+    // Waits while paused; false once this connection was cut.
+    async fn flowing(mode: &mut watch::Receiver<Mode>, born: u64) -> bool {
+        loop {
+            let m = *mode.borrow();
+            if m.cuts != born {
+                return false;
+            }
+            if !m.paused {
+                return true;
+            }
+            if mode.changed().await.is_err() {
+                return false;
+            }
+        }
+    }
     loop {
         // While paused, read nothing: bytes wait in the kernel buffers.
-        while *paused.borrow() {
-            if paused.changed().await.is_err() {
-                return;
-            }
+        if !flowing(&mut mode, born).await {
+            return;
         }
         let n = tokio::select! {
             read = from.read(&mut buf) => match read {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             },
-            _ = paused.changed() => continue,
+            _ = mode.changed() => continue,
         };
+        let delay = mode.borrow().delay;
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
         // Bytes read just before a pause are held back until resume.
-        while *paused.borrow() {
-            if paused.changed().await.is_err() {
-                return;
-            }
+        if !flowing(&mut mode, born).await {
+            return;
         }
         if to.write_all(&buf[..n]).await.is_err() {
             return;

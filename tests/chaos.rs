@@ -1,0 +1,545 @@
+//! Chaos: several `leasehold agent` processes and a Redis this test controls,
+//! random faults, and the guarantees checked from outside, continuously,
+//! through the agents' HTTP API and Redis itself.
+//!
+//! Faults: SIGKILL of an agent (it comes back under a new pod name, so the
+//! dead node must be swept), SIGTERM, SIGSTOP for longer than the ttl, a
+//! step-down, Redis SIGSTOP, Redis restarting with its data lost, and per
+//! agent a TCP proxy to Redis that black-holes, cuts or delays traffic.
+//!
+//! Checks:
+//! - no stale leader: once a leader under term t has been seen, no agent may
+//!   report leading under a lower term (a process resuming from SIGSTOP
+//!   included: its local lease has run out), and no two agents ever report
+//!   leading under the same term; so terms seen only increase;
+//! - after the faults stop, one agreed leader per group within
+//!   ttl + retry + margin;
+//! - a killed node leaves the registry within its lease + the sweep interval;
+//! - every message sent to a live agent outside the windows in which the
+//!   spec allows a loss (its lease ran out, Redis lost its data) arrives.
+//!
+//! Short by default (CI). `LEASEHOLD_CHAOS_SECONDS=600` runs ten minutes;
+//! `LEASEHOLD_CHAOS_SEED=N` repeats a run. The seed is printed first.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use leasehold::agent::Status;
+use leasehold::{Node, NodeConfig};
+use support::agent::{free_port, get, post, Agent};
+use support::proxy::Proxy;
+use support::RedisServer;
+
+const GROUPS: [&str; 2] = ["alpha", "beta"];
+const AGENTS: usize = 4;
+const TTL_MS: u64 = 1000;
+const RENEW_MS: u64 = 300;
+const RETRY_MS: u64 = 200;
+/// The agents' node lease; the sweep interval equals it.
+const LEASE_MS: u64 = 1000;
+
+fn args(name: &str, url: &str, port: u16) -> Vec<String> {
+    [
+        "agent".to_owned(),
+        format!("--redis-url={url}"),
+        "--prefix=lh".into(),
+        "--namespace=chaos".into(),
+        format!("--pod-name={name}"),
+        format!("--group={}", GROUPS.join(",")),
+        format!("--listen=127.0.0.1:{port}"),
+        format!("--ttl-ms={TTL_MS}"),
+        format!("--renew-interval-ms={RENEW_MS}"),
+        format!("--retry-interval-ms={RETRY_MS}"),
+        format!("--node-lease-ms={LEASE_MS}"),
+    ]
+    .to_vec()
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum State {
+    Live,
+    /// SIGSTOPped until then.
+    Paused(Instant),
+    /// Killed or stopped; restarted then.
+    Down(Instant),
+}
+
+/// One agent position: its proxy stays, its process comes and goes.
+struct Slot {
+    index: usize,
+    generation: u32,
+    proxy: Proxy,
+    agent: Option<Agent>,
+    state: State,
+    /// Proxy black-holed until then.
+    partitioned: Option<Instant>,
+    /// Proxy delaying until then.
+    delayed: Option<Instant>,
+    /// When the current process started.
+    started: Instant,
+}
+
+impl Slot {
+    fn id(&self) -> String {
+        format!("chaos/agent-{}-{}", self.index, self.generation)
+    }
+    fn name(&self) -> String {
+        format!("agent-{}-{}", self.index, self.generation)
+    }
+    fn faulted(&self) -> bool {
+        self.state != State::Live || self.partitioned.is_some()
+    }
+}
+
+/// What the checks remember.
+#[derive(Default)]
+struct Record {
+    /// Per group: term -> (first agent seen leading under it, when received).
+    leaders: HashMap<&'static str, BTreeMap<u64, (String, Instant)>>,
+    leader_reports: u64,
+    stale_checks: u64,
+    /// Windows in which a node may lose messages: node id -> [from, to).
+    loss_windows: HashMap<String, Vec<(Instant, Instant)>>,
+    /// Redis faults: [from, to).
+    redis_windows: Vec<(Instant, Instant)>,
+    /// Messages: node id -> send times of successful sends.
+    sent: HashMap<String, Vec<Instant>>,
+    /// Latest inbox count per node id, and when it was read.
+    received: HashMap<String, (u64, Instant)>,
+    /// Killed node ids and when.
+    killed: Vec<(String, Instant)>,
+    faults: BTreeMap<&'static str, u64>,
+}
+
+impl Record {
+    /// A status read between `sent` and `received` from agent `id`.
+    fn observe(&mut self, id: &str, status: &Status, sent: Instant, received: Instant, seed: u64) {
+        for group in GROUPS {
+            let Some(view) = status.groups.get(group) else {
+                continue;
+            };
+            if view.role != "leader" {
+                continue;
+            }
+            let term = view.term.expect("a leader reports its term");
+            self.leader_reports += 1;
+            let terms = self.leaders.entry(group).or_default();
+            // A higher term was seen before this request was even sent.
+            self.stale_checks += 1;
+            if let Some((higher, (who, _))) =
+                terms.range(term + 1..).find(|(_, (_, at))| *at < sent)
+            {
+                panic!(
+                    "seed {seed}: {id} reported leading {group} under term {term} after {who} had been seen leading under {higher}"
+                );
+            }
+            match terms.get(&term) {
+                Some((who, _)) => assert_eq!(
+                    who, id,
+                    "seed {seed}: {id} and {who} both reported leading {group} under term {term}"
+                ),
+                None => {
+                    terms.insert(term, (id.to_owned(), received));
+                }
+            }
+        }
+        self.received
+            .insert(id.to_owned(), (status.inbox.received, received));
+    }
+
+    fn may_lose(&self, id: &str, at: Instant) -> bool {
+        let margin = Duration::from_millis(LEASE_MS + 500);
+        let within = |(from, to): &(Instant, Instant)| {
+            at + Duration::from_secs(1) >= *from && at <= *to + margin
+        };
+        self.loss_windows
+            .get(id)
+            .is_some_and(|w| w.iter().any(within))
+            || self.redis_windows.iter().any(within)
+    }
+}
+
+async fn status(port: u16) -> Option<(Status, Instant, Instant)> {
+    let sent = Instant::now();
+    let (code, body) = get(port, "/v1/status").await;
+    let received = Instant::now();
+    (code == 200).then(|| {
+        serde_json::from_str(&body)
+            .ok()
+            .map(|s| (s, sent, received))
+    })?
+}
+
+fn pick<T: Copy>(rng: &mut fastrand::Rng, items: &[T]) -> T {
+    items[rng.usize(..items.len())]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_keep_their_guarantees_under_random_faults() {
+    let seconds: u64 = std::env::var("LEASEHOLD_CHAOS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(20);
+    let seed: u64 = std::env::var("LEASEHOLD_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    eprintln!("chaos: seed {seed} ({seconds} s; LEASEHOLD_CHAOS_SEED={seed} repeats it)");
+    let mut rng = fastrand::Rng::with_seed(seed);
+
+    let mut redis = RedisServer::start();
+    let mut redis_paused: Option<Instant> = None;
+    let mut slots = Vec::new();
+    for index in 0..AGENTS {
+        let proxy = Proxy::start(redis.port).await;
+        let mut slot = Slot {
+            index,
+            generation: 0,
+            proxy,
+            agent: None,
+            state: State::Live,
+            partitioned: None,
+            delayed: None,
+            started: Instant::now(),
+        };
+        let port = free_port();
+        slot.agent = Some(
+            Agent::start(
+                &slot.id(),
+                port,
+                args(&slot.name(), &slot.proxy.url(), port),
+            )
+            .await,
+        );
+        slots.push(slot);
+    }
+    // The message sender talks to Redis directly, with a long lease.
+    let sender = Node::start(
+        redis.store(),
+        "chaos/sender",
+        NodeConfig::with_lease(60_000),
+    )
+    .await
+    .unwrap();
+    let mut record = Record::default();
+    let start = Instant::now();
+    let run = Duration::from_secs(seconds);
+    let mut next_fault = start + Duration::from_secs(2);
+    let mut next_message = start;
+
+    while start.elapsed() < run {
+        let now = Instant::now();
+        // Faults that are over.
+        for slot in &mut slots {
+            match slot.state {
+                State::Paused(until) if now >= until => {
+                    slot.agent.as_ref().unwrap().signal("-CONT");
+                    slot.state = State::Live;
+                }
+                State::Down(until) if now >= until => {
+                    slot.generation += 1;
+                    let port = free_port();
+                    slot.agent = Some(
+                        Agent::start(
+                            &slot.id(),
+                            port,
+                            args(&slot.name(), &slot.proxy.url(), port),
+                        )
+                        .await,
+                    );
+                    slot.started = Instant::now();
+                    slot.state = State::Live;
+                }
+                _ => {}
+            }
+            if slot.partitioned.is_some_and(|until| now >= until) {
+                slot.proxy.resume();
+                slot.partitioned = None;
+            }
+            if slot.delayed.is_some_and(|until| now >= until) {
+                slot.proxy.delay(Duration::ZERO);
+                slot.delayed = None;
+            }
+        }
+        if redis_paused.is_some_and(|until| now >= until) {
+            redis.resume();
+            redis_paused = None;
+        }
+
+        // A new fault.
+        if now >= next_fault {
+            next_fault = now + Duration::from_millis(rng.u64(300..1500));
+            let faulted = slots.iter().filter(|s| s.faulted()).count();
+            let knowing = slots
+                .iter()
+                .filter(|s| !s.faulted() && s.started + Duration::from_millis(TTL_MS) < now)
+                .count();
+            let i = rng.usize(..AGENTS);
+            let kinds: &[&'static str] = &[
+                "kill",
+                "term",
+                "pause",
+                "step-down",
+                "partition",
+                "cut",
+                "delay",
+                "redis-pause",
+                "redis-restart",
+            ];
+            let kind = pick(&mut rng, kinds);
+            let slot = &mut slots[i];
+            let agent_fault = matches!(kind, "kill" | "term" | "pause" | "partition");
+            // At most two agents faulted at once, and Redis loses its data
+            // only while two agents that know the terms are up: terms can
+            // only carry on through nodes that remember them.
+            let allowed = match kind {
+                _ if agent_fault => faulted < 2 && !slot.faulted(),
+                "redis-pause" | "redis-restart" => {
+                    redis_paused.is_none() && (kind != "redis-restart" || knowing >= 2)
+                }
+                _ => !slot.faulted(),
+            };
+            if allowed {
+                *record.faults.entry(kind).or_default() += 1;
+                let id = slot.id();
+                match kind {
+                    "kill" => {
+                        slot.agent.as_ref().unwrap().signal("-KILL");
+                        let mut gone = slot.agent.take().unwrap();
+                        gone.exited_within(Duration::from_secs(5)).await;
+                        let back = now + Duration::from_millis(rng.u64(0..2000));
+                        record.killed.push((id.clone(), now));
+                        record.loss_windows.entry(id).or_default().push((now, back));
+                        slot.state = State::Down(back);
+                    }
+                    "term" => {
+                        slot.agent.as_ref().unwrap().signal("-TERM");
+                        let mut gone = slot.agent.take().unwrap();
+                        assert!(
+                            gone.exited_within(Duration::from_secs(5))
+                                .await
+                                .is_some_and(|s| s.success()),
+                            "seed {seed}: {id} did not exit 0 after SIGTERM"
+                        );
+                        let back = now + Duration::from_millis(rng.u64(0..1000));
+                        record.loss_windows.entry(id).or_default().push((now, back));
+                        slot.state = State::Down(back);
+                    }
+                    "pause" => {
+                        let until = now + Duration::from_millis(TTL_MS + rng.u64(200..1500));
+                        slot.agent.as_ref().unwrap().signal("-STOP");
+                        record
+                            .loss_windows
+                            .entry(id)
+                            .or_default()
+                            .push((now, until));
+                        slot.state = State::Paused(until);
+                    }
+                    "step-down" => {
+                        let group = pick(&mut rng, &GROUPS);
+                        let port = slot.agent.as_ref().unwrap().port;
+                        post(port, &format!("/v1/groups/{group}/step-down")).await;
+                    }
+                    "partition" => {
+                        let until = now + Duration::from_millis(rng.u64(200..2500));
+                        slot.proxy.pause();
+                        record
+                            .loss_windows
+                            .entry(id)
+                            .or_default()
+                            .push((now, until));
+                        slot.partitioned = Some(until);
+                    }
+                    "cut" => slot.proxy.cut(),
+                    "delay" => {
+                        slot.proxy.delay(Duration::from_millis(rng.u64(20..150)));
+                        slot.delayed = Some(now + Duration::from_millis(rng.u64(500..3000)));
+                    }
+                    "redis-pause" => {
+                        let until = now + Duration::from_millis(rng.u64(100..2000));
+                        redis.pause();
+                        record.redis_windows.push((now, until));
+                        redis_paused = Some(until);
+                    }
+                    "redis-restart" => {
+                        redis.restart();
+                        record.redis_windows.push((now, now));
+                    }
+                    _ => unreachable!(),
+                }
+            }
+        }
+
+        // Messages to every live agent.
+        if now >= next_message && redis_paused.is_none() {
+            next_message = now + Duration::from_millis(50);
+            for slot in slots.iter().filter(|s| s.agent.is_some()) {
+                let id = slot.id();
+                let sent_at = Instant::now();
+                let send =
+                    tokio::time::timeout(Duration::from_millis(500), sender.send(&id, b"ping"))
+                        .await;
+                if matches!(send, Ok(Ok(_))) {
+                    record.sent.entry(id).or_default().push(sent_at);
+                }
+            }
+        }
+
+        // Observe every agent that can answer.
+        for slot in &slots {
+            if slot.state != State::Live {
+                continue;
+            }
+            let port = slot.agent.as_ref().unwrap().port;
+            if let Some((status, sent, received)) = status(port).await {
+                record.observe(&slot.id(), &status, sent, received, seed);
+            }
+        }
+
+        // Killed nodes leave the registry within lease + sweep interval,
+        // unless Redis itself was stalled meanwhile.
+        let bound = Duration::from_millis(2 * LEASE_MS + 500);
+        let due: Vec<String> = record
+            .killed
+            .iter()
+            .filter(|(_, at)| {
+                let window_end = *at + bound;
+                now >= window_end
+                    && now < window_end + Duration::from_millis(200)
+                    && !record.redis_windows.iter().any(|(f, t)| {
+                        *f <= window_end && *t + Duration::from_millis(LEASE_MS) >= *at
+                    })
+            })
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in due {
+            let registered = redis.cli(&["EXISTS", &format!("lh:node:{id}")]);
+            assert_eq!(
+                registered, "0",
+                "seed {seed}: {id} was killed more than {bound:?} ago and is still registered"
+            );
+            *record.faults.entry("sweep checks").or_default() += 1;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+
+    // The faults stop.
+    let quiet = Instant::now();
+    if redis_paused.is_some() {
+        redis.resume();
+    }
+    for slot in &mut slots {
+        slot.proxy.resume();
+        slot.proxy.delay(Duration::ZERO);
+        slot.partitioned = None;
+        match slot.state {
+            State::Paused(_) => slot.agent.as_ref().unwrap().signal("-CONT"),
+            State::Down(_) => {
+                slot.generation += 1;
+                let port = free_port();
+                slot.agent = Some(
+                    Agent::start(
+                        &slot.id(),
+                        port,
+                        args(&slot.name(), &slot.proxy.url(), port),
+                    )
+                    .await,
+                );
+                slot.started = Instant::now();
+            }
+            State::Live => {}
+        }
+        slot.state = State::Live;
+    }
+    // One agreed leader per group within ttl + retry + margin (two retry
+    // intervals, and half a second for a restarted process to start).
+    let bound = Duration::from_millis(TTL_MS + 3 * RETRY_MS + 500);
+    let agreed_after = loop {
+        let mut statuses = Vec::new();
+        for slot in &slots {
+            let port = slot.agent.as_ref().unwrap().port;
+            if let Some((status, sent, received)) = status(port).await {
+                record.observe(&slot.id(), &status, sent, received, seed);
+                statuses.push(status);
+            }
+        }
+        let agreed = statuses.len() == AGENTS
+            && GROUPS.iter().all(|g| {
+                let leaders: Vec<&Status> = statuses
+                    .iter()
+                    .filter(|s| s.groups[*g].role == "leader")
+                    .collect();
+                leaders.len() == 1 && {
+                    let term = leaders[0].groups[*g].term;
+                    statuses.iter().all(|s| s.groups[*g].term == term)
+                }
+            });
+        if agreed {
+            break quiet.elapsed();
+        }
+        assert!(
+            quiet.elapsed() < bound,
+            "seed {seed}: no single agreed leader per group within {bound:?} after the faults stopped"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    };
+
+    // Dead nodes are gone; only the live agents (and the sender) remain.
+    let sweep_bound = Duration::from_millis(2 * LEASE_MS + 500);
+    let live: Vec<String> = slots
+        .iter()
+        .map(|s| s.id())
+        .chain(["chaos/sender".to_owned()])
+        .collect();
+    support::eventually(sweep_bound, "only live nodes registered", || {
+        let keys = redis.cli(&["KEYS", "lh:node:*"]);
+        keys.lines()
+            .filter(|k| !k.ends_with(":inbox") && !k.ends_with(":subs"))
+            .all(|k| live.iter().any(|id| k == format!("lh:node:{id}")))
+    })
+    .await;
+
+    // Messages: what was sent outside a loss window arrived, and nothing
+    // arrived that was not sent.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut protected_total = 0;
+    for slot in &slots {
+        let id = slot.id();
+        let port = slot.agent.as_ref().unwrap().port;
+        let (status, sent_at, received_at) = status(port).await.expect("a live agent answers");
+        record.observe(&id, &status, sent_at, received_at, seed);
+        let sent = record.sent.get(&id).cloned().unwrap_or_default();
+        let protected = sent.iter().filter(|&&t| !record.may_lose(&id, t)).count() as u64;
+        protected_total += protected;
+        let received = status.inbox.received;
+        assert!(
+            received >= protected,
+            "seed {seed}: {id} received {received} messages, but {protected} were sent to it outside any loss window"
+        );
+        assert!(
+            received <= sent.len() as u64,
+            "seed {seed}: {id} received {received} messages, more than the {} sent",
+            sent.len()
+        );
+    }
+
+    let sent_total: usize = record.sent.values().map(Vec::len).sum();
+    eprintln!(
+        "chaos: {:?} of faults {:?}; {} leader reports, {} stale-leader checks, {} terms seen; \
+         agreed leader {agreed_after:?} after the faults stopped; {sent_total} messages sent, \
+         {protected_total} outside loss windows to live agents, all delivered",
+        start.elapsed(),
+        record.faults,
+        record.leader_reports,
+        record.stale_checks,
+        record.leaders.values().map(BTreeMap::len).sum::<usize>(),
+    );
+    for slot in &mut slots {
+        if let Some(agent) = &slot.agent {
+            agent.signal("-TERM");
+        }
+    }
+    let _ = sender.close().await;
+}
