@@ -228,13 +228,18 @@ pub async fn run(args: AgentArgs) -> Result<u8, String> {
         .await
         .map_err(|e| e.to_string())?;
     let mut events = node.events();
-    let mut groups: Vec<(String, Group)> = Vec::new();
-    for (name, full) in &settings.groups {
-        let group = node
-            .join(full, settings.election)
-            .map_err(|e| format!("--group {name}: {e}"))?;
-        groups.push((name.clone(), group));
-    }
+    let joined = node
+        .join_all(
+            settings.groups.iter().map(|(_, full)| full.as_str()),
+            settings.election,
+        )
+        .map_err(|e| format!("--group: {e}"))?;
+    let groups: Vec<(String, Group)> = settings
+        .groups
+        .iter()
+        .map(|(name, _)| name.clone())
+        .zip(joined)
+        .collect();
 
     let (step_downs, mut requests) = mpsc::channel::<StepDown>(16);
     let inbox = Arc::new(api::InboxCounts::default());

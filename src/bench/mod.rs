@@ -56,11 +56,22 @@ pub struct BenchArgs {
     /// The agents' node lease, ms; defaults to the ttl.
     #[arg(long)]
     pub node_lease_ms: Option<u64>,
+    /// Lease ttl of the cost-at-rest scenario, ms: the production default,
+    /// since thousands of groups at the scaled-down timings would measure a
+    /// saturated machine rather than the cost at rest.
+    #[arg(long, default_value_t = ElectionConfig::default().ttl_ms)]
+    pub cost_ttl_ms: u64,
+    /// Renew interval of the cost-at-rest scenario, ms.
+    #[arg(long, default_value_t = ElectionConfig::default().renew_interval_ms)]
+    pub cost_renew_interval_ms: u64,
+    /// Retry interval of the cost-at-rest scenario, ms.
+    #[arg(long, default_value_t = ElectionConfig::default().retry_interval_ms)]
+    pub cost_retry_interval_ms: u64,
     /// Group counts of the cost-at-rest scenario.
     #[arg(long, value_delimiter = ',', default_value = "1,100,10000")]
     pub cost_groups: Vec<usize>,
-    /// How long each cost window is measured, s.
-    #[arg(long, default_value_t = 10)]
+    /// How long each cost window is measured, s (a few ttls).
+    #[arg(long, default_value_t = 45)]
     pub cost_seconds: u64,
     /// Messages published one at a time for the latency figure.
     #[arg(long, default_value_t = 5_000)]
@@ -106,6 +117,18 @@ impl BenchArgs {
         Ok(t)
     }
 
+    pub fn cost_timings(&self) -> Result<ElectionConfig, String> {
+        let t = ElectionConfig {
+            ttl_ms: self.cost_ttl_ms,
+            renew_interval_ms: self.cost_renew_interval_ms,
+            retry_interval_ms: self.cost_retry_interval_ms,
+        };
+        t.validate().map_err(|e| {
+            format!("--cost-ttl-ms/--cost-renew-interval-ms/--cost-retry-interval-ms: {e}")
+        })?;
+        Ok(t)
+    }
+
     pub fn node_lease_ms(&self) -> u64 {
         self.node_lease_ms.unwrap_or(self.ttl_ms)
     }
@@ -143,6 +166,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         eprintln!("note: this is a debug build; figures are only meaningful from `cargo run --release -- bench`");
     }
     let timings = args.timings()?;
+    args.cost_timings()?;
     if args.trials == 0 {
         return Err("--trials = 0 is out of range: it must be at least 1".into());
     }

@@ -61,11 +61,23 @@ struct State {
     /// Highest term seen for this group: terms never go backwards, even if
     /// Redis loses its data.
     seen_term: u64,
+    /// Store errors in a row: the next attempt comes after a backoff that
+    /// starts short and grows to the retry interval, so a Redis that comes
+    /// back is noticed within milliseconds, not a whole retry interval.
+    errors: u32,
 }
 
 impl Campaign {
     fn ttl_ms(&self) -> u64 {
         self.config.ttl_ms
+    }
+
+    /// 10 ms after the first error in a row, doubling, at most one retry
+    /// interval. (An attempt into a stalled Redis also waits out its call
+    /// timeout, so this adds few calls.)
+    fn error_backoff(&self, errors: u32) -> Duration {
+        Duration::from_millis(10u64.saturating_mul(1 << errors.min(16)))
+            .min(self.config.retry_interval())
     }
 
     /// A candidacy outlives the gap between two claims or renewals.
@@ -120,6 +132,7 @@ impl Campaign {
             abstain_until: None,
             next_claim: now,
             seen_term: 0,
+            errors: 0,
         };
         let mut displaced = self.shared.displaced.subscribe();
         loop {
@@ -200,6 +213,9 @@ impl Campaign {
             ),
         )
         .await;
+        if result.is_ok() {
+            st.errors = 0;
+        }
         match result {
             Ok(Claim::Won {
                 term,
@@ -252,7 +268,8 @@ impl Campaign {
             Err(e) => {
                 self.set_role(Role::Candidate);
                 self.store_error("claim", &e);
-                st.next_claim = Instant::now() + retry;
+                st.next_claim = Instant::now() + self.error_backoff(st.errors);
+                st.errors += 1;
             }
         }
     }
@@ -279,6 +296,9 @@ impl Campaign {
             ),
         )
         .await;
+        if result.is_ok() {
+            st.errors = 0;
+        }
         match result {
             Ok(Renewal::Renewed {
                 config,
@@ -330,7 +350,8 @@ impl Campaign {
             Err(e) => {
                 self.store_error("renew", &e);
                 self.demote(st, LostReason::StoreError, Role::Candidate);
-                st.next_claim = Instant::now() + self.config.retry_interval();
+                st.next_claim = Instant::now() + self.error_backoff(st.errors);
+                st.errors += 1;
             }
         }
     }

@@ -252,6 +252,30 @@ impl Node {
         Ok(handle)
     }
 
+    /// Joins many groups at once; the registration's list of groups is
+    /// written once, not once per group (which costs quadratic time for
+    /// thousands). Stops at the first refused group, keeping the ones
+    /// joined before it.
+    pub fn join_all<'a>(
+        &self,
+        groups: impl IntoIterator<Item = &'a str>,
+        config: ElectionConfig,
+    ) -> Result<Vec<Group>, Error> {
+        let mut joined = Vec::new();
+        let mut result = Ok(());
+        for name in groups {
+            match self.campaigns.join(name, config) {
+                Ok(g) => joined.push(g),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.publish_groups();
+        result.map(|()| joined)
+    }
+
     /// Stops campaigning for `group`, releasing its lease if held.
     pub async fn leave(&self, group: &str) -> Result<(), Error> {
         self.campaigns.leave(group).await?;
