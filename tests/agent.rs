@@ -132,7 +132,7 @@ async fn sigterm_on_the_leader_hands_over_within_the_retry_interval() {
     );
     // It left the registry at once.
     assert_eq!(
-        redis.cli(&["EXISTS", &format!("lh:node:{{{}}}", agents[l].id)]),
+        redis.cli(&["EXISTS", &format!("lh:node:{}", agents[l].id)]),
         "0"
     );
 }

@@ -88,6 +88,16 @@ impl Slot {
     fn name(&self) -> String {
         format!("agent-{}-{}", self.index, self.generation)
     }
+    /// Starts the next process of this slot, under a new pod name (the
+    /// dead one must be swept).
+    async fn start_next(&mut self) {
+        self.generation += 1;
+        let port = free_port();
+        let args = args(&self.name(), &self.proxy.url(), port);
+        self.agent = Some(Agent::start(&self.id(), port, args).await);
+        self.started = Instant::now();
+    }
+
     fn faulted(&self) -> bool {
         self.state != State::Live || self.partitioned.is_some()
     }
@@ -239,17 +249,7 @@ async fn agents_keep_their_guarantees_under_random_faults() {
                     slot.state = State::Live;
                 }
                 State::Down(until) if now >= until => {
-                    slot.generation += 1;
-                    let port = free_port();
-                    slot.agent = Some(
-                        Agent::start(
-                            &slot.id(),
-                            port,
-                            args(&slot.name(), &slot.proxy.url(), port),
-                        )
-                        .await,
-                    );
-                    slot.started = Instant::now();
+                    slot.start_next().await;
                     slot.state = State::Live;
                 }
                 _ => {}
@@ -439,19 +439,7 @@ async fn agents_keep_their_guarantees_under_random_faults() {
         slot.partitioned = None;
         match slot.state {
             State::Paused(_) => slot.agent.as_ref().unwrap().signal("-CONT"),
-            State::Down(_) => {
-                slot.generation += 1;
-                let port = free_port();
-                slot.agent = Some(
-                    Agent::start(
-                        &slot.id(),
-                        port,
-                        args(&slot.name(), &slot.proxy.url(), port),
-                    )
-                    .await,
-                );
-                slot.started = Instant::now();
-            }
+            State::Down(_) => slot.start_next().await,
             State::Live => {}
         }
         slot.state = State::Live;
