@@ -277,26 +277,14 @@ impl InboxConfig {
 /// no spaces, no braces (they would break the hash tag), no `#` (it separates
 /// a lease holder's id from its incarnation).
 pub fn validate_name(kind: &'static str, value: &str) -> Result<(), ConfigError> {
-    let fail = |reason| {
-        Err(ConfigError::InvalidName {
-            kind,
-            value: value.to_owned(),
-            reason,
-        })
-    };
-    if value.is_empty() {
-        return fail("it is empty");
-    }
-    if value.len() > MAX_ID_BYTES {
-        return fail("it is too long");
-    }
-    if !value
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/'))
-    {
-        return fail("it contains a character outside the allowed set");
-    }
-    Ok(())
+    check_name(value, |b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b'/')
+    })
+    .map_err(|reason| ConfigError::InvalidName {
+        kind,
+        value: value.to_owned(),
+        reason,
+    })
 }
 
 /// Checks the name of a Kubernetes object, such as a LeaderGroup: a DNS
@@ -304,28 +292,34 @@ pub fn validate_name(kind: &'static str, value: &str) -> Result<(), ConfigError>
 /// with a letter or digit, at most 253 bytes). The agent puts it in URL
 /// paths and file names, where a '/' would not do.
 pub fn validate_object_name(kind: &'static str, value: &str) -> Result<(), ConfigError> {
-    let fail = |reason| {
-        Err(ConfigError::InvalidObjectName {
+    let edge = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
+    check_name(value, |b| edge(b) || matches!(b, b'-' | b'.'))
+        .and_then(|()| {
+            let bytes = value.as_bytes();
+            if edge(bytes[0]) && edge(bytes[bytes.len() - 1]) {
+                Ok(())
+            } else {
+                Err("it must start and end with a letter or digit")
+            }
+        })
+        .map_err(|reason| ConfigError::InvalidObjectName {
             kind,
             value: value.to_owned(),
             reason,
         })
-    };
+}
+
+/// The rules both kinds of name share: not empty, at most
+/// [`MAX_ID_BYTES`], every byte `allowed`. The error is the reason.
+fn check_name(value: &str, allowed: impl Fn(u8) -> bool) -> Result<(), &'static str> {
     if value.is_empty() {
-        return fail("it is empty");
+        return Err("it is empty");
     }
     if value.len() > MAX_ID_BYTES {
-        return fail("it is too long");
+        return Err("it is too long");
     }
-    if !value
-        .bytes()
-        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'-' | b'.'))
-    {
-        return fail("it contains a character outside the allowed set");
-    }
-    let edge = |b: u8| b.is_ascii_lowercase() || b.is_ascii_digit();
-    if !edge(value.as_bytes()[0]) || !edge(value.as_bytes()[value.len() - 1]) {
-        return fail("it must start and end with a letter or digit");
+    if !value.bytes().all(allowed) {
+        return Err("it contains a character outside the allowed set");
     }
     Ok(())
 }
@@ -338,6 +332,25 @@ pub fn validate_prefix(prefix: &str) -> Result<(), ConfigError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_names_are_dns_subdomains() {
+        validate_object_name("--group", "web-1.a").unwrap();
+        for (bad, reason) in [
+            ("", "it is empty"),
+            ("Web", "outside the allowed set"),
+            ("a/b", "outside the allowed set"),
+            ("-a", "start and end with a letter or digit"),
+            ("a.", "start and end with a letter or digit"),
+        ] {
+            let e = validate_object_name("--group", bad)
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with(&format!("--group {bad:?} is invalid")), "{e}");
+            assert!(e.contains(reason) && e.contains("1 to 253 bytes"), "{e}");
+        }
+        assert!(validate_object_name("--group", &"a".repeat(254)).is_err());
+    }
 
     #[test]
     fn defaults_follow_the_seed() {

@@ -419,105 +419,54 @@ async fn exec_mode_runs_the_command_only_while_leading_and_never_twice() {
 fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
     let redis = RedisServer::start();
     let url = redis.url();
-    let cases: Vec<(Vec<&str>, &str)> = vec![
+    // Every case but two starts from a valid start-up: URL and node id.
+    let agent = |extra: &[&str]| -> Vec<String> {
+        ["agent", "--redis-url", &url, "--node-id", "t/a"]
+            .iter()
+            .chain(extra)
+            .map(|a| a.to_string())
+            .collect()
+    };
+    let owned = |args: &[&str]| -> Vec<String> { args.iter().map(|a| a.to_string()).collect() };
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (agent(&[]), "--group"),
         (
-            vec!["agent", "--redis-url", &url, "--node-id", "t/a"],
-            "--group",
-        ),
-        (
-            vec![
-                "agent",
-                "--redis-url",
-                &url,
-                "--node-id",
-                "t/a",
-                "--group",
-                "Bad_Name",
-            ],
+            agent(&["--group", "Bad_Name"]),
             "--group \"Bad_Name\" is invalid",
         ),
         (
-            vec!["agent", "--redis-url", &url, "--group", "g"],
+            owned(&["agent", "--redis-url", &url, "--group", "g"]),
             "POD_NAME",
         ),
         (
-            vec![
-                "agent",
-                "--redis-url",
-                &url,
-                "--node-id",
-                "t/a",
+            agent(&[
                 "--group",
                 "g",
                 "--ttl-ms",
                 "100",
                 "--renew-interval-ms",
                 "200",
-            ],
+            ]),
             "renew_interval_ms = 200 must be less than ttl_ms = 100",
         ),
         (
-            vec![
-                "agent",
-                "--redis-url",
-                &url,
-                "--node-id",
-                "t/a",
-                "--group",
-                "g",
-                "--ttl-ms",
-                "0",
-            ],
+            agent(&["--group", "g", "--ttl-ms", "0"]),
             "ttl_ms = 0 is out of range",
         ),
         (
-            vec![
-                "agent",
-                "--redis-url",
-                &url,
-                "--node-id",
-                "t/a",
-                "--group",
-                "g",
-                "--group",
-                "h",
-                "--",
-                "sh",
-            ],
+            agent(&["--group", "g", "--group", "h", "--", "sh"]),
             "one group",
         ),
         (
-            vec![
-                "agent",
-                "--redis-url",
-                &url,
-                "--node-id",
-                "t/a",
-                "--group",
-                "g",
-                "--",
-                "no-such-command-x",
-            ],
+            agent(&["--group", "g", "--", "no-such-command-x"]),
             "\"no-such-command-x\" was not found",
         ),
         (
-            vec![
-                "agent",
-                "--redis-url",
-                &url,
-                "--node-id",
-                "t/a",
-                "--group",
-                "g",
-                "--grace-period-ms",
-                "9000",
-                "--",
-                "sh",
-            ],
+            agent(&["--group", "g", "--grace-period-ms", "9000", "--", "sh"]),
             "--grace-period-ms = 9000 is too long",
         ),
         (
-            vec![
+            owned(&[
                 "agent",
                 "--redis-url",
                 "http://x",
@@ -525,40 +474,21 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
                 "t/a",
                 "--group",
                 "g",
-            ],
+            ]),
             "--redis-url",
         ),
         (
-            vec![
-                "agent",
-                "--redis-url",
-                &url,
-                "--node-id",
-                "t/a",
-                "--group",
-                "g",
-                "--listen",
-                "not-an-address",
-            ],
+            agent(&["--group", "g", "--listen", "not-an-address"]),
             "--listen",
         ),
         (
-            vec![
-                "agent",
-                "--redis-url",
-                &url,
-                "--node-id",
-                "t/a",
-                "--group",
-                "g",
-                "--redis-password-file",
-                "/no/such/file",
-            ],
+            agent(&["--group", "g", "--redis-password-file", "/no/such/file"]),
             "--redis-password-file /no/such/file",
         ),
     ];
     for (args, expected) in cases {
         let started = Instant::now();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let (status, stderr) = run_to_end(&args);
         assert!(!status.success(), "{args:?} was accepted");
         assert!(

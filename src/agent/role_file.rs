@@ -6,14 +6,9 @@
 //! half a line, and inotify watchers see one event per change.
 
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crate::task::Task;
 use crate::{Group, Role};
-
-/// How often a file is re-checked against the local lease besides role
-/// changes: the lease can lapse locally a moment before the role says so.
-const RECHECK: Duration = Duration::from_millis(100);
 
 pub(crate) struct RoleFiles {
     dir: PathBuf,
@@ -47,6 +42,9 @@ impl RoleFiles {
     }
 
     /// Keeps each group's file current until the returned tasks are dropped.
+    /// It follows role changes only: the campaign itself demotes at the
+    /// moment its local lease runs out, so no timer per group is needed
+    /// (an agent may hold thousands).
     pub fn watch(&self, groups: &[(String, Group)]) -> Vec<Task> {
         groups
             .iter()
@@ -65,9 +63,8 @@ impl RoleFiles {
                                 }
                             }
                         }
-                        tokio::select! {
-                            changed = role.changed() => if changed.is_err() { break },
-                            _ = tokio::time::sleep(RECHECK) => {}
+                        if role.changed().await.is_err() {
+                            break;
                         }
                     }
                 })

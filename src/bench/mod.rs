@@ -24,6 +24,10 @@ use leasehold::ElectionConfig;
 use crate::local_redis::LocalRedis;
 pub use report::Row;
 
+/// Most groups one cost step joins: their names go through one environment
+/// variable, which Linux caps at 128 KiB.
+const MAX_COST_GROUPS: usize = 15_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
     Failover,
@@ -169,6 +173,15 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     args.cost_timings()?;
     if args.trials == 0 {
         return Err("--trials = 0 is out of range: it must be at least 1".into());
+    }
+    if let Some(n) = args
+        .cost_groups
+        .iter()
+        .find(|&&n| n == 0 || n > MAX_COST_GROUPS)
+    {
+        return Err(format!(
+            "--cost-groups: {n} is out of range: each count must be from 1 to {MAX_COST_GROUPS}"
+        ));
     }
     let (local, url) = match &args.redis_url {
         Some(url) => (None, url.clone()),
