@@ -13,16 +13,13 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/* \
  && rustup target add "$(uname -m)-unknown-linux-musl"
 WORKDIR /src
-# Dependencies first, so a source change does not rebuild them.
 COPY Cargo.toml Cargo.lock ./
-RUN mkdir src \
- && echo 'fn main() {}' > src/main.rs \
- && touch src/lib.rs \
- && cargo build --release --locked --target "$(uname -m)-unknown-linux-musl" \
- && rm -rf src
+COPY crates ./crates
 COPY src ./src
-RUN touch src/main.rs src/lib.rs \
- && cargo build --release --locked --target "$(uname -m)-unknown-linux-musl" --bin leasehold \
+# Cache mounts keep the registry and the dependencies' build between builds.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --target "$(uname -m)-unknown-linux-musl" --bin leasehold \
  && cp "target/$(uname -m)-unknown-linux-musl/release/leasehold" /leasehold
 
 FROM scratch

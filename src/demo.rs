@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold::{ElectionConfig, Group, Node, NodeConfig, Store};
+use leasehold_engine::{ElectionConfig, Group, Node, NodeConfig, Store};
 
 use crate::local_redis::LocalRedis;
 

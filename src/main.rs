@@ -26,9 +26,9 @@ enum Command {
     /// Print the LeaderGroup CustomResourceDefinition as YAML.
     Crdgen,
     /// The sidecar: campaign for this pod's LeaderGroups, serve a local API, optionally run a command while leading.
-    Agent(leasehold::agent::AgentArgs),
+    Agent(leasehold_agent::AgentArgs),
     /// Reflect Redis state into LeaderGroups and pod labels (in the cluster).
-    Controller(leasehold::controller::run::ControllerArgs),
+    Controller(leasehold_kube::run::ControllerArgs),
 }
 
 #[tokio::main]
@@ -36,17 +36,17 @@ async fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     // Long-running jobs log what they do; one-shot commands only problems.
     let quiet = !matches!(cli.command, Command::Controller(_) | Command::Agent(_));
-    leasehold::telemetry::init(if quiet { "warn" } else { "info" });
+    leasehold_daemon::init_logging(if quiet { "warn" } else { "info" });
     let result = match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
-        Command::Controller(args) => leasehold::controller::run::run(args).await,
-        Command::Agent(args) => match leasehold::agent::run(args).await {
+        Command::Controller(args) => leasehold_kube::run::run(args).await,
+        Command::Agent(args) => match leasehold_agent::run(args).await {
             // Exec mode passes the command's own exit code on.
             Ok(code) => return std::process::ExitCode::from(code),
             Err(e) => Err(e),
         },
-        Command::Crdgen => leasehold::controller::crd::crd_yaml()
+        Command::Crdgen => leasehold_kube::crd::crd_yaml()
             .map(|yaml| print!("{yaml}"))
             .map_err(|e| e.to_string()),
     };

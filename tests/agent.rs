@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use leasehold::inbox::command::Command as EngineCommand;
+use leasehold_engine::inbox::command::Command as EngineCommand;
 use support::agent::{args, free_port, get, post, run_to_end, Agent, RETRY_MS, TTL_MS};
 use support::proxy::Proxy;
 use support::RedisServer;
@@ -74,7 +74,7 @@ async fn three_agents_agree_on_one_leader_and_the_api_says_so() {
 
     let (code, body) = get(agents[l].port, "/v1/status").await;
     assert_eq!(code, 200);
-    let status: leasehold::agent::Status = serde_json::from_str(&body).unwrap();
+    let status: leasehold_agent::Status = serde_json::from_str(&body).unwrap();
     assert_eq!(status.node, agents[l].id);
     assert_eq!(status.groups[GROUP].group, "t/jobs");
     assert_eq!(

@@ -26,8 +26,8 @@ mod support;
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use leasehold::agent::Status;
-use leasehold::{Node, NodeConfig};
+use leasehold_agent::Status;
+use leasehold_engine::{Node, NodeConfig};
 use support::agent::{free_port, get, post, Agent};
 use support::proxy::Proxy;
 use support::RedisServer;

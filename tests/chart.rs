@@ -337,7 +337,7 @@ fn bad_values_are_refused_with_the_key_named() {
 #[test]
 fn the_chart_carries_the_generated_crd() {
     let chart = std::fs::read_to_string(format!("{CHART}/crds/leadergroups.yaml")).unwrap();
-    let generated = leasehold::controller::crd::crd_yaml().unwrap();
+    let generated = leasehold_kube::crd::crd_yaml().unwrap();
     assert!(
         chart == generated,
         "charts/leasehold/crds/leadergroups.yaml is stale: run `cargo run -- crdgen > charts/leasehold/crds/leadergroups.yaml`"

@@ -13,9 +13,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::client::Body;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::store::Writer;
-use leasehold::controller::crd::{LeaderGroup, LeaderGroupSpec, DEFAULT_ROLE_LABEL};
-use leasehold::controller::reconcile::{reconcile, Context};
-use leasehold::{ElectionConfig, Node};
+use leasehold_engine::{ElectionConfig, Node};
+use leasehold_kube::crd::{LeaderGroup, LeaderGroupSpec, DEFAULT_ROLE_LABEL};
+use leasehold_kube::metrics::ControllerMetrics;
+use leasehold_kube::reconcile::{reconcile, Context};
 use serde_json::{json, Value};
 use support::{eventually, fast, node, RedisServer};
 
@@ -99,6 +100,7 @@ async fn setup_with(redis: &RedisServer, pods: Vec<Value>, timings: ElectionConf
         groups: Writer::<LeaderGroup>::default().as_reader(),
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(30),
+        metrics: ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry()),
     });
     Setup {
         ctx,
@@ -116,7 +118,7 @@ fn writes(seen: &Seen) -> Vec<String> {
         .collect()
 }
 
-async fn elect(redis: &RedisServer, id: &str) -> (Node, leasehold::Group) {
+async fn elect(redis: &RedisServer, id: &str) -> (Node, leasehold_engine::Group) {
     let n = node(redis, id).await;
     let cfg = ElectionConfig {
         ttl_ms: 600,
@@ -134,7 +136,7 @@ async fn first_election_labels_followers_then_the_leader_and_writes_status() {
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
     let (b, gb) = elect(&redis, "shop/b").await;
     eventually(Duration::from_secs(3), "b follows", || {
-        matches!(support::role(&gb), leasehold::Role::Follower { .. })
+        matches!(support::role(&gb), leasehold_engine::Role::Follower { .. })
     })
     .await;
     let s = setup(&redis, vec![pod_json("a", None), pod_json("b", None)]).await;
@@ -298,7 +300,7 @@ async fn the_step_down_annotation_reaches_the_leader_once() {
     let mut g = group();
     g.metadata.annotations = Some(
         [(
-            leasehold::controller::crd::STEP_DOWN_ANNOTATION.to_owned(),
+            leasehold_kube::crd::STEP_DOWN_ANNOTATION.to_owned(),
             "now".to_owned(),
         )]
         .into(),
@@ -346,6 +348,7 @@ async fn a_standby_replica_writes_nothing() {
         groups: Writer::<LeaderGroup>::default().as_reader(),
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(30),
+        metrics: ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry()),
     });
     reconcile(Arc::new(group()), ctx).await.unwrap();
     assert!(
@@ -359,12 +362,12 @@ async fn a_standby_replica_writes_nothing() {
 /// Waits for the next `elected` event of shop/web and checks that the plan
 /// made from Redis then labels `name` as leader; returns how long it took.
 async fn plan_follows(
-    events: &mut tokio::sync::mpsc::UnboundedReceiver<Value>,
-    store: &leasehold::Store,
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<leasehold_engine::Event>,
+    store: &leasehold_engine::Store,
     name: &str,
     bound: Duration,
 ) -> Duration {
-    use leasehold::controller::plan::{plan, Observed, PodView, StoreView, LEADER};
+    use leasehold_kube::plan::{plan, Observed, PodView, StoreView, LEADER};
     let pods: Vec<PodView> = ["a", "b"]
         .iter()
         .map(|p| PodView {
@@ -379,7 +382,8 @@ async fn plan_follows(
             .await
             .expect("an engine event in time")
             .expect("open");
-        if event["type"] != "elected" || event["group"] != "shop/web" {
+        if !matches!(&event, leasehold_engine::Event::Elected { group, .. } if group == "shop/web")
+        {
             continue;
         }
         let state = store.group_state("shop/web").await.unwrap();
@@ -503,7 +507,7 @@ fn leader_patched(seen: &Seen, pod: &str) -> bool {
 /// resync interval is an hour: only the engine's event can have triggered it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_running_controller_follows_engine_events_without_a_resync() {
-    use leasehold::controller::run::{run_with, ControllerArgs};
+    use leasehold_kube::run::{run_with, ControllerArgs};
     let redis = RedisServer::start();
     let (a, ga) = elect(&redis, "shop/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
@@ -521,7 +525,7 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
         .local_addr()
         .unwrap();
     let args = ControllerArgs {
-        redis: leasehold::redis_args::RedisArgs {
+        redis: leasehold_daemon::redis_args::RedisArgs {
             redis_url: redis.url(),
             redis_password_file: None,
             redis_ca_file: None,
@@ -553,9 +557,9 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Probes answer.
-    let health = http_get(listen, "/healthz").await;
-    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
-    let metrics = http_get(listen, "/metrics").await;
+    let (status, health) = http_get(listen, "/healthz").await;
+    assert_eq!(status, 200, "{health}");
+    let (_, metrics) = http_get(listen, "/metrics").await;
     assert!(
         metrics.contains("leasehold_label_patches_total")
             && metrics.contains("leasehold_controller_active 1"),
@@ -573,19 +577,21 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let _ = stop.send(());
-    let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
+    let ended = tokio::time::timeout(Duration::from_secs(10), controller)
+        .await
+        .expect("run_with returns within 10 s of shutdown");
+    ended.unwrap().unwrap();
+    // Nothing of the controller outlives run_with: its probe server is gone.
+    assert!(
+        tokio::net::TcpStream::connect(listen).await.is_err(),
+        "the probe server still accepts connections after shutdown"
+    );
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
 
-/// A plain HTTP GET over a TCP socket: the probe server is tiny, so is this.
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(format!("GET {path} HTTP/1.1\r\nhost: x\r\n\r\n").as_bytes())
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
+    leasehold_daemon::http::request(addr, "GET", path, Duration::from_secs(2))
         .await
-        .unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    out
+        .unwrap()
 }

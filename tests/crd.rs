@@ -2,7 +2,7 @@
 //! bounds, rules and columns users rely on.
 
 use kube::CustomResourceExt;
-use leasehold::controller::crd::{crd_yaml, LeaderGroup};
+use leasehold_kube::crd::{crd_yaml, LeaderGroup};
 
 #[test]
 fn committed_crd_matches_the_generated_one() {

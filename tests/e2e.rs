@@ -14,9 +14,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Api, CustomResourceExt};
-use leasehold::controller::crd::LeaderGroup;
-use leasehold::controller::run::ControllerArgs;
-use leasehold::{ElectionConfig, Node, NodeConfig, Store};
+use leasehold_engine::{ElectionConfig, Node, NodeConfig, Store};
+use leasehold_kube::crd::LeaderGroup;
+use leasehold_kube::run::ControllerArgs;
 use serde_json::json;
 use support::RedisServer;
 
@@ -130,7 +130,7 @@ async fn e2e_labels_follow_the_leader_in_a_real_cluster() {
         .local_addr()
         .unwrap();
     let args = ControllerArgs {
-        redis: leasehold::redis_args::RedisArgs {
+        redis: leasehold_daemon::redis_args::RedisArgs {
             redis_url: redis.url(),
             redis_password_file: None,
             redis_ca_file: None,
@@ -145,7 +145,7 @@ async fn e2e_labels_follow_the_leader_in_a_real_cluster() {
         replica_renew_interval_ms: 300,
         replica_retry_interval_ms: 100,
     };
-    let controller = tokio::spawn(leasehold::controller::run::run(args));
+    let controller = tokio::spawn(leasehold_kube::run::run(args));
 
     let limit = Duration::from_secs(30);
     wait_for("one pod labelled leader, the other follower", limit, || {

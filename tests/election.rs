@@ -7,7 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use leasehold::{ElectionConfig, Event, LostReason, Node, Role};
+use leasehold_engine::{ElectionConfig, Event, LostReason, Node, Role};
 use support::{
     eventually, fast, followers_see_the_leader, is_follower, next_event, node, one_leader, role,
     RedisServer,
@@ -15,7 +15,10 @@ use support::{
 
 const GROUP: &str = "test/group";
 
-async fn three(redis: &RedisServer, config: ElectionConfig) -> (Vec<Node>, Vec<leasehold::Group>) {
+async fn three(
+    redis: &RedisServer,
+    config: ElectionConfig,
+) -> (Vec<Node>, Vec<leasehold_engine::Group>) {
     let mut nodes = Vec::new();
     let mut groups = Vec::new();
     for i in 0..3 {
@@ -26,7 +29,7 @@ async fn three(redis: &RedisServer, config: ElectionConfig) -> (Vec<Node>, Vec<l
     (nodes, groups)
 }
 
-fn refs(groups: &[leasehold::Group]) -> Vec<&leasehold::Group> {
+fn refs(groups: &[leasehold_engine::Group]) -> Vec<&leasehold_engine::Group> {
     groups.iter().collect()
 }
 
@@ -467,7 +470,7 @@ async fn a_follower_at_rest_claims_about_once_per_ttl_not_every_retry_interval()
         retry_interval_ms: 20,
     };
     // Long node leases: heartbeats stay out of the count.
-    let quiet = leasehold::NodeConfig::with_lease(60_000);
+    let quiet = leasehold_engine::NodeConfig::with_lease(60_000);
     let a = Node::start(redis.store(), "test/a", quiet).await.unwrap();
     let ga = a.join(GROUP, cfg).unwrap();
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
@@ -599,7 +602,7 @@ async fn groups_join_and_leave_at_run_time() {
     eventually(Duration::from_secs(3), "b leads y", || gy.is_leader()).await;
     assert!(matches!(
         a.join("test/x", cfg),
-        Err(leasehold::Error::AlreadyJoined(_))
+        Err(leasehold_engine::Error::AlreadyJoined(_))
     ));
     assert_eq!(a.groups(), vec!["test/x".to_owned()]);
     let start = Instant::now();
@@ -608,7 +611,7 @@ async fn groups_join_and_leave_at_run_time() {
     assert!(start.elapsed() <= cfg.retry_interval() * 3);
     assert!(matches!(
         a.step_down("test/x").await,
-        Err(leasehold::Error::NotJoined(_))
+        Err(leasehold_engine::Error::NotJoined(_))
     ));
     assert!(a.groups().is_empty());
     a.close().await.unwrap();
@@ -752,7 +755,7 @@ async fn a_step_down_command_through_the_inbox_steps_the_leader_down() {
     let mut inboxes: Vec<_> = nodes.iter().map(|n| n.inbox().unwrap()).collect();
     let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
     let controller = node(&redis, "test/controller").await;
-    let command = leasehold::inbox::command::Command::StepDown {
+    let command = leasehold_engine::inbox::command::Command::StepDown {
         group: GROUP.into(),
     };
     let start = Instant::now();
@@ -773,7 +776,7 @@ async fn a_step_down_command_through_the_inbox_steps_the_leader_down() {
         .send_command("test/nobody", &command)
         .await
         .unwrap_err();
-    assert!(matches!(err, leasehold::Error::NodeNotRegistered(_)));
+    assert!(matches!(err, leasehold_engine::Error::NodeNotRegistered(_)));
     for n in nodes {
         n.close().await.unwrap();
     }

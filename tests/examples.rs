@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use clap::Parser;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Container, PodTemplateSpec, Service};
-use leasehold::agent::{AgentArgs, Settings};
-use leasehold::controller::crd::{spec_error_message, LeaderGroup, DEFAULT_ROLE_LABEL};
+use leasehold_agent::{AgentArgs, Settings};
+use leasehold_kube::crd::{spec_error_message, LeaderGroup, DEFAULT_ROLE_LABEL};
 use serde::Deserialize;
 
 const EXAMPLES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples");

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::Duration;
 
-use leasehold::{
+use leasehold_engine::{
     Delivery, Error, Event, InboxConfig, Message, Node, NodeConfig, NodeOptions, Overflow,
     PublishOptions, Store, TopicError,
 };
@@ -37,21 +37,21 @@ async fn silent_node(redis: &RedisServer, id: &str, inbox_max: u64, subscription
     store
 }
 
-async fn next(inbox: &mut leasehold::Inbox) -> Delivery {
+async fn next(inbox: &mut leasehold_engine::Inbox) -> Delivery {
     tokio::time::timeout(WAIT, inbox.recv())
         .await
         .expect("a delivery in time")
         .expect("inbox open")
 }
 
-async fn next_msg(inbox: &mut leasehold::Inbox) -> Message {
+async fn next_msg(inbox: &mut leasehold_engine::Inbox) -> Message {
     match next(inbox).await {
         Delivery::Message(m) => m,
         other => panic!("expected a message, got {other:?}"),
     }
 }
 
-async fn nothing_for(inbox: &mut leasehold::Inbox, d: Duration) {
+async fn nothing_for(inbox: &mut leasehold_engine::Inbox, d: Duration) {
     if let Ok(got) = tokio::time::timeout(d, inbox.recv()).await {
         panic!("expected nothing, got {got:?}");
     }
@@ -325,8 +325,17 @@ async fn a_bounded_backlog_refuses_the_publish_instead_of_dropping() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_consumer_loses_nothing_silently() {
     let redis = RedisServer::start();
-    let inbox = InboxConfig::with_max_length(50);
-    let a = node_with(&redis.url(), "test/slow", support::node_config(), inbox).await;
+    let mut registry = leasehold_daemon::metrics::new_registry();
+    let metrics = leasehold_daemon::metrics::EngineMetrics::register(&mut registry);
+    let options = NodeOptions {
+        inbox: InboxConfig::with_max_length(50),
+        observer: Some(metrics),
+        ..Default::default()
+    };
+    let store = Store::connect(&redis.url(), "lh").unwrap();
+    let a = Node::start_with(store, "test/slow", support::node_config(), options)
+        .await
+        .unwrap();
     a.subscribe("t").await.unwrap();
     let mut events = a.events();
     let mut rx = a.inbox().unwrap();
@@ -353,14 +362,14 @@ async fn a_slow_consumer_loses_nothing_silently() {
         N,
         "delivered {delivered}, dropped {dropped}"
     );
-    // And the drops are in the process's metrics (shared by this test binary).
-    let text = leasehold::telemetry::metrics::metrics().render();
+    // And the drops are in the metrics of the node's observer.
+    let text = leasehold_daemon::metrics::render(&registry);
     let counted: u64 = text
         .lines()
         .find_map(|l| l.strip_prefix("leasehold_inbox_dropped_total "))
         .and_then(|v| v.parse().ok())
         .unwrap();
-    assert!(counted >= dropped, "metric {counted} < dropped {dropped}");
+    assert_eq!(counted, dropped, "metric {counted} != dropped {dropped}");
     a.close().await.unwrap();
     p.close().await.unwrap();
 }

@@ -6,7 +6,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use leasehold::{Event, Node, NodeConfig, NodeOptions, Store};
+use leasehold_engine::{Event, Node, NodeConfig, NodeOptions, Store};
 use support::proxy::Proxy;
 use support::{eventually, fast, next_event, node, node_config, RedisServer};
 
@@ -271,7 +271,7 @@ async fn unreachable_redis_is_reported_and_retried() {
         matches!(
             e,
             Event::StoreError {
-                during: "heartbeat",
+                during: leasehold_engine::events::Operation::Heartbeat,
                 ..
             }
         )
@@ -296,7 +296,10 @@ async fn a_sweep_removes_at_most_100_nodes_per_pass() {
         redis.cli(&["HSET", &format!("lh:node:dead/{i}"), "incarnation", "x"]);
     }
     let store = redis.store();
-    let first = store.sweep(leasehold::config::SWEEP_BATCH).await.unwrap();
+    let first = store
+        .sweep(leasehold_engine::config::SWEEP_BATCH)
+        .await
+        .unwrap();
     assert_eq!(first.swept.len(), 100);
     assert_eq!(redis.cli(&["ZCARD", "lh:nodes"]), "150");
     // A node's sweeper goes on at once after a full batch.
@@ -405,7 +408,7 @@ async fn a_second_live_process_with_the_same_id_is_detected() {
     eventually(Duration::from_secs(1), "newer leads", || g_new.is_leader()).await;
     assert!(matches!(
         older.join("test/h", fast()),
-        Err(leasehold::Error::Displaced)
+        Err(leasehold_engine::Error::Displaced)
     ));
     // The older one stays out: over several ttls it never leads again.
     for _ in 0..100 {

@@ -11,7 +11,7 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use leasehold::{ElectionConfig, Group, Node, Store};
+use leasehold_engine::{ElectionConfig, Group, Node, Store};
 use support::proxy::Proxy;
 use support::RedisServer;
 

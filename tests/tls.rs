@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use leasehold::{ElectionConfig, Node, Store};
+use leasehold_engine::{ElectionConfig, Node, Store};
 use support::{eventually, node_config, one_leader};
 
 struct TlsRedis {
@@ -175,7 +175,7 @@ async fn tls_with_a_private_ca_works_end_to_end() {
     eventually(Duration::from_secs(12), "the other follows", || {
         matches!(
             groups[1 - leader].role().borrow().clone(),
-            leasehold::Role::Follower { .. }
+            leasehold_engine::Role::Follower { .. }
         )
     })
     .await;

@@ -5,8 +5,8 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use leasehold::agent::Status;
-use leasehold::ElectionConfig;
+use leasehold_agent::Status;
+use leasehold_engine::ElectionConfig;
 use tokio::process::{Child, Command};
 
 /// The group every takeover trial campaigns for.
@@ -111,11 +111,11 @@ impl AgentProcess {
     }
 
     pub async fn get(&self, path: &str) -> Result<(u16, String), String> {
-        leasehold::telemetry::http::request(self.addr, "GET", path, Duration::from_secs(2)).await
+        leasehold_daemon::http::request(self.addr, "GET", path, Duration::from_secs(2)).await
     }
 
     pub async fn post(&self, path: &str) -> Result<(u16, String), String> {
-        leasehold::telemetry::http::request(self.addr, "POST", path, Duration::from_secs(2)).await
+        leasehold_daemon::http::request(self.addr, "POST", path, Duration::from_secs(2)).await
     }
 
     pub async fn status(&self) -> Option<Status> {

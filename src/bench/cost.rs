@@ -90,17 +90,20 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
     // One store for every size: only the first pays the new store's ttl.
     let prefix = super::prefix();
     // The node lease at its default: heartbeats at their real rate.
-    let lease = leasehold::NodeConfig::default().lease_duration_ms;
+    let lease = leasehold_engine::NodeConfig::default().lease_duration_ms;
     // What a node costs without any group (heartbeats, sweeps, blocking
     // inbox reads), measured once and taken off every agent's figure, so
     // what remains is the cost of the groups.
     progress("cost at rest: a node without groups");
     let (base_client, base_all) = {
-        let store = leasehold::Store::connect(url, &prefix).map_err(|e| e.to_string())?;
-        let node =
-            leasehold::Node::start(store, "bench/baseline", leasehold::NodeConfig::default())
-                .await
-                .map_err(|e| e.to_string())?;
+        let store = leasehold_engine::Store::connect(url, &prefix).map_err(|e| e.to_string())?;
+        let node = leasehold_engine::Node::start(
+            store,
+            "bench/baseline",
+            leasehold_engine::NodeConfig::default(),
+        )
+        .await
+        .map_err(|e| e.to_string())?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = command_calls(url).await?;
         let start = Instant::now();

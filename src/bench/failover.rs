@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold::{ElectionConfig, Store};
+use leasehold_engine::{ElectionConfig, Event, Store};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::agents::{wait_agreed, AgentProcess, GROUP, NAMESPACE};
@@ -22,12 +22,13 @@ fn full_group() -> String {
     format!("{NAMESPACE}/{GROUP}")
 }
 
-/// Waits for an engine event of `kind` that satisfies `matches`.
+/// Waits for an engine event (`kind` names it in the error) that satisfies
+/// `matches`.
 async fn next_event(
-    events: &mut UnboundedReceiver<serde_json::Value>,
+    events: &mut UnboundedReceiver<Event>,
     kind: &str,
     limit: Duration,
-    matches: impl Fn(&serde_json::Value) -> bool,
+    matches: impl Fn(&Event) -> bool,
 ) -> Result<Instant, String> {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
@@ -35,18 +36,18 @@ async fn next_event(
             .await
             .map_err(|_| format!("no {kind} event within {limit:?}"))?
             .ok_or("the event subscription ended")?;
-        if event["type"] == kind && matches(&event) {
+        if matches(&event) {
             return Ok(Instant::now());
         }
     }
 }
 
-fn drain(events: &mut UnboundedReceiver<serde_json::Value>) {
+fn drain(events: &mut UnboundedReceiver<Event>) {
     while events.try_recv().is_ok() {}
 }
 
-fn elected_above(term: u64) -> impl Fn(&serde_json::Value) -> bool {
-    move |e| e["group"] == full_group().as_str() && e["term"].as_u64().is_some_and(|t| t > term)
+fn elected_above(term: u64) -> impl Fn(&Event) -> bool {
+    move |e| matches!(e, Event::Elected { group, term: t, .. } if *group == full_group() && *t > term)
 }
 
 /// The pool of agents and what every trial needs.
@@ -55,7 +56,7 @@ struct Bench<'a> {
     timings: ElectionConfig,
     store: Store,
     agents: Vec<AgentProcess>,
-    events: UnboundedReceiver<serde_json::Value>,
+    events: UnboundedReceiver<Event>,
 }
 
 impl Bench<'_> {
@@ -142,11 +143,12 @@ impl Bench<'_> {
             .ok_or_else(|| format!("{id} is not registered"))?;
         let limit = Duration::from_millis(3 * self.args.node_lease_ms()) + Duration::from_secs(5);
         let victim_id = id.clone();
-        next_event(&mut self.events, "swept", limit, move |e| {
-            e["nodes"]
-                .as_array()
-                .is_some_and(|n| n.iter().any(|x| x == victim_id.as_str()))
-        })
+        next_event(
+            &mut self.events,
+            "swept",
+            limit,
+            move |e| matches!(e, Event::Swept { nodes, .. } if nodes.contains(&victim_id)),
+        )
         .await?;
         let now = self.store.time_ms().await.map_err(|e| e.to_string())?;
         after_lease.push(Duration::from_millis(now.saturating_sub(lease_until)));

@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use leasehold::{InboxConfig, Node, NodeConfig, NodeOptions, Store};
+use leasehold_engine::{InboxConfig, Node, NodeConfig, NodeOptions, Store};
 
 use super::{ms, percentile, prefix, progress, BenchArgs, Row};
 

@@ -19,7 +19,7 @@ mod report;
 use std::io::IsTerminal;
 use std::time::Duration;
 
-use leasehold::ElectionConfig;
+use leasehold_engine::ElectionConfig;
 
 use crate::local_redis::LocalRedis;
 pub use report::Row;

@@ -140,7 +140,7 @@ pub fn markdown(series: &[Series], rows: &[Row]) -> String {
 
 #[derive(Serialize)]
 struct Json<'a> {
-    timings: &'a leasehold::ElectionConfig,
+    timings: &'a leasehold_engine::ElectionConfig,
     node_lease_ms: u64,
     trials: usize,
     takeover: Vec<JsonSeries<'a>>,
@@ -159,7 +159,7 @@ struct JsonSeries<'a> {
 }
 
 pub fn json(
-    timings: &leasehold::ElectionConfig,
+    timings: &leasehold_engine::ElectionConfig,
     node_lease_ms: u64,
     trials: usize,
     series: &[Series],

@@ -158,7 +158,7 @@ impl Drop for Agent {
 /// One HTTP/1.1 request; `(0, "")` when nothing answers within a second.
 pub async fn request(port: u16, method: &str, path: &str) -> (u16, String) {
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    leasehold::telemetry::http::request(addr, method, path, Duration::from_secs(1))
+    leasehold_daemon::http::request(addr, method, path, Duration::from_secs(1))
         .await
         .unwrap_or((0, String::new()))
 }

@@ -10,7 +10,7 @@ use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use leasehold::{ElectionConfig, Event, Group, Node, NodeConfig, Role, Store};
+use leasehold_engine::{ElectionConfig, Event, Group, Node, NodeConfig, Role, Store};
 use tokio::sync::broadcast;
 
 pub struct RedisServer {
@@ -298,7 +298,7 @@ pub fn is_follower(group: &Group) -> bool {
 
 /// Waits until every group handle but the leader's follows: their last claim
 /// read the lease's expiry, so they wake when it is due.
-pub async fn followers_see_the_leader(groups: &[leasehold::Group], limit: Duration) {
+pub async fn followers_see_the_leader(groups: &[leasehold_engine::Group], limit: Duration) {
     eventually(limit, "followers see the leader", || {
         groups.iter().filter(|g| is_follower(g)).count() == groups.len() - 1
     })

@@ -1,0 +1,212 @@
+//! The agent's local HTTP API. Every answer about leadership comes from the
+//! group's local lease view ([`Group::leader_term`]), the same check the
+//! library gives embedded users: an agent whose lease ran out locally says
+//! so at once, even before its campaign task has noticed.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use super::StepDown;
+use leasehold_daemon::http::Response;
+use leasehold_daemon::metrics;
+use prometheus_client::registry::Registry;
+
+use crate::metrics::AgentMetrics;
+use leasehold_engine::{Group, Role, Store};
+
+pub(crate) struct State {
+    pub node_id: String,
+    pub namespace: String,
+    /// `(LeaderGroup name, handle)`.
+    pub groups: Vec<(String, Group)>,
+    pub store: Store,
+    pub step_downs: tokio::sync::mpsc::Sender<StepDown>,
+    pub inbox: Arc<InboxCounts>,
+    pub registry: Arc<Registry>,
+    pub metrics: Arc<AgentMetrics>,
+}
+
+/// What arrived in the node's inbox. The agent does not hand messages to
+/// the application; it reads them so the inbox never fills up, and counts
+/// them, which is how the chaos tests check delivery from outside.
+#[derive(Debug, Default)]
+pub struct InboxCounts {
+    pub received: std::sync::atomic::AtomicU64,
+    pub recoveries: std::sync::atomic::AtomicU64,
+}
+
+/// One group as this agent sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct GroupView {
+    /// The engine's group name, `NAMESPACE/NAME`.
+    pub group: String,
+    /// `leader`, `follower`, `candidate` or `abstaining`.
+    pub role: String,
+    /// The leader's term, when one is known.
+    pub term: Option<u64>,
+    /// The leader's node id, when one is known.
+    pub leader: Option<String>,
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Status {
+    pub node: String,
+    pub namespace: String,
+    /// By LeaderGroup name.
+    pub groups: BTreeMap<String, GroupView>,
+    pub inbox: InboxView,
+}
+
+/// Messages received in this node's inbox since the agent started, and the
+/// times it came back after its registration had expired (what was sent
+/// meanwhile is lost).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct InboxView {
+    pub received: u64,
+    pub recoveries: u64,
+}
+
+/// The view of a group from its role and the local lease check. A role of
+/// leader whose local lease already ran out is reported as a candidate: that
+/// is what the node is until it renews or loses.
+pub fn view(group: &str, role: &Role, leading: Option<u64>, me: &str) -> GroupView {
+    let (role, term, leader) = match (role, leading) {
+        (_, Some(term)) => ("leader", Some(term), Some(me.to_owned())),
+        (Role::Leader { .. }, None) | (Role::Candidate, _) => ("candidate", None, None),
+        (Role::Follower { leader, term }, None) => ("follower", Some(*term), Some(leader.clone())),
+        (Role::Abstaining, None) => ("abstaining", None, None),
+    };
+    GroupView {
+        group: group.to_owned(),
+        role: role.to_owned(),
+        term,
+        leader,
+    }
+}
+
+fn group_view(state: &State, group: &Group) -> GroupView {
+    let role = group.role().borrow().clone();
+    view(group.name(), &role, group.leader_term(), &state.node_id)
+}
+
+fn json(status: u16, value: &impl Serialize) -> Response {
+    Response::json(
+        status,
+        serde_json::to_string(value).unwrap_or_else(|_| "{}".into()) + "\n",
+    )
+}
+
+fn error(status: u16, message: impl Into<String>) -> Response {
+    json(status, &serde_json::json!({ "error": message.into() }))
+}
+
+/// Answers one request. Unknown paths are 404, known paths with the wrong
+/// method 405.
+pub(crate) async fn respond(state: Arc<State>, method: String, path: String) -> Response {
+    let path = path.split('?').next().unwrap_or_default();
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    match (method.as_str(), segments.as_slice()) {
+        ("GET", ["healthz"]) => Response::text(200, "ok\n"),
+        ("GET", ["readyz"]) => leasehold_daemon::http::readiness(&state.store).await,
+        ("GET", ["metrics"]) => {
+            state.metrics.update(&state.groups);
+            Response::with_type(200, metrics::CONTENT_TYPE, metrics::render(&state.registry))
+        }
+        ("GET", ["v1", "status"]) => {
+            let groups = state
+                .groups
+                .iter()
+                .map(|(name, g)| (name.clone(), group_view(&state, g)))
+                .collect();
+            json(
+                200,
+                &Status {
+                    node: state.node_id.clone(),
+                    namespace: state.namespace.clone(),
+                    groups,
+                    inbox: InboxView {
+                        received: state.inbox.received.load(Ordering::Relaxed),
+                        recoveries: state.inbox.recoveries.load(Ordering::Relaxed),
+                    },
+                },
+            )
+        }
+        (_, ["v1", "groups", name, action]) => {
+            let Some((_, group)) = state.groups.iter().find(|(n, _)| n == name) else {
+                return error(
+                    404,
+                    format!("this agent does not campaign for group {name:?}"),
+                );
+            };
+            match (method.as_str(), *action) {
+                ("GET", "leader") => {
+                    let view = group_view(&state, group);
+                    json(if view.role == "leader" { 200 } else { 503 }, &view)
+                }
+                ("POST", "step-down") => step_down(&state, name, group.name()).await,
+                (_, "leader") => error(405, "use GET"),
+                (_, "step-down") => error(405, "use POST"),
+                _ => error(404, "not found"),
+            }
+        }
+        (_, ["healthz" | "readyz" | "metrics"] | ["v1", "status"]) => error(405, "use GET"),
+        _ => error(404, "not found"),
+    }
+}
+
+async fn step_down(state: &State, name: &str, full: &str) -> Response {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let request = StepDown {
+        group: name.to_owned(),
+        reply,
+    };
+    if state.step_downs.send(request).await.is_err() {
+        return error(503, "the agent is shutting down");
+    }
+    match answer.await {
+        Ok(Ok(was_leader)) => json(
+            200,
+            &serde_json::json!({ "group": full, "wasLeader": was_leader }),
+        ),
+        Ok(Err(e)) => error(503, e.to_string()),
+        Err(_) => error(503, "the agent is shutting down"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_that_ran_out_locally_is_not_reported_as_leading() {
+        let v = view("ns/g", &Role::Leader { term: 4 }, None, "ns/me");
+        assert_eq!(
+            (v.role.as_str(), v.term, v.leader),
+            ("candidate", None, None)
+        );
+        let v = view("ns/g", &Role::Leader { term: 4 }, Some(4), "ns/me");
+        assert_eq!(
+            (v.role.as_str(), v.term, v.leader.as_deref()),
+            ("leader", Some(4), Some("ns/me"))
+        );
+    }
+
+    #[test]
+    fn followers_name_the_leader_and_its_term() {
+        let role = Role::Follower {
+            leader: "ns/other".into(),
+            term: 9,
+        };
+        let v = view("ns/g", &role, None, "ns/me");
+        assert_eq!(
+            (v.role.as_str(), v.term, v.leader.as_deref()),
+            ("follower", Some(9), Some("ns/other"))
+        );
+        let v = view("ns/g", &Role::Abstaining, None, "ns/me");
+        assert_eq!((v.role.as_str(), v.term), ("abstaining", None));
+    }
+}

@@ -1,0 +1,378 @@
+//! `leasehold agent`: the sidecar. One node per pod, named `NAMESPACE/POD`,
+//! campaigns for the pod's LeaderGroups (engine group `NAMESPACE/NAME`) and
+//! tells the pod what it is: through a local HTTP API ([`api`]), a file per
+//! group ([`role_file`]) and, in exec mode ([`exec`]), by running a command
+//! only while it leads. It talks to Redis only; the controller reflects what
+//! it does into Kubernetes.
+//!
+//! One task owns the [`Node`]. It carries out step-downs asked for through
+//! the API, and on SIGTERM or SIGINT it stops the exec'd command first and
+//! releases the leases second, so a successor never starts its copy of the
+//! command while this pod's still runs.
+
+mod api;
+pub mod config;
+mod exec;
+mod metrics;
+mod role_file;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{broadcast, mpsc};
+
+use leasehold_daemon::http;
+use leasehold_daemon::names::validate_object_name;
+use leasehold_engine::config::{validate_name, ElectionConfig, NodeConfig};
+use leasehold_engine::{Event, Group, Node, NodeOptions};
+
+pub use api::{GroupView, InboxView, Status};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct AgentArgs {
+    #[command(flatten)]
+    pub redis: leasehold_daemon::redis_args::RedisArgs,
+    /// The pod's name (downward API); the node id is NAMESPACE/POD_NAME.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: Option<String>,
+    /// The pod's namespace (downward API): the namespace of the LeaderGroups.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub namespace: String,
+    /// Node id to use instead of NAMESPACE/POD_NAME (outside Kubernetes).
+    #[arg(long, env = "LEASEHOLD_NODE_ID")]
+    pub node_id: Option<String>,
+    /// Name of a LeaderGroup in the namespace to campaign for; repeat it, or separate names with commas.
+    #[arg(
+        long = "group",
+        value_name = "NAME",
+        env = "LEASEHOLD_GROUPS",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub groups: Vec<String>,
+    /// Address of the local HTTP API, probes and metrics.
+    #[arg(long, env = "LEASEHOLD_LISTEN", default_value = config::DEFAULT_AGENT_LISTEN)]
+    pub listen: SocketAddr,
+    /// Directory where the agent keeps one file per group, holding `leader TERM`, `follower`, `candidate`, `abstaining` or `stopped`.
+    #[arg(long, env = "LEASEHOLD_ROLE_DIR")]
+    pub role_dir: Option<PathBuf>,
+    /// Lease time to live, ms, until the controller writes the LeaderGroup's own.
+    #[arg(long, env = "LEASEHOLD_TTL_MS", default_value_t = ElectionConfig::default().ttl_ms)]
+    pub ttl_ms: u64,
+    /// How often the leader renews, ms (less than the ttl).
+    #[arg(long, env = "LEASEHOLD_RENEW_INTERVAL_MS", default_value_t = ElectionConfig::default().renew_interval_ms)]
+    pub renew_interval_ms: u64,
+    /// How often a follower tries to claim at the latest, ms.
+    #[arg(long, env = "LEASEHOLD_RETRY_INTERVAL_MS", default_value_t = ElectionConfig::default().retry_interval_ms)]
+    pub retry_interval_ms: u64,
+    /// How long the node stays registered without a heartbeat, ms.
+    #[arg(long, env = "LEASEHOLD_NODE_LEASE_MS", default_value_t = NodeConfig::default().lease_duration_ms)]
+    pub node_lease_ms: u64,
+    /// Exec mode: time between SIGTERM and SIGKILL when the command must stop, ms.
+    #[arg(long, env = "LEASEHOLD_GRACE_PERIOD_MS", default_value_t = config::DEFAULT_EXEC_GRACE_MS)]
+    pub grace_period_ms: u64,
+    /// Exec mode: the command (after `--`) to run only while this pod leads its one group.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// The arguments, checked: what the agent will do.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub node_id: String,
+    /// `(LeaderGroup name, engine group NAMESPACE/NAME)`.
+    pub groups: Vec<(String, String)>,
+    pub election: ElectionConfig,
+    pub node: NodeConfig,
+    pub grace: Duration,
+    pub command: Vec<String>,
+}
+
+impl Settings {
+    /// Checks every flag and names the one at fault, before anything starts.
+    pub fn from_args(args: &AgentArgs) -> Result<Self, String> {
+        validate_object_name("--namespace", &args.namespace).map_err(|e| e.to_string())?;
+        let node_id = match (&args.node_id, &args.pod_name) {
+            (Some(id), _) => id.clone(),
+            (None, Some(pod)) => {
+                validate_object_name("POD_NAME", pod).map_err(|e| e.to_string())?;
+                format!("{}/{pod}", args.namespace)
+            }
+            (None, None) => {
+                return Err(
+                    "no node id: set POD_NAME (from the downward API) or --node-id".to_owned(),
+                )
+            }
+        };
+        validate_name("--node-id", &node_id).map_err(|e| e.to_string())?;
+        let mut groups = Vec::new();
+        for name in &args.groups {
+            validate_object_name("--group", name).map_err(|e| e.to_string())?;
+            if groups.iter().any(|(n, _)| n == name) {
+                return Err(format!("--group {name:?} is given twice"));
+            }
+            groups.push((name.clone(), format!("{}/{name}", args.namespace)));
+        }
+        if groups.is_empty() {
+            return Err("--group: at least one LeaderGroup name is needed".to_owned());
+        }
+        let election = ElectionConfig {
+            ttl_ms: args.ttl_ms,
+            renew_interval_ms: args.renew_interval_ms,
+            retry_interval_ms: args.retry_interval_ms,
+        };
+        election
+            .validate()
+            .map_err(|e| format!("--ttl-ms/--renew-interval-ms/--retry-interval-ms: {e}"))?;
+        let node = NodeConfig::with_lease(args.node_lease_ms);
+        node.validate()
+            .map_err(|e| format!("--node-lease-ms: {e}"))?;
+        if args.grace_period_ms > config::MAX_EXEC_GRACE_MS {
+            return Err(format!(
+                "--grace-period-ms = {} is out of range: it must be a whole number of milliseconds from 0 to {}",
+                args.grace_period_ms,
+                config::MAX_EXEC_GRACE_MS
+            ));
+        }
+        if !args.command.is_empty() {
+            if groups.len() != 1 {
+                return Err(format!(
+                    "exec mode runs the command while this pod leads one group; {} --group flags were given",
+                    groups.len()
+                ));
+            }
+            exec::check_program(&args.command[0])?;
+            // The command is stopped once less than the grace period is left
+            // on the lease; a healthy renewal cycle, even one slow by a retry
+            // interval, must never get there.
+            let room = election
+                .ttl_ms
+                .saturating_sub(election.renew_interval_ms + election.retry_interval_ms);
+            if args.grace_period_ms >= room {
+                return Err(format!(
+                    "--grace-period-ms = {} is too long for these timings: exec mode needs it below ttl - renew interval - retry interval = {room} ms",
+                    args.grace_period_ms
+                ));
+            }
+        }
+        Ok(Self {
+            node_id,
+            groups,
+            election,
+            node,
+            grace: Duration::from_millis(args.grace_period_ms),
+            command: args.command.clone(),
+        })
+    }
+}
+
+/// A step-down asked for through the API, answered by the task owning the node.
+pub(crate) struct StepDown {
+    pub group: String,
+    pub reply: tokio::sync::oneshot::Sender<Result<bool, leasehold_engine::Error>>,
+}
+
+/// Why the agent stopped.
+enum Exit {
+    Signal,
+    Command(u8),
+    Displaced,
+    Failed(String),
+}
+
+/// Steps down from `group`; in exec mode, the command of that group is
+/// stopped first, so it is gone before another pod can win the lease.
+async fn step_down(
+    node: &Node,
+    command: Option<&exec::Exec>,
+    settings: &Settings,
+    group: &str,
+) -> Result<bool, leasehold_engine::Error> {
+    if let Some(command) = command {
+        if settings.groups[0].1 == group {
+            command.hand_over().await;
+        }
+    }
+    node.step_down(group).await
+}
+
+/// Runs the agent until SIGTERM/SIGINT (exit code 0), or in exec mode until
+/// the command ends by itself while leading (its exit code).
+pub async fn run(args: AgentArgs) -> Result<u8, String> {
+    // Installed first, so a SIGTERM during start-up is still graceful.
+    let shutdown = leasehold_daemon::signal::shutdown();
+    let settings = Settings::from_args(&args)?;
+    let store = args.redis.connect()?;
+    let listener = http::bind(args.listen).await?;
+    let role_files = match &args.role_dir {
+        Some(dir) => Some(role_file::RoleFiles::create(dir.clone())?),
+        None => None,
+    };
+
+    let mut metadata = vec![
+        ("agent".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+        ("namespace".to_owned(), args.namespace.clone()),
+    ];
+    if let Some(pod) = &args.pod_name {
+        metadata.push(("pod".to_owned(), pod.clone()));
+    }
+    // Step-downs the controller sends come here first, so exec mode can
+    // stop the command before the lease is released.
+    let (deferred_tx, mut deferred) = mpsc::unbounded_channel();
+    let mut registry = leasehold_daemon::metrics::new_registry();
+    let engine_metrics = leasehold_daemon::metrics::EngineMetrics::register(&mut registry);
+    let agent_metrics = metrics::AgentMetrics::register(&mut registry);
+    let options = NodeOptions {
+        metadata,
+        step_down_requests: Some(deferred_tx),
+        observer: Some(engine_metrics),
+        ..Default::default()
+    };
+    let node = Node::start_with(store.clone(), &settings.node_id, settings.node, options)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut events = node.events();
+    let joined = node
+        .join_all(
+            settings.groups.iter().map(|(_, full)| full.as_str()),
+            settings.election,
+        )
+        .map_err(|e| format!("--group: {e}"))?;
+    let groups: Vec<(String, Group)> = settings
+        .groups
+        .iter()
+        .map(|(name, _)| name.clone())
+        .zip(joined)
+        .collect();
+
+    let (step_downs, mut requests) = mpsc::channel::<StepDown>(16);
+    let inbox = Arc::new(api::InboxCounts::default());
+    let reader = node.inbox().map(|mut messages| {
+        let counts = inbox.clone();
+        tokio::spawn(async move {
+            use std::sync::atomic::Ordering::Relaxed;
+            while let Some(delivery) = messages.recv().await {
+                match delivery {
+                    leasehold_engine::Delivery::Message(_) => counts.received.fetch_add(1, Relaxed),
+                    leasehold_engine::Delivery::Recovered => {
+                        counts.recoveries.fetch_add(1, Relaxed)
+                    }
+                };
+            }
+        })
+    });
+    let state = Arc::new(api::State {
+        inbox,
+        node_id: settings.node_id.clone(),
+        namespace: args.namespace.clone(),
+        groups: groups.clone(),
+        store,
+        step_downs,
+        registry: Arc::new(registry),
+        metrics: agent_metrics,
+    });
+    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(http::serve(
+        listener,
+        move |method, path| api::respond(state.clone(), method, path),
+        async {
+            let _ = server_stopped.await;
+        },
+    ));
+    let watchers = role_files.as_ref().map(|files| files.watch(&groups));
+    let mut command = (!settings.command.is_empty()).then(|| {
+        let (name, group) = &groups[0];
+        exec::Exec::spawn(
+            settings.command.clone(),
+            name.clone(),
+            group.clone(),
+            settings.node_id.clone(),
+            settings.grace,
+        )
+    });
+    tracing::info!(
+        node = %settings.node_id,
+        groups = ?settings.groups.iter().map(|g| &g.1).collect::<Vec<_>>(),
+        listen = %args.listen,
+        exec = command.is_some(),
+        "agent started"
+    );
+
+    tokio::pin!(shutdown);
+    let exit = loop {
+        tokio::select! {
+            _ = &mut shutdown => break Exit::Signal,
+            Some(request) = requests.recv() => {
+                let full = format!("{}/{}", args.namespace, request.group);
+                let result = step_down(&node, command.as_ref(), &settings, &full).await;
+                tracing::info!(group = %full, ?result, "step-down asked through the API");
+                let _ = request.reply.send(result);
+            }
+            Some(request) = deferred.recv() => {
+                let result = step_down(&node, command.as_ref(), &settings, &request.group).await;
+                tracing::info!(group = %request.group, from = %request.from, ?result, "step-down asked by the controller");
+            }
+            ended = async { command.as_mut().expect("guarded").ended().await }, if command.is_some() => {
+                command = None;
+                break match ended {
+                    Ok(code) => Exit::Command(code),
+                    Err(e) => Exit::Failed(e),
+                };
+            }
+            event = events.recv() => match event {
+                Ok(Event::Displaced { by_incarnation, .. }) => {
+                    tracing::error!(%by_incarnation, "another process took over this node id");
+                    break Exit::Displaced;
+                }
+                Err(broadcast::error::RecvError::Closed) => break Exit::Failed("the node's event stream ended".into()),
+                _ => {}
+            },
+        }
+    };
+
+    // The command first: nothing may run as leader once the lease is free.
+    if let Some(command) = command {
+        command.stop().await;
+    }
+    // Every task of the agent ends here: nothing outlives `run`.
+    let _ = stop_server.send(());
+    let _ = server.await;
+    if let Some(reader) = reader {
+        reader.abort();
+        let _ = reader.await;
+    }
+    // Files say `stopped` before the leases go, so no reader can see
+    // `leader` while another pod already leads.
+    // (Each watcher is awaited: one that is mid-write on another thread
+    // must not land after `stopped`.)
+    if let Some(mut watchers) = watchers {
+        watchers.shutdown().await;
+    }
+    if let Some(files) = &role_files {
+        files.write_stopped(&groups);
+    }
+    let closed = node.close().await;
+    match exit {
+        Exit::Signal => {
+            if let Err(e) = closed {
+                tracing::warn!(error = %e, "leases released; removing the registration failed (it expires on its own)");
+            }
+            tracing::info!("agent stopped");
+            Ok(0)
+        }
+        Exit::Command(code) => {
+            tracing::info!(
+                code,
+                "the command ended by itself; the agent stops with its exit code"
+            );
+            Ok(code)
+        }
+        Exit::Displaced => Err(format!(
+            "another live process took over node id {:?}; this agent stopped campaigning",
+            settings.node_id
+        )),
+        Exit::Failed(message) => Err(message),
+    }
+}

@@ -1,0 +1,18 @@
+//! The limits and defaults of what the processes share, in one place.
+
+use std::time::Duration;
+
+/// Most HTTP connections open at once; more wait in the listen backlog.
+/// Probes, a metrics scraper and the pod's own application need a handful.
+pub const HTTP_MAX_CONNECTIONS: usize = 64;
+
+/// A client has this long to send its request head, so idle and
+/// half-sent connections are closed instead of held.
+pub const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// No connection lives longer than this, whatever it is doing.
+pub const HTTP_CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
+
+/// Pause after a failed accept (e.g. out of file descriptors), so the
+/// accept loop does not spin a core.
+pub const HTTP_ACCEPT_BACKOFF: Duration = Duration::from_millis(100);

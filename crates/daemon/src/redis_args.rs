@@ -1,0 +1,54 @@
+//! The flags that say how to reach Redis, shared by `leasehold agent` and
+//! `leasehold controller` so both read a password or a CA the same way.
+//! A password belongs in a file (a mounted Secret), not in the URL, where
+//! it would show in the pod spec and in `ps`.
+
+use std::path::PathBuf;
+
+use leasehold_engine::config::DEFAULT_PREFIX;
+use leasehold_engine::Store;
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RedisArgs {
+    /// Redis holding the engine's state: redis://[user[:password]@]host[:port][/db], or rediss:// for TLS.
+    #[arg(long, env = "LEASEHOLD_REDIS_URL")]
+    pub redis_url: String,
+    /// File holding the Redis password (a mounted Secret); wins over a password in the URL.
+    #[arg(long, env = "LEASEHOLD_REDIS_PASSWORD_FILE")]
+    pub redis_password_file: Option<PathBuf>,
+    /// PEM file of the CA that signed a rediss:// server's certificate, if not a public one.
+    #[arg(long, env = "LEASEHOLD_REDIS_CA_FILE")]
+    pub redis_ca_file: Option<PathBuf>,
+    /// Key prefix in Redis (the same for the controller and every agent).
+    #[arg(long, env = "LEASEHOLD_PREFIX", default_value = DEFAULT_PREFIX)]
+    pub prefix: String,
+}
+
+fn read(flag: &str, path: &Option<PathBuf>) -> Result<Option<Vec<u8>>, String> {
+    path.as_ref()
+        .map(|p| std::fs::read(p).map_err(|e| format!("{flag} {}: {e}", p.display())))
+        .transpose()
+}
+
+impl RedisArgs {
+    /// Reads the files and prepares the (lazy) connection; an error names
+    /// the flag at fault.
+    pub fn connect(&self) -> Result<Store, String> {
+        let password = read("--redis-password-file", &self.redis_password_file)?.map(|p| {
+            String::from_utf8_lossy(&p)
+                .trim_end_matches(['\r', '\n'])
+                .to_owned()
+        });
+        let ca = read("--redis-ca-file", &self.redis_ca_file)?;
+        Store::connect_with(
+            &self.redis_url,
+            &self.prefix,
+            password.as_deref(),
+            ca.as_deref(),
+        )
+        .map_err(|e| match e {
+            leasehold_engine::ConnectError::Prefix(e) => format!("--prefix: {e}"),
+            e => format!("--redis-url: {e}"),
+        })
+    }
+}

@@ -1,0 +1,449 @@
+//! One node's campaign for one group: a single task that owns every decision
+//! about that group's lease for this node, so no two code paths can disagree
+//! about whether it leads.
+//!
+//! The rules, in order of priority inside the loop:
+//! 1. A leader is leader only while its local view of the lease is valid:
+//!    the send time of its last confirmed claim or renewal plus ttl, on the
+//!    monotonic clock. Redis set its expiry no earlier than that send, so the
+//!    local view always ends first and two nodes never both believe they lead.
+//! 2. A renewal that fails with a store error (or does not answer in time)
+//!    demotes at once; the next claim takes back the still-held lease.
+//! 3. Followers claim on their retry tick, and earlier when the lease is
+//!    released (pub/sub) or due to expire (from the PTTL of their last claim).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::time::Instant;
+
+use super::{LocalLease, Role};
+use crate::config::ElectionConfig;
+use crate::events::{Event, LostReason, Operation};
+use crate::node::Shared;
+use crate::store::{bounded, Claim, GroupKeys, Renewal, StoreError};
+
+pub(crate) enum Command {
+    StepDown(oneshot::Sender<Result<bool, StoreError>>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+pub(crate) struct Campaign {
+    pub group: String,
+    pub keys: GroupKeys,
+    pub config: ElectionConfig,
+    pub shared: Arc<Shared>,
+    pub role: watch::Sender<Role>,
+    pub lease: Arc<Mutex<LocalLease>>,
+    pub wake: Arc<Notify>,
+    /// Whether release wake-ups are known to arrive (see `wake`).
+    pub wake_healthy: Arc<std::sync::atomic::AtomicBool>,
+    pub commands: mpsc::Receiver<Command>,
+}
+
+/// What the loop does next, and when.
+enum Next {
+    Renew,
+    Claim,
+}
+
+struct State {
+    /// `Some((term, valid_until))` while this node leads.
+    leading: Option<(u64, Instant)>,
+    /// When the last successful claim/renewal was sent (schedules renewals).
+    last_sent: Instant,
+    /// Term of a lease this node may still hold in Redis though it no longer
+    /// leads (fail-safe demotion): shutdown and step-down must clear it.
+    held: Option<u64>,
+    abstain_until: Option<Instant>,
+    next_claim: Instant,
+    /// Highest term seen for this group: terms never go backwards, even if
+    /// Redis loses its data.
+    seen_term: u64,
+    /// Store errors in a row: the next attempt comes after a backoff that
+    /// starts short and grows to the retry interval, so a Redis that comes
+    /// back is noticed within milliseconds, not a whole retry interval.
+    errors: u32,
+}
+
+impl Campaign {
+    fn ttl_ms(&self) -> u64 {
+        self.config.ttl_ms
+    }
+
+    /// 10 ms after the first error in a row, doubling, at most one retry
+    /// interval. (An attempt into a stalled Redis also waits out its call
+    /// timeout, so this adds few calls.)
+    fn error_backoff(&self, errors: u32) -> Duration {
+        Duration::from_millis(10u64.saturating_mul(1 << errors.min(16)))
+            .min(self.config.retry_interval())
+    }
+
+    /// A candidacy outlives the gap between two claims or renewals.
+    fn candidacy_ms(&self) -> u64 {
+        self.config.ttl_ms + self.config.retry_interval_ms
+    }
+
+    fn node(&self) -> &str {
+        &self.shared.id
+    }
+
+    fn set_role(&self, role: Role) {
+        self.role.send_if_modified(|current| {
+            if *current == role {
+                false
+            } else {
+                *current = role;
+                true
+            }
+        });
+    }
+
+    /// The only writer of the shared local lease view.
+    fn set_lease(&self, st: &mut State, leading: Option<(u64, Instant)>, held: Option<u64>) {
+        st.leading = leading;
+        st.held = held;
+        *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = LocalLease { leading, held };
+        if let Some((term, _)) = leading {
+            self.set_role(Role::Leader { term });
+        }
+    }
+
+    /// Stops leading locally (before any I/O, so no work runs past this point)
+    /// and reports why.
+    fn demote(&self, st: &mut State, reason: LostReason, next: Role) {
+        if let Some((term, _)) = st.leading {
+            let held = (reason != LostReason::Replaced).then_some(term);
+            self.set_lease(st, None, held);
+            self.set_role(next);
+            self.report_lost(term, reason);
+        } else {
+            self.set_role(next);
+        }
+    }
+
+    pub async fn run(mut self) {
+        let now = Instant::now();
+        let mut st = State {
+            leading: None,
+            last_sent: now,
+            held: None,
+            abstain_until: None,
+            next_claim: now,
+            seen_term: 0,
+            errors: 0,
+        };
+        let mut displaced = self.shared.displaced.subscribe();
+        loop {
+            if displaced.borrow().is_some() {
+                self.demote(&mut st, LostReason::Replaced, Role::Candidate);
+                return;
+            }
+            let now = Instant::now();
+            if let Some((_, valid_until)) = st.leading {
+                if now >= valid_until {
+                    self.demote(&mut st, LostReason::Expired, Role::Candidate);
+                    st.next_claim = now;
+                    continue;
+                }
+            }
+            if let Some(until) = st.abstain_until {
+                if now >= until {
+                    st.abstain_until = None;
+                    st.next_claim = now;
+                    self.set_role(Role::Candidate);
+                }
+            }
+            let (next, at) = match (st.leading, st.abstain_until) {
+                (Some(_), _) => (Next::Renew, st.last_sent + self.config.renew_interval()),
+                (None, Some(until)) => (Next::Claim, until),
+                (None, None) => (Next::Claim, st.next_claim),
+            };
+            let deadline = st.leading.map(|(_, v)| v);
+            let can_wake = st.leading.is_none() && st.abstain_until.is_none();
+            tokio::select! {
+                biased;
+                _ = displaced.changed() => continue,
+                command = self.commands.recv() => match command {
+                    Some(Command::StepDown(reply)) => {
+                        let result = self.step_down(&mut st).await;
+                        let _ = reply.send(result);
+                    }
+                    Some(Command::Shutdown(reply)) => {
+                        self.shutdown(&mut st).await;
+                        let _ = reply.send(());
+                        return;
+                    }
+                    // The node was dropped without closing: act like a crash,
+                    // release nothing.
+                    None => return,
+                },
+                _ = sleep_until_opt(deadline) => continue,
+                _ = self.wake.notified(), if can_wake => {
+                    self.claim(&mut st).await;
+                }
+                _ = tokio::time::sleep_until(at) => match next {
+                    Next::Renew => self.renew(&mut st).await,
+                    Next::Claim => {
+                        if st.abstain_until.is_none() {
+                            self.claim(&mut st).await;
+                        }
+                    }
+                },
+            }
+        }
+    }
+
+    async fn claim(&mut self, st: &mut State) {
+        let retry = self.config.retry_interval();
+        // The ttl this claim asks for: the local lease view must use it even
+        // if the reply brings new timings.
+        let ttl = self.config.ttl();
+        let sent = Instant::now();
+        let result = bounded(
+            self.config.call_timeout(),
+            self.shared.store.claim(
+                &self.keys,
+                self.node(),
+                &self.shared.incarnation,
+                self.ttl_ms(),
+                st.seen_term,
+                self.candidacy_ms(),
+            ),
+        )
+        .await;
+        if result.is_ok() {
+            st.errors = 0;
+        }
+        match result {
+            Ok(Claim::Won {
+                term,
+                fresh,
+                config,
+            }) => {
+                self.adopt(config);
+                st.seen_term = st.seen_term.max(term);
+                st.last_sent = sent;
+                self.set_lease(st, Some((term, sent + ttl)), Some(term));
+                tracing::info!(term, fresh, "leading");
+                self.shared.events.emit(Event::Elected {
+                    node: self.node().to_owned(),
+                    group: self.group.clone(),
+                    term,
+                });
+            }
+            Ok(Claim::Lost {
+                term,
+                pttl_ms,
+                holder,
+                config,
+            }) => {
+                self.adopt(config);
+                st.seen_term = st.seen_term.max(term);
+                self.set_lease(st, None, None);
+                // No holder: the store is in its first ttl (claim.lua).
+                self.set_role(if holder.is_empty() {
+                    Role::Candidate
+                } else {
+                    Role::Follower {
+                        leader: holder,
+                        term,
+                    }
+                });
+                // Wake 1 ms after the lease is due to expire, so Redis sees
+                // it expired; a release (or new timings) wakes us earlier
+                // through pub/sub. Never later than one ttl: a lease taken
+                // under a longer ttl is shortened by the holder's next
+                // renewal once it adopts a shorter one. Without confirmed
+                // wake-ups, also at the retry tick.
+                let healthy = self.wake_healthy.load(std::sync::atomic::Ordering::SeqCst);
+                let wait = match u64::try_from(pttl_ms) {
+                    Ok(ms) if healthy => Duration::from_millis(ms + 1).min(self.config.ttl()),
+                    Ok(ms) => Duration::from_millis(ms + 1).min(retry),
+                    Err(_) => retry,
+                };
+                st.next_claim = Instant::now() + wait;
+            }
+            Err(e) => {
+                self.set_role(Role::Candidate);
+                self.store_error(Operation::Claim, &e);
+                st.next_claim = Instant::now() + self.error_backoff(st.errors);
+                st.errors += 1;
+            }
+        }
+    }
+
+    async fn renew(&mut self, st: &mut State) {
+        let Some((term, valid_until)) = st.leading else {
+            return;
+        };
+        let ttl = self.config.ttl();
+        let sent = Instant::now();
+        // Never wait past the local lease, nor longer than a call may take.
+        let limit = valid_until
+            .saturating_duration_since(sent)
+            .min(self.config.call_timeout());
+        let result = bounded(
+            limit,
+            self.shared.store.renew(
+                &self.keys,
+                self.node(),
+                &self.shared.incarnation,
+                term,
+                self.ttl_ms(),
+                self.candidacy_ms(),
+            ),
+        )
+        .await;
+        if result.is_ok() {
+            st.errors = 0;
+        }
+        match result {
+            Ok(Renewal::Renewed {
+                config,
+                term: renewed_term,
+            }) => {
+                self.adopt(config);
+                st.last_sent = sent;
+                st.seen_term = st.seen_term.max(renewed_term);
+                self.set_lease(st, Some((renewed_term, sent + ttl)), Some(renewed_term));
+                if renewed_term != term {
+                    // The counter had been restored above our term: the lease
+                    // moved to a new, higher term. Same leader, new token.
+                    tracing::info!(
+                        from = term,
+                        to = renewed_term,
+                        "lease moved to a higher term"
+                    );
+                    self.shared.events.emit(Event::Elected {
+                        node: self.node().to_owned(),
+                        group: self.group.clone(),
+                        term: renewed_term,
+                    });
+                }
+            }
+            Ok(Renewal::Gone) => {
+                self.demote(st, LostReason::Expired, Role::Candidate);
+                self.set_lease(st, None, None);
+                st.next_claim = Instant::now();
+            }
+            Ok(Renewal::Replaced {
+                holder,
+                incarnation,
+            }) => {
+                if holder == self.node() {
+                    // Our id, another incarnation: a second live process uses
+                    // this node id. The node reports it and stops campaigning.
+                    self.shared.mark_displaced(incarnation);
+                }
+                self.demote(
+                    st,
+                    LostReason::Replaced,
+                    Role::Follower {
+                        leader: holder,
+                        term,
+                    },
+                );
+                st.next_claim = Instant::now() + self.config.retry_interval();
+            }
+            Err(e) => {
+                self.store_error(Operation::Renew, &e);
+                self.demote(st, LostReason::StoreError, Role::Candidate);
+                st.next_claim = Instant::now() + self.error_backoff(st.errors);
+                st.errors += 1;
+            }
+        }
+    }
+
+    async fn release(&self, term: Option<u64>, withdraw: bool) -> Result<bool, StoreError> {
+        bounded(
+            self.config.call_timeout(),
+            self.shared.store.release(
+                &self.keys,
+                self.node(),
+                &self.shared.incarnation,
+                term,
+                withdraw,
+            ),
+        )
+        .await
+    }
+
+    async fn step_down(&self, st: &mut State) -> Result<bool, StoreError> {
+        let term = st.leading.map(|(t, _)| t);
+        let held = st.held;
+        // Stop leading first, then let go of the lease.
+        self.set_lease(st, None, held);
+        st.abstain_until = Some(Instant::now() + self.config.ttl());
+        self.set_role(Role::Abstaining);
+        let released = match held {
+            Some(_) => self.release(held, false).await,
+            None => Ok(false),
+        };
+        if let Some(term) = term {
+            self.report_lost(term, LostReason::StepDown);
+        }
+        match released {
+            Ok(_) => {
+                self.set_lease(st, None, None);
+                Ok(term.is_some())
+            }
+            Err(e) => {
+                self.store_error(Operation::StepDownRelease, &e);
+                Err(e)
+            }
+        }
+    }
+
+    async fn shutdown(&self, st: &mut State) {
+        let term = st.leading.map(|(t, _)| t);
+        let held = st.held;
+        self.set_lease(st, None, held);
+        self.set_role(Role::Candidate);
+        // Release also a lease merely possibly held: one left behind by a
+        // fail-safe demotion would block the group for the rest of its ttl.
+        match self.release(held, true).await {
+            Ok(_) => self.set_lease(st, None, None),
+            Err(e) => self.store_error(Operation::ShutdownRelease, &e),
+        }
+        if let Some(term) = term {
+            self.report_lost(term, LostReason::Shutdown);
+        }
+    }
+
+    /// Takes the group's timings from Redis (written by the controller from
+    /// the LeaderGroup) when they differ from the current ones.
+    fn adopt(&mut self, config: Option<ElectionConfig>) {
+        if let Some(config) = config.filter(|c| *c != self.config) {
+            tracing::info!(?config, "group timings changed in redis");
+            self.config = config;
+        }
+    }
+
+    fn report_lost(&self, term: u64, reason: LostReason) {
+        tracing::info!(term, reason = reason.as_str(), "stopped leading");
+        self.shared.events.emit(Event::Lost {
+            node: self.node().to_owned(),
+            group: self.group.clone(),
+            term,
+            reason,
+        });
+    }
+
+    fn store_error(&self, during: Operation, e: &StoreError) {
+        tracing::warn!(group = %self.group, %during, error = %e, "store error");
+        self.shared.events.emit(Event::StoreError {
+            node: self.node().to_owned(),
+            during,
+            message: e.to_string(),
+        });
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

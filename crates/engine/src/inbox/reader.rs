@@ -1,0 +1,239 @@
+//! The inbox reader: one task per node that blocks on the node's inbox stream
+//! on a dedicated connection and hands entries to the node's [`Inbox`].
+//!
+//! It only reads as many entries as the local buffer has room for, so a slow
+//! consumer's backlog stays in Redis (where it is bounded and counted), and
+//! after handing entries over it trims them from the stream: the stream is
+//! exactly the unread backlog. While the buffer is full it re-checks the
+//! backlog every [`LAG_CHECK_INTERVAL`] to report lag.
+//!
+//! [`Inbox`]: super::Inbox
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::{Delivery, Message};
+use crate::config::{InboxConfig, INBOX_BATCH, INBOX_BLOCK, INBOX_BUFFER, LAG_CHECK_INTERVAL};
+use crate::events::{Event, Operation};
+use crate::node::Shared;
+use crate::store::{bounded, InboxEntry, Store, StoreError};
+
+/// The id just after `id` (`ms-seq` -> `ms-(seq+1)`): the exclusive lower
+/// bound that trims everything up to and including `id`.
+fn next_stream_id(id: &str) -> String {
+    match id
+        .split_once('-')
+        .and_then(|(ms, seq)| Some((ms, seq.parse::<u64>().ok()?)))
+    {
+        Some((ms, seq)) => format!("{ms}-{}", seq + 1),
+        None => id.to_owned(),
+    }
+}
+
+fn text(bytes: Option<&[u8]>) -> String {
+    bytes
+        .map(|b| String::from_utf8_lossy(b).into_owned())
+        .unwrap_or_default()
+}
+
+/// What an inbox entry is for.
+enum Entry {
+    /// For the application, through its [`super::Inbox`].
+    Deliver(Delivery),
+    /// For the engine itself.
+    Command { from: String, payload: Vec<u8> },
+}
+
+fn entry(entry: InboxEntry) -> Entry {
+    match entry.get("k") {
+        Some(b"recovered") => return Entry::Deliver(Delivery::Recovered),
+        Some(b"command") => {
+            let from = text(entry.get("f"));
+            let payload = entry.get("p").map(<[u8]>::to_vec).unwrap_or_default();
+            return Entry::Command { from, payload };
+        }
+        _ => {}
+    }
+    let topic = text(entry.get("t"));
+    Entry::Deliver(Delivery::Message(Message {
+        id: text(entry.get("i")).parse().unwrap_or_default(),
+        topic: (!topic.is_empty()).then_some(topic),
+        from: text(entry.get("f")),
+        retained: entry.get("r").is_some(),
+        payload: entry
+            .fields
+            .into_iter()
+            .find(|(name, _)| name == b"p")
+            .map(|(_, value)| value)
+            .unwrap_or_default(),
+    }))
+}
+
+#[cfg(test)]
+fn delivery(e: InboxEntry) -> Delivery {
+    match entry(e) {
+        Entry::Deliver(d) => d,
+        Entry::Command { .. } => panic!("a command"),
+    }
+}
+
+/// Lag and drop reporting: lag once per crossing of the threshold.
+struct Watch {
+    threshold: u64,
+    lagging: bool,
+    dropped: u64,
+}
+
+impl Watch {
+    fn observe(&mut self, shared: &Shared, backlog: u64, dropped: u64) {
+        if dropped > self.dropped {
+            shared.events.emit(Event::Dropped {
+                node: shared.id.clone(),
+                count: dropped - self.dropped,
+                total: dropped,
+            });
+        }
+        self.dropped = dropped;
+        if backlog > self.threshold && !self.lagging {
+            shared.events.emit(Event::Lag {
+                node: shared.id.clone(),
+                backlog,
+            });
+        }
+        self.lagging = backlog > self.threshold;
+    }
+}
+
+pub(crate) async fn run(shared: Arc<Shared>, config: InboxConfig, tx: mpsc::Sender<Delivery>) {
+    let store: &Store = &shared.store;
+    let inbox = store.keys().inbox(&shared.id);
+    let mut after = "0-0".to_owned();
+    let mut conn = None;
+    let mut backoff = Duration::from_millis(50);
+    let mut watch = Watch {
+        threshold: config.lag_threshold,
+        lagging: false,
+        dropped: 0,
+    };
+    let buffered = |tx: &mpsc::Sender<Delivery>| (INBOX_BUFFER - tx.capacity()) as u64;
+    loop {
+        // Read only what the buffer can take; while it is full, watch the backlog.
+        while tx.capacity() == 0 {
+            tokio::select! {
+                permit = tx.reserve() => match permit {
+                    Ok(permit) => drop(permit),
+                    Err(_) => return,
+                },
+                _ = tokio::time::sleep(LAG_CHECK_INTERVAL) => {
+                    if let Ok((backlog, dropped)) = bounded(LAG_CHECK_INTERVAL * 10, store.inbox_state(&shared.id)).await {
+                        watch.observe(&shared, backlog + buffered(&tx), dropped);
+                    }
+                }
+            }
+        }
+        if conn.is_none() {
+            match bounded(INBOX_BLOCK, store.reader_connection()).await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    report(&shared, &e);
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
+        let room = tx.capacity().min(INBOX_BATCH);
+        let block_ms = INBOX_BLOCK.as_millis() as u64;
+        let read = bounded(
+            INBOX_BLOCK + Duration::from_secs(5),
+            Store::read_inbox(c, &inbox, &after, room, block_ms),
+        )
+        .await;
+        let entries = match read {
+            Ok(entries) => entries,
+            Err(e) => {
+                conn = None;
+                report(&shared, &e);
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(50);
+        let Some(last) = entries.last().map(|e| e.stream_id.clone()) else {
+            continue;
+        };
+        for e in entries {
+            match entry(e) {
+                Entry::Deliver(d) => {
+                    if tx.send(d).await.is_err() {
+                        return;
+                    }
+                }
+                Entry::Command { from, payload } => {
+                    let _ = shared.commands.send((from, payload));
+                }
+            }
+        }
+        after = last;
+        match bounded(
+            INBOX_BLOCK,
+            store.ack_inbox(&shared.id, &next_stream_id(&after)),
+        )
+        .await
+        {
+            Ok((backlog, dropped)) => watch.observe(&shared, backlog + buffered(&tx), dropped),
+            Err(e) => report(&shared, &e),
+        }
+    }
+}
+
+fn report(shared: &Shared, e: &StoreError) {
+    tracing::warn!(error = %e, "inbox read failed, retrying");
+    shared.events.emit(Event::StoreError {
+        node: shared.id.clone(),
+        during: Operation::InboxRead,
+        message: e.to_string(),
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_next_stream_id_bounds_the_trim() {
+        assert_eq!(next_stream_id("1700000000000-0"), "1700000000000-1");
+        assert_eq!(next_stream_id("5-41"), "5-42");
+    }
+
+    #[test]
+    fn entries_become_deliveries() {
+        let marker = InboxEntry {
+            stream_id: "1-0".into(),
+            fields: vec![(b"k".to_vec(), b"recovered".to_vec())],
+        };
+        assert_eq!(delivery(marker), Delivery::Recovered);
+        let fields = [("i", "7"), ("t", ""), ("f", "ns/a"), ("p", "hi")]
+            .iter()
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
+            .collect();
+        let direct = InboxEntry {
+            stream_id: "1-1".into(),
+            fields,
+        };
+        assert_eq!(
+            delivery(direct),
+            Delivery::Message(Message {
+                id: 7,
+                topic: None,
+                from: "ns/a".into(),
+                payload: b"hi".to_vec(),
+                retained: false
+            })
+        );
+    }
+}

@@ -1,0 +1,64 @@
+//! leasehold's engine: leader election and a live-node registry on Redis.
+//!
+//! This crate knows nothing of Kubernetes, command lines or the process it
+//! runs in, and builds on any platform Tokio and redis-rs support:
+//! a [`Node`] registers itself in Redis, keeps its registration alive, sweeps
+//! dead nodes, and campaigns for the groups it joins. The operator's
+//! controller and the agent sidecar are built on it, and a Rust service can
+//! embed it directly:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), leasehold_engine::Error> {
+//! use leasehold_engine::{ElectionConfig, Node, NodeConfig, Store};
+//! let store = Store::connect("redis://127.0.0.1:6379", "leasehold")?;
+//! let node = Node::start(store, "default/worker-0", NodeConfig::default()).await?;
+//! let group = node.join("default/reports", ElectionConfig::default())?;
+//! if let Some(term) = group.leader_term() {
+//!     // leader-only work, fenced by `term`
+//! }
+//! node.close().await?;
+//! # Ok(()) }
+//! ```
+
+pub mod config;
+pub mod election;
+pub mod events;
+pub mod inbox;
+pub mod node;
+pub mod store;
+
+mod task;
+
+pub use config::{ConfigError, ElectionConfig, InboxConfig, NodeConfig};
+pub use election::{Group, Role};
+pub use events::{Event, LostReason, Observer, Operation};
+pub use inbox::topic::TopicError;
+pub use inbox::{Delivery, Inbox, Message, Overflow, PublishOptions, Published, Retain};
+pub use node::{Node, NodeOptions, StepDownRequest};
+pub use store::{ConnectError, NodeInfo, Store, StoreError};
+
+/// Every error the engine's API returns.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Connect(#[from] ConnectError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("group {0:?} is already joined by this node")]
+    AlreadyJoined(String),
+    #[error("group {0:?} is not joined by this node")]
+    NotJoined(String),
+    #[error("another live process took over this node id; this node no longer campaigns")]
+    Displaced,
+    /// Covers both `InvalidTopic` and `InvalidPattern`.
+    #[error(transparent)]
+    Topic(#[from] TopicError),
+    #[error("node {0:?} is not a live registered node")]
+    NodeNotRegistered(String),
+    #[error("payload of {size} bytes is larger than max_message_size = {max}")]
+    DataTooLarge { size: u64, max: u64 },
+    #[error("the inbox of node {0:?} is full; the publish was refused and nothing was written")]
+    InboxFull(String),
+}

@@ -1,0 +1,103 @@
+//! What the controller writes for a group: its timings from the custom
+//! resource, and a term that Redis lost.
+
+use super::{as_int, scripts, Store, StoreError};
+use crate::config::ElectionConfig;
+
+impl Store {
+    /// Writes a group's timings; nodes apply them at their next claim or
+    /// renewal. A change also wakes the group's followers (on its release
+    /// channel): they sleep until the lease they saw runs out, and a shorter
+    /// ttl can make the real lease run out sooner than that.
+    pub async fn write_group_config(
+        &self,
+        group: &str,
+        config: &ElectionConfig,
+    ) -> Result<(), StoreError> {
+        let keys = self.keys().group(group);
+        let current: Vec<Option<u64>> = redis::cmd("HMGET")
+            .arg(&keys.config)
+            .arg("ttlMs")
+            .arg("renewIntervalMs")
+            .arg("retryIntervalMs")
+            .query_async(&mut self.conn())
+            .await?;
+        let wanted = [
+            config.ttl_ms,
+            config.renew_interval_ms,
+            config.retry_interval_ms,
+        ];
+        if current.iter().zip(wanted).all(|(c, w)| *c == Some(w)) {
+            return Ok(());
+        }
+        let _: i64 = redis::cmd("HSET")
+            .arg(&keys.config)
+            .arg("ttlMs")
+            .arg(config.ttl_ms)
+            .arg("renewIntervalMs")
+            .arg(config.renew_interval_ms)
+            .arg("retryIntervalMs")
+            .arg(config.retry_interval_ms)
+            .query_async(&mut self.conn())
+            .await?;
+        let _: i64 = redis::cmd("PUBLISH")
+            .arg(&keys.released)
+            .arg("config")
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(())
+    }
+
+    /// Raises a group's term counter to `term` if it is lower (Redis lost
+    /// it); never lowers it. Returns whether it was raised.
+    pub async fn restore_term(&self, group: &str, term: u64) -> Result<bool, StoreError> {
+        let key = self.keys().group(group).term;
+        let reply = self.run(scripts::RESTORE_TERM.key(key).arg(term)).await?;
+        Ok(as_int(&reply)? == 1)
+    }
+}
+
+impl Store {
+    /// Follows the engine events every node publishes on `P:events`. An
+    /// event this version cannot read (from a newer node) is skipped. The
+    /// subscription is kept (and renewed after reconnects)
+    /// until the receiver is dropped; events published while it is down are
+    /// missed, which is why the controller also resyncs periodically.
+    pub fn follow_events(&self) -> tokio::sync::mpsc::UnboundedReceiver<crate::Event> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (push_tx, mut pushes) = tokio::sync::mpsc::unbounded_channel();
+        let conn = self.subscriber(push_tx);
+        let channel = self.keys().events();
+        tokio::spawn(async move {
+            let Ok(mut conn) = conn else { return };
+            let mut backoff = std::time::Duration::from_millis(50);
+            while conn.subscribe(&channel).await.is_err() {
+                if tx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+            }
+            while let Some(push) = pushes.recv().await {
+                if push.kind != redis::PushKind::Message {
+                    continue;
+                }
+                let Some(redis::Value::BulkString(payload)) = push.data.get(1) else {
+                    continue;
+                };
+                match serde_json::from_slice::<crate::Event>(payload) {
+                    Ok(event) => {
+                        if tx.send(event).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "skipped an event this version cannot read")
+                    }
+                }
+            }
+            drop(conn);
+        });
+        rx
+    }
+}

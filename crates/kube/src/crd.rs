@@ -1,0 +1,221 @@
+//! The `LeaderGroup` custom resource (`leasehold.dev/v1alpha1`): a set of
+//! pods, picked by a label selector, of which exactly one leads.
+//!
+//! The schema carries the same bounds as [`leasehold_engine::config`] (OpenAPI minimum
+//! and maximum, and CEL rules such as `renewIntervalMs < ttlMs`), so the API
+//! server refuses a bad spec at `kubectl apply`. Servers older than 1.25 do
+//! not run CEL; the controller checks the same rules (see
+//! [`LeaderGroupSpec::election_config`]) and reports a violation as a
+//! condition, so those clusters are covered too.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use leasehold_engine::config::{ConfigError, ElectionConfig};
+
+/// Label key put on member pods when the spec names none.
+pub const DEFAULT_ROLE_LABEL: &str = "leasehold.dev/role";
+
+/// Annotation whose new values ask the current leader to step down.
+pub const STEP_DOWN_ANNOTATION: &str = "leasehold.dev/step-down";
+
+fn default_ttl_ms() -> i64 {
+    ElectionConfig::default().ttl_ms as i64
+}
+fn default_renew_interval_ms() -> i64 {
+    ElectionConfig::default().renew_interval_ms as i64
+}
+fn default_retry_interval_ms() -> i64 {
+    ElectionConfig::default().retry_interval_ms as i64
+}
+fn default_role_label() -> String {
+    DEFAULT_ROLE_LABEL.to_owned()
+}
+
+/// A group of pods of which exactly one leads. The leader pod is labelled
+/// `<roleLabel>=leader` and the other live members `<roleLabel>=follower`,
+/// so a Service selecting `<roleLabel>: leader` reaches the leader only.
+// Each printcolumn(...) repeats the same keys, which clippy mistakes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "leasehold.dev",
+    version = "v1alpha1",
+    kind = "LeaderGroup",
+    plural = "leadergroups",
+    shortname = "lg",
+    namespaced,
+    status = "LeaderGroupStatus",
+    derive = "PartialEq",
+    doc = "A group of pods of which exactly one leads, elected through leasehold on Redis.",
+    printcolumn(
+        name = "Leader",
+        type_ = "string",
+        json_path = ".status.leader",
+        description = "The leader pod"
+    ),
+    printcolumn(
+        name = "Term",
+        type_ = "integer",
+        json_path = ".status.term",
+        description = "Fencing term of the current lease"
+    ),
+    printcolumn(
+        name = "Live",
+        type_ = "integer",
+        json_path = ".status.liveMembers",
+        description = "Members with a live candidacy"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    ),
+    printcolumn(
+        name = "Expires",
+        type_ = "date",
+        json_path = ".status.leaseExpiresAt",
+        priority = 1,
+        description = "When the current lease runs out unless renewed"
+    )
+)]
+#[x_kube(validation = Rule::new("self.renewIntervalMs < self.ttlMs").message("renewIntervalMs must be less than ttlMs"))]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderGroupSpec {
+    /// Pods that may be members. A member whose pod does not match is
+    /// reported in the status and never labelled.
+    #[x_kube(validation = Rule::new("(has(self.matchLabels) && size(self.matchLabels) > 0) || (has(self.matchExpressions) && size(self.matchExpressions) > 0)").message("selector must not be empty: it would select every pod"))]
+    pub selector: LabelSelector,
+    /// How long a lease lasts without renewal, ms.
+    #[serde(default = "default_ttl_ms")]
+    #[schemars(range(min = 1, max = 2147483647))]
+    pub ttl_ms: i64,
+    /// How often the leader renews, ms; less than ttlMs.
+    #[serde(default = "default_renew_interval_ms")]
+    #[schemars(range(min = 1, max = 2147483647))]
+    pub renew_interval_ms: i64,
+    /// How often followers try to claim at the latest, ms.
+    #[serde(default = "default_retry_interval_ms")]
+    #[schemars(range(min = 1, max = 2147483647))]
+    pub retry_interval_ms: i64,
+    /// The label key set on member pods (values `leader` and `follower`).
+    #[serde(default = "default_role_label")]
+    #[schemars(length(min = 1, max = 317))]
+    pub role_label: String,
+}
+
+/// One node that campaigns for the group, as the status shows it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Member {
+    /// Node id, `NAMESPACE/POD`.
+    pub node: String,
+    /// The pod, when the node id names a pod of this namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+    /// `leader` or `follower`.
+    pub role: String,
+    /// When the node's candidacy lapses unless renewed.
+    pub expires_at: String,
+    /// Why the pod is not labelled, if it is not: `PodNotFound`,
+    /// `NotSelected` (the pod does not match spec.selector),
+    /// `OtherNamespace` or `LabelConflict`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
+}
+
+/// The last sweep of expired nodes that touched this group.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LastSweep {
+    pub time: String,
+    pub nodes: Vec<String>,
+}
+
+/// A condition in the standard Kubernetes shape.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    /// `LeaderElected`, `StoreAvailable`, `SpecValid`, `LabelConflict` or `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    pub reason: String,
+    pub message: String,
+    pub last_transition_time: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// What the controller last saw of the group.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderGroupStatus {
+    /// The leader pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader: Option<String>,
+    /// The lease holder's node id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub holder: Option<String>,
+    /// Fencing term of the current (or last) lease; never goes backwards.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub term: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub leader_since: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expires_at: Option<String>,
+    #[serde(default)]
+    pub members: Vec<Member>,
+    #[serde(default)]
+    pub live_members: i64,
+    /// Changes of leader seen by the controller.
+    #[serde(default)]
+    pub transitions: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_sweep: Option<LastSweep>,
+    #[serde(default)]
+    #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The last `leasehold.dev/step-down` annotation value acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_step_down: Option<String>,
+}
+
+impl LeaderGroupSpec {
+    /// The timings as engine configuration, checked by the same rules as the
+    /// schema's, for API servers that do not enforce CEL.
+    pub fn election_config(&self) -> Result<ElectionConfig, ConfigError> {
+        // A negative value is as out of range as zero; report it as given.
+        let ms = |option: &'static str, v: i64| {
+            u64::try_from(v).map_err(|_| ConfigError::Negative { option, value: v })
+        };
+        let config = ElectionConfig {
+            ttl_ms: ms("ttl_ms", self.ttl_ms)?,
+            renew_interval_ms: ms("renew_interval_ms", self.renew_interval_ms)?,
+            retry_interval_ms: ms("retry_interval_ms", self.retry_interval_ms)?,
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// A spec error in the resource's own field names (`ttlMs`, not `ttl_ms`),
+/// for conditions a user reads next to the YAML they wrote.
+pub fn spec_error_message(error: &ConfigError) -> String {
+    error
+        .to_string()
+        .replace("renew_interval_ms", "renewIntervalMs")
+        .replace("retry_interval_ms", "retryIntervalMs")
+        .replace("ttl_ms", "ttlMs")
+}
+
+/// The CRD as YAML, as `leasehold crdgen` prints it.
+pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
+    use kube::CustomResourceExt;
+    serde_yaml::to_string(&LeaderGroup::crd())
+}

@@ -1,0 +1,12 @@
+//! leasehold's Kubernetes side: the `LeaderGroup` resource ([`crd`]), the
+//! pure rules that turn the engine's state in Redis into pod labels and
+//! status ([`plan`]), the I/O around them ([`reconcile`]) and the
+//! controller process ([`run`]). It depends on the engine; the engine and
+//! the agent never depend on it.
+
+pub mod crd;
+pub mod metrics;
+pub mod plan;
+pub mod reconcile;
+pub mod run;
+pub mod selector;

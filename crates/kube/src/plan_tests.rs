@@ -1,0 +1,495 @@
+//! The rules of the plan, one test each.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::*;
+use crate::crd::{LeaderGroupSpec, DEFAULT_ROLE_LABEL};
+
+const NS: &str = "shop";
+const NOW: u64 = 1_700_000_000_000;
+
+fn spec() -> LeaderGroupSpec {
+    LeaderGroupSpec {
+        selector: LabelSelector {
+            match_labels: Some([("app".to_owned(), "web".to_owned())].into()),
+            match_expressions: None,
+        },
+        ttl_ms: 15_000,
+        renew_interval_ms: 5_000,
+        retry_interval_ms: 2_000,
+        role_label: DEFAULT_ROLE_LABEL.into(),
+    }
+}
+
+fn group(name: &str, spec: LeaderGroupSpec, status: Option<LeaderGroupStatus>) -> LeaderGroup {
+    let mut g = LeaderGroup::new(name, spec);
+    g.metadata.namespace = Some(NS.into());
+    g.metadata.generation = Some(3);
+    g.status = status;
+    g
+}
+
+fn pod(name: &str, role: Option<&str>) -> PodView {
+    let mut labels: BTreeMap<String, String> = [("app".to_owned(), "web".to_owned())].into();
+    if let Some(r) = role {
+        labels.insert(DEFAULT_ROLE_LABEL.into(), r.into());
+    }
+    PodView {
+        name: name.into(),
+        labels,
+    }
+}
+
+fn state(holder: Option<&str>, term: u64, members: &[&str]) -> StoreView {
+    StoreView::Available(GroupState {
+        holder: holder.map(|h| format!("{NS}/{h}")),
+        term,
+        lease_pttl_ms: holder.map(|_| 12_000),
+        members: members
+            .iter()
+            .map(|m| (format!("{NS}/{m}"), NOW + 17_000))
+            .collect(),
+        now_ms: NOW,
+    })
+}
+
+fn run(g: &LeaderGroup, pods: &[PodView], store: &StoreView) -> Plan {
+    plan(&Observed {
+        group: g,
+        pods,
+        others: &[],
+        store,
+        swept: &[],
+        local_now_ms: NOW,
+    })
+}
+
+fn change(pod: &str, value: Option<&str>) -> LabelChange {
+    LabelChange {
+        pod: pod.into(),
+        key: DEFAULT_ROLE_LABEL.into(),
+        value: value.map(str::to_owned),
+    }
+}
+
+fn cond<'a>(status: &'a LeaderGroupStatus, type_: &str) -> &'a Condition {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition"))
+}
+
+#[test]
+fn first_election_labels_the_leader_and_the_live_followers() {
+    let g = group("web", spec(), None);
+    let pods = [pod("a", None), pod("b", None), pod("c", None)];
+    let p = run(&g, &pods, &state(Some("a"), 1, &["a", "b", "c"]));
+    assert_eq!(
+        p.labels,
+        vec![
+            change("b", Some(FOLLOWER)),
+            change("c", Some(FOLLOWER)),
+            change("a", Some(LEADER))
+        ]
+    );
+    assert_eq!(p.status.leader.as_deref(), Some("a"));
+    assert_eq!(p.status.holder.as_deref(), Some("shop/a"));
+    assert_eq!(
+        (p.status.term, p.status.live_members, p.status.transitions),
+        (Some(1), 3, 1)
+    );
+    assert_eq!(
+        p.status.lease_expires_at.as_deref(),
+        Some("2023-11-14T22:13:32Z")
+    );
+    assert_eq!(cond(&p.status, "LeaderElected").status, "True");
+    assert_eq!(cond(&p.status, "Ready").status, "True");
+    assert_eq!(p.status.observed_generation, Some(3));
+    assert!(p.write_status);
+    assert_eq!(p.events.len(), 1);
+    assert_eq!(p.events[0].reason, "LeaderElected");
+    assert!(p.events[0].note.contains("pod a") && p.events[0].note.contains("term 1"));
+    assert_eq!(p.config, Some(ElectionConfig::default()));
+}
+
+#[test]
+fn on_a_leader_change_the_old_label_goes_before_the_new_one_comes() {
+    let prev = run(
+        &group("web", spec(), None),
+        &[pod("a", None), pod("b", None)],
+        &state(Some("a"), 1, &["a", "b"]),
+    )
+    .status;
+    let g = group("web", spec(), Some(prev));
+    let pods = [pod("a", Some(LEADER)), pod("b", Some(FOLLOWER))];
+    let p = run(&g, &pods, &state(Some("b"), 2, &["a", "b"]));
+    assert_eq!(
+        p.labels,
+        vec![change("a", Some(FOLLOWER)), change("b", Some(LEADER))]
+    );
+    let reasons: Vec<&str> = p.events.iter().map(|e| e.reason).collect();
+    assert_eq!(reasons, ["LeaderLost", "LeaderElected"]);
+    assert!(p.events[0].note.contains("replaced"));
+    assert_eq!(p.status.transitions, 2);
+    // The order holds whichever pod sorts first.
+    let g = group("web", spec(), None);
+    let pods = [pod("a", None), pod("z", Some(LEADER))];
+    let p = run(&g, &pods, &state(Some("a"), 5, &["a"]));
+    assert_eq!(p.labels, vec![change("z", None), change("a", Some(LEADER))]);
+}
+
+#[test]
+fn a_crashed_leader_whose_lease_expired_loses_its_label_before_any_successor() {
+    let prev = run(
+        &group("web", spec(), None),
+        &[pod("a", None), pod("b", None)],
+        &state(Some("a"), 4, &["a", "b"]),
+    )
+    .status;
+    let g = group("web", spec(), Some(prev));
+    let pods = [pod("a", Some(LEADER)), pod("b", Some(FOLLOWER))];
+    // Lease gone, a's candidacy lapsed too; b has not won yet.
+    let p = run(&g, &pods, &state(None, 4, &["b"]));
+    assert_eq!(p.labels, vec![change("a", None)]);
+    assert_eq!(p.status.leader, None);
+    assert_eq!(p.status.term, Some(4), "the last term stays visible");
+    assert_eq!(cond(&p.status, "LeaderElected").status, "False");
+    assert_eq!(cond(&p.status, "Ready").status, "False");
+    assert_eq!(p.events[0].reason, "LeaderLost");
+    assert!(p.events[0].warning && p.events[0].note.contains("expired"));
+    // Still a live member but no longer holder: it becomes a follower.
+    let p = run(&g, &pods, &state(None, 4, &["a", "b"]));
+    assert_eq!(p.labels, vec![change("a", Some(FOLLOWER))]);
+}
+
+#[test]
+fn the_role_label_key_comes_from_the_spec() {
+    let mut s = spec();
+    s.role_label = "example.com/singleton".into();
+    let g = group("web", s, None);
+    let p = run(&g, &[pod("a", None)], &state(Some("a"), 1, &["a"]));
+    assert_eq!(
+        p.labels,
+        vec![LabelChange {
+            pod: "a".into(),
+            key: "example.com/singleton".into(),
+            value: Some(LEADER.into())
+        }]
+    );
+}
+
+#[test]
+fn members_without_a_selected_pod_are_reported_and_never_labelled() {
+    let g = group("web", spec(), None);
+    let mut outsider = pod("d", None);
+    outsider.labels.insert("app".into(), "batch".into());
+    let pods = [pod("a", None), outsider];
+    let store = StoreView::Available(GroupState {
+        holder: Some("shop/a".into()),
+        term: 1,
+        lease_pttl_ms: Some(10_000),
+        members: ["shop/a", "shop/d", "shop/ghost", "other/x"]
+            .iter()
+            .map(|m| (m.to_string(), NOW + 1))
+            .collect(),
+        now_ms: NOW,
+    });
+    let p = run(&g, &pods, &store);
+    assert_eq!(p.labels, vec![change("a", Some(LEADER))]);
+    let problems: BTreeMap<&str, Option<&str>> = p
+        .status
+        .members
+        .iter()
+        .map(|m| (m.node.as_str(), m.problem.as_deref()))
+        .collect();
+    assert_eq!(problems["shop/a"], None);
+    assert_eq!(problems["shop/d"], Some("NotSelected"));
+    assert_eq!(problems["shop/ghost"], Some("PodNotFound"));
+    assert_eq!(problems["other/x"], Some("OtherNamespace"));
+    assert_eq!(p.status.live_members, 4);
+}
+
+#[test]
+fn a_leader_without_a_pod_holds_the_lease_but_labels_nothing() {
+    let g = group("web", spec(), None);
+    let p = run(
+        &g,
+        &[pod("b", None)],
+        &state(Some("gone"), 2, &["gone", "b"]),
+    );
+    assert_eq!(p.labels, vec![change("b", Some(FOLLOWER))]);
+    assert_eq!(p.status.leader, None);
+    assert_eq!(p.status.holder.as_deref(), Some("shop/gone"));
+    assert_eq!(
+        cond(&p.status, "LeaderElected").reason,
+        "LeaseHeldByNodeWithoutPod"
+    );
+}
+
+#[test]
+fn pods_that_stopped_being_live_members_lose_the_label() {
+    let g = group("web", spec(), None);
+    let mut moved = pod("e", Some(FOLLOWER));
+    moved.labels.insert("app".into(), "other".into()); // no longer selected
+    let pods = [
+        pod("a", Some(LEADER)),
+        pod("c", Some(FOLLOWER)),
+        moved,
+        pod("f", Some("something-else")),
+    ];
+    let p = run(&g, &pods, &state(Some("a"), 1, &["a"]));
+    // c is selected but not a live member; e is not selected; f's value is not ours.
+    assert_eq!(
+        p.labels,
+        vec![change("c", None), change("e", None), change("f", None)]
+    );
+}
+
+#[test]
+fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
+    let others_of_beta = [OtherGroup {
+        name: "alpha".into(),
+        role_label: DEFAULT_ROLE_LABEL.into(),
+        selector: spec().selector,
+    }];
+    let others_of_alpha = [OtherGroup {
+        name: "beta".into(),
+        role_label: DEFAULT_ROLE_LABEL.into(),
+        selector: spec().selector,
+    }];
+    let pods = [pod("a", None)];
+    let store = state(Some("a"), 1, &["a"]);
+    let beta = group("beta", spec(), None);
+    let p = plan(&Observed {
+        group: &beta,
+        pods: &pods,
+        others: &others_of_beta,
+        store: &store,
+        swept: &[],
+        local_now_ms: NOW,
+    });
+    assert!(p.labels.is_empty(), "beta yields the pod to alpha");
+    let c = cond(&p.status, "LabelConflict");
+    assert_eq!(c.status, "True");
+    assert!(
+        c.message.contains("pod a is also selected by group alpha")
+            && c.message.contains("roleLabel"),
+        "{}",
+        c.message
+    );
+    assert_eq!(cond(&p.status, "Ready").status, "False");
+    assert_eq!(
+        p.status.members[0].problem.as_deref(),
+        Some("LabelConflict")
+    );
+    let alpha = group("alpha", spec(), None);
+    let p = plan(&Observed {
+        group: &alpha,
+        pods: &pods,
+        others: &others_of_alpha,
+        store: &store,
+        swept: &[],
+        local_now_ms: NOW,
+    });
+    assert_eq!(p.labels, vec![change("a", Some(LEADER))]);
+    assert_eq!(cond(&p.status, "LabelConflict").status, "True");
+    // A different key is no conflict.
+    let others = [OtherGroup {
+        name: "alpha".into(),
+        role_label: "x/role".into(),
+        selector: spec().selector,
+    }];
+    let p = plan(&Observed {
+        group: &beta,
+        pods: &pods,
+        others: &others,
+        store: &store,
+        swept: &[],
+        local_now_ms: NOW,
+    });
+    assert_eq!(p.labels, vec![change("a", Some(LEADER))]);
+    assert_eq!(cond(&p.status, "LabelConflict").status, "False");
+}
+
+#[test]
+fn redis_unavailable_leaves_every_label_as_it_is() {
+    let prev = run(
+        &group("web", spec(), None),
+        &[pod("a", None)],
+        &state(Some("a"), 1, &["a"]),
+    )
+    .status;
+    let g = group("web", spec(), Some(prev.clone()));
+    let pods = [pod("a", Some(LEADER)), pod("b", Some(FOLLOWER))];
+    let p = run(
+        &g,
+        &pods,
+        &StoreView::Unavailable("connection refused".into()),
+    );
+    assert!(p.labels.is_empty());
+    assert_eq!(p.status.leader, prev.leader);
+    let c = cond(&p.status, "StoreAvailable");
+    assert_eq!(
+        (c.status.as_str(), c.message.as_str()),
+        ("False", "connection refused")
+    );
+    assert_eq!(cond(&p.status, "Ready").status, "False");
+    assert!(p.write_status);
+    assert!(p.events.is_empty() && p.step_down.is_none());
+}
+
+#[test]
+fn status_is_written_only_when_something_but_expiry_changed() {
+    let pods = [pod("a", Some(LEADER))];
+    let first = run(
+        &group("web", spec(), None),
+        &pods,
+        &state(Some("a"), 1, &["a"]),
+    );
+    assert!(first.write_status);
+    let g = group("web", spec(), Some(first.status.clone()));
+    // Same state, lease renewed: nothing to write.
+    let mut renewed = match state(Some("a"), 1, &["a"]) {
+        StoreView::Available(s) => s,
+        _ => unreachable!(),
+    };
+    renewed.now_ms += 5_000;
+    renewed.members[0].1 += 5_000;
+    let p = run(&g, &pods, &StoreView::Available(renewed.clone()));
+    assert!(p.labels.is_empty());
+    assert!(!p.write_status, "only expiry times moved");
+    assert_eq!(
+        p.status.conditions, first.status.conditions,
+        "transition times kept"
+    );
+    // Once the stored expiry has passed, it is refreshed.
+    renewed.now_ms += 60_000;
+    let p = run(&g, &pods, &StoreView::Available(renewed));
+    assert!(p.write_status);
+    // A new generation is a change.
+    let mut g2 = g.clone();
+    g2.metadata.generation = Some(4);
+    let p = run(&g2, &pods, &state(Some("a"), 1, &["a"]));
+    assert!(p.write_status);
+    assert_eq!(p.status.observed_generation, Some(4));
+}
+
+#[test]
+fn a_term_lost_by_redis_is_restored_from_the_status() {
+    let prev = LeaderGroupStatus {
+        term: Some(7),
+        ..Default::default()
+    };
+    let g = group("web", spec(), Some(prev));
+    let p = run(&g, &[pod("a", None)], &state(None, 0, &["a"]));
+    assert_eq!(p.restore_term, Some(7));
+    assert_eq!(p.status.term, Some(7), "status.term never goes backwards");
+    let p = run(&g, &[pod("a", None)], &state(Some("a"), 8, &["a"]));
+    assert_eq!(p.restore_term, None);
+    assert_eq!(p.status.term, Some(8));
+}
+
+#[test]
+fn a_step_down_annotation_is_acted_on_once_per_value() {
+    let mut g = group("web", spec(), None);
+    g.metadata.annotations = Some([(STEP_DOWN_ANNOTATION.to_owned(), "1".to_owned())].into());
+    let p = run(&g, &[pod("a", None)], &state(Some("a"), 1, &["a"]));
+    assert_eq!(p.step_down.as_deref(), Some("shop/a"));
+    assert_eq!(p.status.handled_step_down.as_deref(), Some("1"));
+    assert!(p.events.iter().any(|e| e.reason == "StepDownRequested"));
+    g.status = Some(p.status);
+    let p = run(&g, &[pod("a", Some(LEADER))], &state(Some("a"), 1, &["a"]));
+    assert_eq!(p.step_down, None, "the same value is not applied twice");
+    g.metadata.annotations = Some([(STEP_DOWN_ANNOTATION.to_owned(), "2".to_owned())].into());
+    let p = run(&g, &[pod("a", Some(LEADER))], &state(Some("a"), 1, &["a"]));
+    assert_eq!(p.step_down.as_deref(), Some("shop/a"));
+}
+
+#[test]
+fn an_invalid_spec_is_a_condition_and_no_timings_are_written() {
+    let mut s = spec();
+    s.renew_interval_ms = s.ttl_ms;
+    let g = group("web", s, None);
+    let p = run(&g, &[pod("a", None)], &state(Some("a"), 1, &["a"]));
+    let c = cond(&p.status, "SpecValid");
+    assert_eq!(c.status, "False");
+    assert!(
+        c.message.contains("renewIntervalMs = 15000") && c.message.contains("ttlMs = 15000"),
+        "{}",
+        c.message
+    );
+    // A negative value (possible where the API server does not check bounds)
+    // is named as given.
+    let mut s = spec();
+    s.retry_interval_ms = -5;
+    let g = group("web", s, None);
+    let p = run(&g, &[pod("a", None)], &state(Some("a"), 1, &["a"]));
+    let c = cond(&p.status, "SpecValid");
+    assert!(
+        c.message
+            .starts_with("retryIntervalMs = -5 is out of range")
+            && c.message.contains("from 1 to 2147483647"),
+        "{}",
+        c.message
+    );
+    assert_eq!(p.config, None);
+    assert_eq!(cond(&p.status, "Ready").status, "False");
+}
+
+#[test]
+fn timestamps_are_rfc3339() {
+    assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+    assert_eq!(rfc3339(NOW), "2023-11-14T22:13:20Z");
+    assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00Z");
+    assert_eq!(pod_of("shop/a", "shop"), Some("a"));
+    assert_eq!(pod_of("other/a", "shop"), None);
+    assert_eq!(pod_of("noslash", "shop"), None);
+}
+
+#[test]
+fn a_sweep_of_former_members_is_reported_once() {
+    let prev = run(
+        &group("web", spec(), None),
+        &[pod("a", None), pod("b", None)],
+        &state(Some("a"), 1, &["a", "b"]),
+    )
+    .status;
+    let g = group("web", spec(), Some(prev));
+    let pods = [pod("a", Some(LEADER)), pod("b", Some(FOLLOWER))];
+    let swept = [
+        ("shop/b".to_owned(), NOW + 2_000),
+        ("elsewhere/z".to_owned(), NOW + 2_000),
+    ];
+    let store = state(Some("a"), 1, &["a"]);
+    let p = plan(&Observed {
+        group: &g,
+        pods: &pods,
+        others: &[],
+        store: &store,
+        swept: &swept,
+        local_now_ms: NOW,
+    });
+    let sweep = p.status.last_sweep.clone().expect("lastSweep");
+    assert_eq!(sweep.nodes, ["shop/b"]);
+    assert_eq!(sweep.time, rfc3339(NOW + 2_000));
+    assert!(p
+        .events
+        .iter()
+        .any(|e| e.reason == "NodesSwept" && e.note.contains("shop/b")));
+    assert_eq!(p.labels, vec![change("b", None)]);
+    // Reported once: with the sweep recorded, the same sweep is no news.
+    let mut g2 = g.clone();
+    g2.status = Some(p.status);
+    let p = plan(&Observed {
+        group: &g2,
+        pods: &pods,
+        others: &[],
+        store: &store,
+        swept: &swept,
+        local_now_ms: NOW,
+    });
+    assert!(!p.events.iter().any(|e| e.reason == "NodesSwept"));
+}

@@ -1,0 +1,242 @@
+//! The I/O around [`plan`](crate::plan): read the LeaderGroup's world, ask
+//! the plan, apply what it says in order. Only the replica that holds the
+//! controllers' own lease writes, and it checks the lease again right before
+//! every write.
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
+use kube::runtime::reflector::Store as Reflector;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use crate::crd::LeaderGroup;
+use crate::metrics::ControllerMetrics;
+use crate::plan::{plan, Observed, OtherGroup, PodView, StoreView};
+use leasehold_engine::inbox::command::Command;
+use leasehold_engine::store::bounded;
+use leasehold_engine::{Group, Node};
+
+/// Field manager of every write, so server-side apply knows what is ours.
+pub const MANAGER: &str = "leasehold-controller";
+
+/// How long one read of a group's Redis state may take.
+const STORE_READ: Duration = Duration::from_secs(2);
+
+pub struct Context {
+    pub client: kube::Client,
+    /// The controller's own engine node: reads Redis, sweeps, sends commands.
+    pub node: Arc<Node>,
+    /// The controllers' own group: only its leader writes.
+    pub leadership: Group,
+    pub recorder: Recorder,
+    pub groups: Reflector<LeaderGroup>,
+    /// Nodes this replica's sweeper removed recently (node id, ms).
+    pub swept: Mutex<Vec<(String, u64)>>,
+    /// Requeue interval: the safety net under the watch and Redis events.
+    pub resync: Duration,
+    pub metrics: Arc<ControllerMetrics>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("LeaderGroup has no namespace")]
+    NoNamespace,
+    #[error("listing pods in {namespace}: {source}")]
+    ListPods {
+        namespace: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("labelling pod {pod}: {source}")]
+    LabelPod {
+        pod: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("writing status: {0}")]
+    Status(#[source] kube::Error),
+}
+
+impl ReconcileError {
+    /// A fixed label for metrics and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::NoNamespace => "no_namespace",
+            Self::ListPods { .. } => "list_pods",
+            Self::LabelPod { .. } => "label_pod",
+            Self::Status(_) => "status",
+        }
+    }
+}
+
+fn pod_view(pod: &Pod) -> PodView {
+    PodView {
+        name: pod.name_any(),
+        labels: pod.metadata.labels.clone().unwrap_or_default(),
+    }
+}
+
+fn wall_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Records the reconcile's duration however it ends.
+struct Timer<'a>(Instant, &'a ControllerMetrics);
+impl Drop for Timer<'_> {
+    fn drop(&mut self) {
+        self.1.observe_reconcile(self.0.elapsed());
+    }
+}
+
+pub async fn reconcile(
+    group: Arc<LeaderGroup>,
+    ctx: Arc<Context>,
+) -> Result<Action, ReconcileError> {
+    let _timer = Timer(Instant::now(), &ctx.metrics);
+    if !ctx.leadership.is_leader() {
+        // A standby keeps its caches warm and writes nothing.
+        return Ok(Action::requeue(ctx.resync));
+    }
+    let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let name = group.name_any();
+    let redis_group = format!("{namespace}/{name}");
+
+    // Read.
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
+    let pods: Vec<PodView> = pods_api
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| ReconcileError::ListPods {
+            namespace: namespace.clone(),
+            source,
+        })?
+        .items
+        .iter()
+        .map(pod_view)
+        .collect();
+    let others: Vec<OtherGroup> = ctx
+        .groups
+        .state()
+        .iter()
+        .filter(|g| g.namespace().as_deref() == Some(namespace.as_str()) && g.name_any() != name)
+        .map(|g| OtherGroup {
+            name: g.name_any(),
+            role_label: g.spec.role_label.clone(),
+            selector: g.spec.selector.clone(),
+        })
+        .collect();
+    let store = ctx.node.store();
+    let view = match bounded(STORE_READ, store.group_state(&redis_group)).await {
+        Ok(state) => StoreView::Available(state),
+        Err(e) => StoreView::Unavailable(e.to_string()),
+    };
+    let swept = ctx.swept.lock().map(|s| s.clone()).unwrap_or_default();
+
+    // Decide.
+    let plan = plan(&Observed {
+        group: &group,
+        pods: &pods,
+        others: &others,
+        store: &view,
+        swept: &swept,
+        local_now_ms: wall_ms(),
+    });
+
+    // Apply, in order; each write re-checks that this replica still leads.
+    if let Some(config) = &plan.config {
+        if let Err(e) = bounded(STORE_READ, store.write_group_config(&redis_group, config)).await {
+            tracing::warn!(group = %redis_group, error = %e, "could not write the group's timings");
+        }
+    }
+    if let Some(term) = plan.restore_term {
+        match bounded(STORE_READ, store.restore_term(&redis_group, term)).await {
+            Ok(raised) => {
+                tracing::info!(group = %redis_group, term, raised, "restored the term redis lost")
+            }
+            Err(e) => {
+                tracing::warn!(group = %redis_group, error = %e, "could not restore the term")
+            }
+        }
+    }
+    for change in &plan.labels {
+        if !ctx.leadership.is_leader() {
+            return Ok(Action::requeue(ctx.resync));
+        }
+        // A merge patch of one label: other labels are never touched, and
+        // `null` removes the key.
+        let patch = json!({ "metadata": { "labels": { &change.key: &change.value } } });
+        pods_api
+            .patch(&change.pod, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|source| ReconcileError::LabelPod {
+                pod: change.pod.clone(),
+                source,
+            })?;
+        ctx.metrics.label_patched();
+    }
+    if let Some(holder) = &plan.step_down {
+        let command = Command::StepDown {
+            group: redis_group.clone(),
+        };
+        if let Err(e) = ctx.node.send_command(holder, &command).await {
+            tracing::warn!(group = %redis_group, %holder, error = %e, "could not send the step-down command");
+        }
+    }
+    let reference = group.object_ref(&());
+    for event in &plan.events {
+        let event = KubeEvent {
+            type_: if event.warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: event.reason.into(),
+            note: Some(event.note.clone()),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+            tracing::warn!(group = %redis_group, error = %e, "could not record an event");
+        }
+    }
+    if plan.write_status && ctx.leadership.is_leader() {
+        let groups: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), &namespace);
+        let status = json!({
+            "apiVersion": LeaderGroup::api_version(&()),
+            "kind": LeaderGroup::kind(&()),
+            "status": plan.status,
+        });
+        groups
+            .patch_status(
+                &name,
+                &PatchParams::apply(MANAGER).force(),
+                &Patch::Apply(&status),
+            )
+            .await
+            .map_err(ReconcileError::Status)?;
+    }
+    ctx.metrics
+        .set_leader(redis_group, plan.status.leader.is_some());
+    Ok(Action::requeue(ctx.resync))
+}
+
+/// Requeue delay by what went wrong: a conflict or a missing pod clears up
+/// fast, an unreachable API server takes longer.
+pub fn error_policy(_group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_failed(error.kind());
+    tracing::warn!(kind = error.kind(), %error, "reconcile failed");
+    match error {
+        ReconcileError::NoNamespace => Action::await_change(),
+        ReconcileError::LabelPod { .. } => Action::requeue(Duration::from_secs(1)),
+        ReconcileError::ListPods { .. } | ReconcileError::Status(_) => {
+            Action::requeue(Duration::from_secs(5))
+        }
+    }
+}

@@ -1,0 +1,295 @@
+//! `leasehold controller`: wires the kube-runtime Controller to the plan and
+//! to Redis, elects one active replica, and serves probes and metrics.
+//!
+//! Triggers of a group's reconcile: the LeaderGroup changing, a pod of its
+//! namespace changing (one it selects, or one carrying its label key), any
+//! engine event for the group on `P:events` (so a new leader shows within
+//! milliseconds, not at the next resync), and a periodic requeue as a net.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::runtime::controller::Controller;
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Api, ResourceExt};
+use tokio::sync::mpsc;
+
+use crate::crd::LeaderGroup;
+use crate::metrics::ControllerMetrics;
+use crate::reconcile::{error_policy, reconcile, Context};
+use crate::selector;
+use leasehold_daemon::http::{self, Response};
+use leasehold_daemon::metrics::{self, EngineMetrics};
+use leasehold_engine::config::{validate_name, ElectionConfig, NodeConfig};
+use leasehold_engine::events::Event;
+use leasehold_engine::{Node, NodeOptions};
+
+/// How long sweeps stay in memory for reporting on the groups they touched.
+const SWEEP_MEMORY: Duration = Duration::from_secs(600);
+
+#[derive(Debug, clap::Args)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    pub redis: leasehold_daemon::redis_args::RedisArgs,
+    /// This replica's pod name (downward API); its node id is NAMESPACE/POD.
+    #[arg(long, env = "POD_NAME")]
+    pub pod_name: String,
+    /// This replica's namespace; the replicas elect their active one there.
+    #[arg(long, env = "POD_NAMESPACE")]
+    pub namespace: String,
+    /// Address of /healthz, /readyz and /metrics.
+    #[arg(long, env = "LEASEHOLD_LISTEN", default_value = "0.0.0.0:8080")]
+    pub listen: SocketAddr,
+    /// Requeue every group at least this often, seconds.
+    #[arg(long, default_value_t = 30)]
+    pub resync_seconds: u64,
+    /// Lease ttl of the replicas' own election of their active one, ms.
+    #[arg(long, default_value_t = ElectionConfig::default().ttl_ms)]
+    pub replica_ttl_ms: u64,
+    /// Renew interval of the replicas' election, ms.
+    #[arg(long, default_value_t = ElectionConfig::default().renew_interval_ms)]
+    pub replica_renew_interval_ms: u64,
+    /// Retry interval of the replicas' election, ms.
+    #[arg(long, default_value_t = ElectionConfig::default().retry_interval_ms)]
+    pub replica_retry_interval_ms: u64,
+    /// Watch LeaderGroups and pods of this namespace only (needs only
+    /// namespaced RBAC); all namespaces when absent.
+    #[arg(long, env = "LEASEHOLD_WATCH_NAMESPACE")]
+    pub watch_namespace: Option<String>,
+}
+
+pub async fn run(args: ControllerArgs) -> Result<(), String> {
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| format!("no Kubernetes client (in-cluster or KUBECONFIG): {e}"))?;
+    run_with(client, args, leasehold_daemon::signal::shutdown()).await
+}
+
+/// The controller with a given client (tests pass a mock API server's) until
+/// `shutdown` resolves. Its parts (the kube-runtime controller, the bridge
+/// from engine events to reconciles, the replica's activity watch and the
+/// probe server) run as futures joined here, so none outlives the call.
+pub async fn run_with(
+    client: kube::Client,
+    args: ControllerArgs,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> Result<(), String> {
+    let shutdown = shutdown.boxed().shared();
+    let replicas = ElectionConfig {
+        ttl_ms: args.replica_ttl_ms,
+        renew_interval_ms: args.replica_renew_interval_ms,
+        retry_interval_ms: args.replica_retry_interval_ms,
+    };
+    replicas.validate().map_err(|e| {
+        format!("--replica-ttl-ms/--replica-renew-interval-ms/--replica-retry-interval-ms: {e}")
+    })?;
+    let node_id = format!("{}/{}", args.namespace, args.pod_name);
+    validate_name("node id", &node_id).map_err(|e| format!("--namespace/--pod-name: {e}"))?;
+    let store = args.redis.connect()?;
+    let listener = http::bind(args.listen).await?;
+    let mut registry = metrics::new_registry();
+    let engine_metrics = EngineMetrics::register(&mut registry);
+    let controller_metrics = ControllerMetrics::register(&mut registry);
+    let registry = Arc::new(registry);
+    let options = NodeOptions {
+        metadata: vec![("role".into(), "controller".into())],
+        observer: Some(engine_metrics),
+        ..Default::default()
+    };
+    let node = Arc::new(
+        Node::start_with(store.clone(), &node_id, NodeConfig::default(), options)
+            .await
+            .map_err(|e| e.to_string())?,
+    );
+    let leadership = node
+        .join(
+            &format!("{}/leasehold-controller", args.namespace),
+            replicas,
+        )
+        .map_err(|e| e.to_string())?;
+
+    let groups: Api<LeaderGroup> = match &args.watch_namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let controller = Controller::new(groups, watcher::Config::default());
+    let reflector = controller.store();
+    let ctx = Arc::new(Context {
+        client: client.clone(),
+        node: node.clone(),
+        leadership: leadership.clone(),
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "leasehold-controller".into(),
+                instance: Some(args.pod_name.clone()),
+            },
+        ),
+        groups: reflector.clone(),
+        swept: Mutex::new(Vec::new()),
+        resync: Duration::from_secs(args.resync_seconds.max(1)),
+        metrics: controller_metrics.clone(),
+    });
+
+    let (triggers_tx, triggers) = mpsc::unbounded_channel::<ObjectRef<LeaderGroup>>();
+    let bridge = bridge_engine_events(
+        store.follow_events(),
+        node.events(),
+        ctx.clone(),
+        triggers_tx,
+    );
+    let (became_active_tx, became_active) = mpsc::unbounded_channel::<()>();
+    let activity = follow_activity(leadership.role(), became_active_tx, controller_metrics);
+    let probe_store = store.clone();
+    let server = http::serve(
+        listener,
+        move |method, path| {
+            let store = probe_store.clone();
+            let registry = registry.clone();
+            async move {
+                match (method.as_str(), path.as_str()) {
+                    ("GET", "/healthz") => Response::text(200, "ok\n"),
+                    ("GET", "/readyz") => http::readiness(&store).await,
+                    ("GET", "/metrics") => {
+                        Response::with_type(200, metrics::CONTENT_TYPE, metrics::render(&registry))
+                    }
+                    _ => Response::text(404, "not found\n"),
+                }
+            }
+        },
+        shutdown.clone(),
+    );
+
+    let pods: Api<Pod> = match &args.watch_namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let pod_reflector = reflector.clone();
+    tracing::info!(node = %node_id, listen = %args.listen, "controller started");
+    let controller = controller
+        .watches(pods, watcher::Config::default(), move |pod| {
+            let ns = pod.namespace().unwrap_or_default();
+            let labels = pod.metadata.labels.clone().unwrap_or_default();
+            pod_reflector
+                .state()
+                .into_iter()
+                .filter(|g| g.namespace().as_deref() == Some(ns.as_str()))
+                .filter(|g| {
+                    labels.contains_key(&g.spec.role_label)
+                        || selector::matches(&g.spec.selector, &labels)
+                })
+                .map(|g| ObjectRef::from_obj(&*g))
+                .collect::<Vec<_>>()
+        })
+        .reconcile_on(UnboundedReceiverStream(triggers))
+        .reconcile_all_on(UnboundedReceiverStream(became_active))
+        .graceful_shutdown_on(shutdown.clone())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|result| async move {
+            if let Err(e) = result {
+                tracing::debug!(error = %e, "controller stream");
+            }
+        });
+    tokio::join!(
+        controller,
+        server,
+        until(shutdown.clone(), bridge),
+        until(shutdown, activity),
+    );
+    // Graceful: hand the controllers' lease to a standby at once. The
+    // registration itself expires (other tasks still hold the node).
+    node.shutdown().await;
+    Ok(())
+}
+
+/// Runs `work` until `stop` resolves.
+async fn until(stop: impl Future<Output = ()>, work: impl Future<Output = ()>) {
+    tokio::select! {
+        _ = stop => {}
+        _ = work => {}
+    }
+}
+
+/// A receiver as a stream, for kube-runtime's trigger inputs.
+struct UnboundedReceiverStream<T>(mpsc::UnboundedReceiver<T>);
+
+impl<T> futures::Stream for UnboundedReceiverStream<T> {
+    type Item = T;
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<T>> {
+        self.0.poll_recv(cx)
+    }
+}
+
+/// Engine events: reconcile the group an event on `P:events` names (any
+/// node's), and remember this replica's sweeps for the groups that listed
+/// a swept node.
+async fn bridge_engine_events(
+    mut redis_events: mpsc::UnboundedReceiver<Event>,
+    mut local_events: tokio::sync::broadcast::Receiver<Event>,
+    ctx: Arc<Context>,
+    triggers: mpsc::UnboundedSender<ObjectRef<LeaderGroup>>,
+) {
+    loop {
+        tokio::select! {
+            Some(event) = redis_events.recv() => {
+                if let Some(group) = event.group() {
+                    if let Some((ns, name)) = group.split_once('/') {
+                        let _ = triggers.send(ObjectRef::new(name).within(ns));
+                    }
+                }
+            }
+            Ok(event) = local_events.recv() => {
+                if let Event::Swept { nodes, .. } = event {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_millis() as u64);
+                    if let Ok(mut swept) = ctx.swept.lock() {
+                        swept.retain(|(_, at)| now.saturating_sub(*at) < SWEEP_MEMORY.as_millis() as u64);
+                        swept.extend(nodes.iter().map(|n| (n.clone(), now)));
+                    }
+                    for g in ctx.groups.state() {
+                        let listed = g.status.as_ref().is_some_and(|s| s.members.iter().any(|m| nodes.contains(&m.node)));
+                        if listed {
+                            let _ = triggers.send(ObjectRef::from_obj(&*g));
+                        }
+                    }
+                }
+            }
+            else => break,
+        }
+    }
+}
+
+/// Becoming the active replica reconciles every group at once (a standby
+/// skipped them); the state is also a metric.
+async fn follow_activity(
+    mut role: tokio::sync::watch::Receiver<leasehold_engine::Role>,
+    became_active: mpsc::UnboundedSender<()>,
+    metrics: Arc<ControllerMetrics>,
+) {
+    let mut was_active = false;
+    loop {
+        let active = matches!(
+            *role.borrow_and_update(),
+            leasehold_engine::Role::Leader { .. }
+        );
+        metrics.set_active(active);
+        if active && !was_active {
+            tracing::info!("this replica is now the active controller");
+            let _ = became_active.send(());
+        }
+        was_active = active;
+        if role.changed().await.is_err() {
+            break;
+        }
+    }
+}
