@@ -6,7 +6,6 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use leasehold_engine::inbox::command::Command as EngineCommand;
 use support::agent::{args, free_port, get, post, run_to_end, Agent, RETRY_MS, TTL_MS};
 use support::proxy::Proxy;
 use support::RedisServer;
@@ -164,12 +163,7 @@ async fn a_step_down_command_from_the_controller_reaches_the_agent() {
     // The controller's path: a command into the leader node's inbox.
     let sender = support::node(&redis, "t/controller").await;
     sender
-        .send_command(
-            &agents[l].id,
-            &EngineCommand::StepDown {
-                group: "t/jobs".into(),
-            },
-        )
+        .ask_to_step_down(&agents[l].id, "t/jobs")
         .await
         .unwrap();
     let took = time_to_new_leader(&agents, l, Duration::from_secs(2)).await;

@@ -755,12 +755,9 @@ async fn a_step_down_command_through_the_inbox_steps_the_leader_down() {
     let mut inboxes: Vec<_> = nodes.iter().map(|n| n.inbox().unwrap()).collect();
     let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
     let controller = node(&redis, "test/controller").await;
-    let command = leasehold_engine::inbox::command::Command::StepDown {
-        group: GROUP.into(),
-    };
     let start = Instant::now();
     controller
-        .send_command(nodes[leader].id(), &command)
+        .ask_to_step_down(nodes[leader].id(), GROUP)
         .await
         .unwrap();
     eventually(cfg.retry_interval() * 3, "the leader stepped down", || {
@@ -773,7 +770,7 @@ async fn a_step_down_command_through_the_inbox_steps_the_leader_down() {
     let got = tokio::time::timeout(Duration::from_millis(200), inboxes[leader].recv()).await;
     assert!(got.is_err(), "the application saw {got:?}");
     let err = controller
-        .send_command("test/nobody", &command)
+        .ask_to_step_down("test/nobody", GROUP)
         .await
         .unwrap_err();
     assert!(matches!(err, leasehold_engine::Error::NodeNotRegistered(_)));

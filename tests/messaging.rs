@@ -6,6 +6,7 @@ mod support;
 
 use std::time::Duration;
 
+use leasehold_engine::test_hooks;
 use leasehold_engine::{
     Delivery, Error, Event, InboxConfig, Message, Node, NodeConfig, NodeOptions, Overflow,
     PublishOptions, Store, TopicError,
@@ -29,11 +30,12 @@ async fn node_with(redis_url: &str, id: &str, config: NodeConfig, inbox: InboxCo
 async fn silent_node(redis: &RedisServer, id: &str, inbox_max: u64, subscription: &str) -> Store {
     let store = redis.store();
     let metadata = [("inbox_max".to_owned(), inbox_max.to_string())];
-    store
-        .register(id, "silent", 60_000, false, &[], &metadata)
+    test_hooks::register_node(&store, id, "silent", 60_000, &metadata)
         .await
         .unwrap();
-    store.subscribe(id, subscription, inbox_max).await.unwrap();
+    test_hooks::subscribe_node(&store, id, subscription, inbox_max)
+        .await
+        .unwrap();
     store
 }
 

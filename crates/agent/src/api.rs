@@ -74,17 +74,28 @@ pub struct InboxView {
 /// leader whose local lease already ran out is reported as a candidate: that
 /// is what the node is until it renews or loses.
 pub fn view(group: &str, role: &Role, leading: Option<u64>, me: &str) -> GroupView {
-    let (role, term, leader) = match (role, leading) {
-        (_, Some(term)) => ("leader", Some(term), Some(me.to_owned())),
-        (Role::Leader { .. }, None) | (Role::Candidate, _) => ("candidate", None, None),
-        (Role::Follower { leader, term }, None) => ("follower", Some(*term), Some(leader.clone())),
-        (Role::Abstaining, None) => ("abstaining", None, None),
+    let (term, leader) = match (role, leading) {
+        (_, Some(term)) => (Some(term), Some(me.to_owned())),
+        (Role::Follower { leader, term }, None) => (Some(*term), Some(leader.clone())),
+        _ => (None, None),
     };
     GroupView {
         group: group.to_owned(),
-        role: role.to_owned(),
+        role: role_text(role, leading).to_owned(),
         term,
         leader,
+    }
+}
+
+/// What the API and the role files call a role. Only a live local lease
+/// (`leading`) reads as `leader`; a leader whose lease ran out locally is a
+/// `candidate` until it renews or loses.
+pub(crate) fn role_text(role: &Role, leading: Option<u64>) -> &'static str {
+    match (role, leading) {
+        (_, Some(_)) => "leader",
+        (Role::Leader { .. } | Role::Candidate, None) => "candidate",
+        (Role::Follower { .. }, None) => "follower",
+        (Role::Abstaining, None) => "abstaining",
     }
 }
 

@@ -17,11 +17,9 @@ pub(crate) struct RoleFiles {
 
 /// What a group's file holds.
 pub fn content(role: &Role, leading: Option<u64>) -> String {
-    match (role, leading) {
-        (_, Some(term)) => format!("leader {term}\n"),
-        (Role::Follower { .. }, None) => "follower\n".to_owned(),
-        (Role::Abstaining, None) => "abstaining\n".to_owned(),
-        (Role::Leader { .. } | Role::Candidate, None) => "candidate\n".to_owned(),
+    match leading {
+        Some(term) => format!("leader {term}\n"),
+        None => format!("{}\n", crate::api::role_text(role, None)),
     }
 }
 

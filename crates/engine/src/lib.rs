@@ -24,10 +24,13 @@ pub mod config;
 pub mod election;
 pub mod events;
 pub mod inbox;
+mod incarnation;
 pub mod node;
 pub mod store;
 
 mod task;
+#[cfg(feature = "test-hooks")]
+pub mod test_hooks;
 
 pub use config::{ConfigError, ElectionConfig, InboxConfig, NodeConfig};
 pub use election::{Group, Role};

@@ -17,7 +17,6 @@ use serde_json::json;
 use crate::crd::LeaderGroup;
 use crate::metrics::ControllerMetrics;
 use crate::plan::{plan, Observed, OtherGroup, PodView, StoreView};
-use leasehold_engine::inbox::command::Command;
 use leasehold_engine::store::bounded;
 use leasehold_engine::{Group, Node};
 
@@ -182,10 +181,7 @@ pub async fn reconcile(
         ctx.metrics.label_patched();
     }
     if let Some(holder) = &plan.step_down {
-        let command = Command::StepDown {
-            group: redis_group.clone(),
-        };
-        if let Err(e) = ctx.node.send_command(holder, &command).await {
+        if let Err(e) = ctx.node.ask_to_step_down(holder, &redis_group).await {
             tracing::warn!(group = %redis_group, %holder, error = %e, "could not send the step-down command");
         }
     }

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use super::{LocalLease, Role};
 use crate::config::ElectionConfig;
 use crate::events::{Event, LostReason, Operation};
-use crate::node::Shared;
+use crate::incarnation::Incarnation;
 use crate::store::{bounded, Claim, GroupKeys, Renewal, StoreError};
 
 pub(crate) enum Command {
@@ -33,7 +33,7 @@ pub(crate) struct Campaign {
     pub group: String,
     pub keys: GroupKeys,
     pub config: ElectionConfig,
-    pub shared: Arc<Shared>,
+    pub shared: Arc<Incarnation>,
     pub role: watch::Sender<Role>,
     pub lease: Arc<Mutex<LocalLease>>,
     pub wake: Arc<Notify>,
@@ -206,7 +206,7 @@ impl Campaign {
             self.shared.store.claim(
                 &self.keys,
                 self.node(),
-                &self.shared.incarnation,
+                &self.shared.nonce,
                 self.ttl_ms(),
                 st.seen_term,
                 self.candidacy_ms(),
@@ -289,7 +289,7 @@ impl Campaign {
             self.shared.store.renew(
                 &self.keys,
                 self.node(),
-                &self.shared.incarnation,
+                &self.shared.nonce,
                 term,
                 self.ttl_ms(),
                 self.candidacy_ms(),
@@ -359,13 +359,9 @@ impl Campaign {
     async fn release(&self, term: Option<u64>, withdraw: bool) -> Result<bool, StoreError> {
         bounded(
             self.config.call_timeout(),
-            self.shared.store.release(
-                &self.keys,
-                self.node(),
-                &self.shared.incarnation,
-                term,
-                withdraw,
-            ),
+            self.shared
+                .store
+                .release(&self.keys, self.node(), &self.shared.nonce, term, withdraw),
         )
         .await
     }

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use crate::config::{validate_name, ElectionConfig};
-use crate::node::Shared;
+use crate::incarnation::Incarnation;
 use crate::store::bounded;
 use crate::task::Task;
 use crate::Error;
@@ -37,17 +37,6 @@ pub enum Role {
     Leader { term: u64 },
     /// Stepped down: not claiming for one ttl.
     Abstaining,
-}
-
-impl Role {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Role::Candidate => "candidate",
-            Role::Follower { .. } => "follower",
-            Role::Leader { .. } => "leader",
-            Role::Abstaining => "abstaining",
-        }
-    }
 }
 
 /// The local view of a held lease, shared with [`Group::leader_term`].
@@ -124,13 +113,13 @@ struct Entry {
 
 /// All campaigns of one node.
 pub(crate) struct Campaigns {
-    shared: Arc<Shared>,
+    shared: Arc<Incarnation>,
     wake: wake::Wake,
     entries: Mutex<HashMap<String, Entry>>,
 }
 
 impl Campaigns {
-    pub fn new(shared: Arc<Shared>) -> Self {
+    pub fn new(shared: Arc<Incarnation>) -> Self {
         let wake = wake::Wake::start(&shared.store);
         Self {
             shared,
@@ -251,7 +240,7 @@ impl Campaigns {
 /// Stops one campaign: a bounded rendezvous in which the campaign releases its
 /// lease itself; if it does not answer in time, the task is aborted and the
 /// release is made from here, bounded the same way.
-async fn stop(shared: impl AsRef<Shared>, name: String, entry: Entry) {
+async fn stop(shared: impl AsRef<Incarnation>, name: String, entry: Entry) {
     let shared = shared.as_ref();
     let limit = entry.config.call_timeout();
     let (tx, rx) = oneshot::channel();
@@ -280,7 +269,7 @@ async fn stop(shared: impl AsRef<Shared>, name: String, entry: Entry) {
         limit,
         shared
             .store
-            .release(&keys, &shared.id, &shared.incarnation, held, true),
+            .release(&keys, &shared.id, &shared.nonce, held, true),
     )
     .await;
     tracing::warn!(group = %name, ?released, "campaign did not answer shutdown in time; released from outside");

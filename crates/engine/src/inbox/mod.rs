@@ -13,7 +13,7 @@
 //! reported as `Event::Lag`. Retained messages go to new subscribers first,
 //! and never again on recovery.
 
-pub mod command;
+pub(crate) mod command;
 pub(crate) mod publisher;
 mod reader;
 pub mod topic;

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{PUBLISH_BATCH, PUBLISH_BATCH_BYTES, REQUEST_TIMEOUT};
-use crate::node::Shared;
+use crate::incarnation::Incarnation;
 use crate::store::{bounded, Outgoing, PublishOutcome, StoreError};
 
 pub(crate) struct Request {
@@ -17,7 +17,7 @@ pub(crate) struct Request {
     pub reply: oneshot::Sender<Result<PublishOutcome, StoreError>>,
 }
 
-pub(crate) async fn run(shared: Arc<Shared>, mut requests: mpsc::Receiver<Request>) {
+pub(crate) async fn run(shared: Arc<Incarnation>, mut requests: mpsc::Receiver<Request>) {
     let mut batch: Vec<Request> = Vec::with_capacity(PUBLISH_BATCH);
     while let Some(first) = requests.recv().await {
         let mut bytes = first.message.payload.len();

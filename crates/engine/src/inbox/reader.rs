@@ -17,7 +17,7 @@ use tokio::sync::mpsc;
 use super::{Delivery, Message};
 use crate::config::{InboxConfig, INBOX_BATCH, INBOX_BLOCK, INBOX_BUFFER, LAG_CHECK_INTERVAL};
 use crate::events::{Event, Operation};
-use crate::node::Shared;
+use crate::incarnation::Incarnation;
 use crate::store::{bounded, InboxEntry, Store, StoreError};
 
 /// The id just after `id` (`ms-seq` -> `ms-(seq+1)`): the exclusive lower
@@ -87,7 +87,7 @@ struct Watch {
 }
 
 impl Watch {
-    fn observe(&mut self, shared: &Shared, backlog: u64, dropped: u64) {
+    fn observe(&mut self, shared: &Incarnation, backlog: u64, dropped: u64) {
         if dropped > self.dropped {
             shared.events.emit(Event::Dropped {
                 node: shared.id.clone(),
@@ -106,7 +106,7 @@ impl Watch {
     }
 }
 
-pub(crate) async fn run(shared: Arc<Shared>, config: InboxConfig, tx: mpsc::Sender<Delivery>) {
+pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc::Sender<Delivery>) {
     let store: &Store = &shared.store;
     let inbox = store.keys().inbox(&shared.id);
     let mut after = "0-0".to_owned();
@@ -191,7 +191,7 @@ pub(crate) async fn run(shared: Arc<Shared>, config: InboxConfig, tx: mpsc::Send
     }
 }
 
-fn report(shared: &Shared, e: &StoreError) {
+fn report(shared: &Incarnation, e: &StoreError) {
     tracing::warn!(error = %e, "inbox read failed, retrying");
     shared.events.emit(Event::StoreError {
         node: shared.id.clone(),

@@ -99,11 +99,23 @@ impl Node {
         .await
     }
 
-    /// Sends a command to another node's engine. The engine acts on it
-    /// itself, never delivering it as a message, except that a node started
-    /// with [`crate::NodeOptions::step_down_requests`] hands step-downs to its
-    /// application first. The node must be live.
-    pub async fn send_command(
+    /// Asks the live node `node` to step down from `group` (the controller
+    /// turns the LeaderGroup annotation into this). It travels through the
+    /// node's inbox as an engine command: the receiving engine steps down
+    /// itself and never delivers it as a message, except that a node started
+    /// with [`crate::NodeOptions::step_down_requests`] hands it to its
+    /// application first.
+    pub async fn ask_to_step_down(&self, node: &str, group: &str) -> Result<Published, Error> {
+        validate_name("group name", group)?;
+        let command = crate::inbox::command::Command::StepDown {
+            group: group.to_owned(),
+        };
+        self.send_command(node, &command).await
+    }
+
+    /// Sends a command to another node's engine (see
+    /// [`Node::ask_to_step_down`]). The node must be live.
+    pub(crate) async fn send_command(
         &self,
         node: &str,
         command: &crate::inbox::command::Command,

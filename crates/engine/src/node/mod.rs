@@ -33,42 +33,11 @@ use crate::config::{self, validate_name, ElectionConfig, InboxConfig, NodeConfig
 use crate::election::{Campaigns, Group};
 use crate::events::{Event, EventBus};
 use crate::inbox::publisher;
+use crate::incarnation::Incarnation;
 use crate::store::{bounded, Store};
 use crate::task::Task;
 use crate::Error;
 use registration::{write_groups, Registration};
-
-/// What every loop of one node shares.
-pub(crate) struct Shared {
-    pub store: Store,
-    pub id: String,
-    pub incarnation: String,
-    pub events: EventBus,
-    /// Set once another live incarnation of this id shows up.
-    pub displaced: watch::Sender<Option<String>>,
-    /// Engine commands from the inbox (sender, payload), see [`crate::inbox::command`].
-    pub commands: mpsc::UnboundedSender<(String, Vec<u8>)>,
-}
-
-impl Shared {
-    pub fn mark_displaced(&self, by: String) {
-        let first = self.displaced.send_if_modified(|d| {
-            if d.is_none() {
-                *d = Some(by.clone());
-                true
-            } else {
-                false
-            }
-        });
-        if first {
-            tracing::error!(node = %self.id, %by, "another live process uses this node id; this one stops");
-            self.events.emit(Event::Displaced {
-                node: self.id.clone(),
-                by_incarnation: by,
-            });
-        }
-    }
-}
 
 /// Options beyond the timings: inbox limits, metadata stored with the
 /// registration, the application's event observer, and a test hook.
@@ -80,6 +49,7 @@ pub struct NodeOptions {
     /// Shifts this node's local wall clock (the only thing it is used for is
     /// the `local_started_at` metadata). Tests use it to prove that no expiry
     /// depends on the local clock.
+    #[cfg(feature = "test-hooks")]
     pub wall_clock_skew_ms: i64,
     /// When set, step-down commands from other nodes (the controller turns
     /// the LeaderGroup annotation into one) are handed here instead of
@@ -91,12 +61,20 @@ pub struct NodeOptions {
     pub observer: Option<Arc<dyn crate::Observer>>,
 }
 
+impl NodeOptions {
+    fn clock_skew_ms(&self) -> i64 {
+        #[cfg(feature = "test-hooks")]
+        return self.wall_clock_skew_ms;
+        #[cfg(not(feature = "test-hooks"))]
+        0
+    }
+}
+
 impl std::fmt::Debug for NodeOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("NodeOptions")
             .field("inbox", &self.inbox)
             .field("metadata", &self.metadata)
-            .field("wall_clock_skew_ms", &self.wall_clock_skew_ms)
             .field("step_down_requests", &self.step_down_requests.is_some())
             .field("observer", &self.observer.is_some())
             .finish()
@@ -114,7 +92,7 @@ pub struct StepDownRequest {
 
 /// A registered node. See the module docs.
 pub struct Node {
-    shared: Arc<Shared>,
+    shared: Arc<Incarnation>,
     config: NodeConfig,
     inbox_config: InboxConfig,
     campaigns: Arc<Campaigns>,
@@ -164,10 +142,10 @@ impl Node {
         options.inbox.validate()?;
         let events = EventBus::start(store.clone(), options.observer.clone());
         let (commands, command_rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(Incarnation {
             store,
             id: id.to_owned(),
-            incarnation: new_incarnation(),
+            nonce: new_incarnation(),
             events,
             displaced: watch::channel(None).0,
             commands,
@@ -175,7 +153,7 @@ impl Node {
         let mut metadata = options.metadata.clone();
         metadata.push((
             "local_started_at".into(),
-            local_wall_ms(options.wall_clock_skew_ms).to_string(),
+            local_wall_ms(options.clock_skew_ms()).to_string(),
         ));
         metadata.push(("inbox_max".into(), options.inbox.max_length.to_string()));
         let subscriptions = Subscriptions::default();
@@ -239,7 +217,7 @@ impl Node {
 
     /// This process's incarnation nonce.
     pub fn incarnation(&self) -> &str {
-        &self.shared.incarnation
+        &self.shared.nonce
     }
 
     pub fn config(&self) -> NodeConfig {
@@ -329,7 +307,7 @@ impl Node {
             config::CONNECT_TIMEOUT,
             self.shared
                 .store
-                .unregister(&self.shared.id, &self.shared.incarnation),
+                .unregister(&self.shared.id, &self.shared.nonce),
         )
         .await?;
         Ok(())
@@ -370,7 +348,7 @@ impl std::fmt::Debug for Node {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Node")
             .field("id", &self.shared.id)
-            .field("incarnation", &self.shared.incarnation)
+            .field("incarnation", &self.shared.nonce)
             .finish()
     }
 }

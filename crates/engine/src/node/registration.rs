@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{locked, Shared, Subscriptions};
+use super::{locked, Subscriptions};
 use crate::config::{self, NodeConfig};
 use crate::events::{Event, Operation};
+use crate::incarnation::Incarnation;
 use crate::store::{bounded, Heartbeat};
 
 /// Writes the latest `groups` value to the registration, retrying until it lands.
-pub(super) async fn write_groups(shared: Arc<Shared>, mut groups: watch::Receiver<String>) {
+pub(super) async fn write_groups(shared: Arc<Incarnation>, mut groups: watch::Receiver<String>) {
     while groups.changed().await.is_ok() {
         loop {
             let value = groups.borrow_and_update().clone();
@@ -31,7 +32,7 @@ pub(super) async fn write_groups(shared: Arc<Shared>, mut groups: watch::Receive
 }
 
 pub(super) struct Registration {
-    pub shared: Arc<Shared>,
+    pub shared: Arc<Incarnation>,
     pub config: NodeConfig,
     pub metadata: Vec<(String, String)>,
     pub subscriptions: Subscriptions,
@@ -58,7 +59,7 @@ impl Registration {
             self.limit().min(config::CONNECT_TIMEOUT),
             s.store.register(
                 &s.id,
-                &s.incarnation,
+                &s.nonce,
                 self.config.lease_duration_ms,
                 again,
                 &subscriptions,
@@ -103,7 +104,7 @@ impl Registration {
             let beat = bounded(
                 self.limit(),
                 s.store
-                    .heartbeat(&s.id, &s.incarnation, self.config.lease_duration_ms),
+                    .heartbeat(&s.id, &s.nonce, self.config.lease_duration_ms),
             )
             .await;
             match beat {

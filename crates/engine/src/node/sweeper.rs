@@ -13,7 +13,7 @@ use crate::config::{NodeConfig, SWEEP_BATCH};
 use crate::events::{Event, Operation};
 use crate::store::bounded;
 
-use super::Shared;
+use crate::incarnation::Incarnation;
 
 /// Delay before the next pass, from what the last one saw.
 pub(crate) fn next_delay(
@@ -32,7 +32,7 @@ pub(crate) fn next_delay(
     }
 }
 
-pub(crate) async fn run(shared: Arc<Shared>, config: NodeConfig) {
+pub(crate) async fn run(shared: Arc<Incarnation>, config: NodeConfig) {
     let interval = config.sweep_interval();
     loop {
         let pass = bounded(

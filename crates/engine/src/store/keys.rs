@@ -43,12 +43,6 @@ impl Keys {
     pub fn node_subs(&self, id: &str) -> String {
         format!("{}:node:{id}:subs", self.prefix)
     }
-    pub fn topic_subs(&self, topic: &str) -> String {
-        format!("{}:topic:{topic}:subs", self.prefix)
-    }
-    pub fn topic_retained(&self, topic: &str) -> String {
-        format!("{}:topic:{topic}:retained", self.prefix)
-    }
     /// When this store was first used (Redis ms), or first used again after
     /// Redis lost its data: new leases wait one ttl after it (see claim.lua).
     pub fn born(&self) -> String {
@@ -81,8 +75,6 @@ mod tests {
         assert_eq!(k.node("ns/a"), "lh:node:ns/a");
         assert_eq!(k.inbox("ns/a"), "lh:node:ns/a:inbox");
         assert_eq!(k.node_subs("ns/a"), "lh:node:ns/a:subs");
-        assert_eq!(k.topic_subs("t"), "lh:topic:t:subs");
-        assert_eq!(k.topic_retained("t"), "lh:topic:t:retained");
         assert_eq!(k.events(), "lh:events");
         let g = k.group("ns/web");
         assert_eq!(g.lease, "lh:g:{ns/web}:lease");

@@ -92,7 +92,7 @@ pub struct NodeInfo {
 impl Store {
     /// Subscribes `node` to a topic or pattern; retained messages it covers
     /// go to the node's inbox first. Returns how many were delivered.
-    pub async fn subscribe(
+    pub(crate) async fn subscribe(
         &self,
         node: &str,
         subscription: &str,
@@ -112,7 +112,11 @@ impl Store {
     }
 
     /// Returns whether the node was subscribed.
-    pub async fn unsubscribe(&self, node: &str, subscription: &str) -> Result<bool, StoreError> {
+    pub(crate) async fn unsubscribe(
+        &self,
+        node: &str,
+        subscription: &str,
+    ) -> Result<bool, StoreError> {
         let reply = self
             .run(
                 scripts::UNSUBSCRIBE
@@ -128,7 +132,7 @@ impl Store {
     /// each message is written into the inbox of every live subscriber of
     /// its topic (or of its one node) atomically. Batching shares the per-call
     /// costs; it changes nothing a subscriber can observe.
-    pub async fn publish(
+    pub(crate) async fn publish(
         &self,
         from: &str,
         messages: &[Outgoing],

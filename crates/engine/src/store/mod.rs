@@ -22,8 +22,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{IntoConnectionInfo, ProtocolVersion, Value};
 
-pub use keys::{GroupKeys, Keys};
-pub use messaging::{Destination, InboxEntry, NodeInfo, Outgoing, PublishOutcome};
+pub(crate) use keys::{GroupKeys, Keys};
+pub use messaging::NodeInfo;
+pub(crate) use messaging::{Destination, InboxEntry, Outgoing, PublishOutcome};
 
 use crate::config::{self, ConfigError, ElectionConfig};
 
@@ -63,7 +64,7 @@ pub enum ConnectError {
 
 /// Outcome of a claim attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Claim {
+pub(crate) enum Claim {
     /// This node holds the lease now. `fresh` is false when it kept a lease it
     /// already held (re-claim after a fail-safe demotion).
     Won {
@@ -84,7 +85,7 @@ pub enum Claim {
 
 /// Outcome of a renewal.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Renewal {
+pub(crate) enum Renewal {
     /// Renewed; `config` is the group's timings from Redis, if set; `term`
     /// is the lease's term afterwards (higher than before if the counter
     /// was restored above it).
@@ -100,7 +101,7 @@ pub enum Renewal {
 
 /// Outcome of a node heartbeat.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Heartbeat {
+pub(crate) enum Heartbeat {
     Extended,
     /// The node's lease ran out (swept or not): it must register again.
     Expired,
@@ -112,7 +113,7 @@ pub enum Heartbeat {
 
 /// Outcome of one sweep pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Sweep {
+pub(crate) struct Sweep {
     pub swept: Vec<String>,
     pub now_ms: u64,
     /// Earliest lease expiry among the remaining nodes, if any.
@@ -240,7 +241,7 @@ impl Store {
         })
     }
 
-    pub fn keys(&self) -> &Keys {
+    pub(crate) fn keys(&self) -> &Keys {
         &self.keys
     }
 
@@ -275,7 +276,7 @@ impl Store {
     }
 
     /// PUBLISH on a Redis pub/sub channel (not a topic: see [`Store::publish`]).
-    pub async fn publish_raw(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
+    pub(crate) async fn publish_raw(&self, channel: &str, payload: &str) -> Result<(), StoreError> {
         let _: i64 = redis::cmd("PUBLISH")
             .arg(channel)
             .arg(payload)
@@ -294,7 +295,7 @@ impl Store {
 
     // ---- election ----
 
-    pub async fn claim(
+    pub(crate) async fn claim(
         &self,
         group: &GroupKeys,
         id: &str,
@@ -334,7 +335,7 @@ impl Store {
         }
     }
 
-    pub async fn renew(
+    pub(crate) async fn renew(
         &self,
         group: &GroupKeys,
         id: &str,
@@ -378,7 +379,7 @@ impl Store {
     /// Compare-and-delete of the lease this incarnation holds under `term`
     /// (`None`: it holds none, only withdraw); `withdraw` also removes the node
     /// from the members.
-    pub async fn release(
+    pub(crate) async fn release(
         &self,
         group: &GroupKeys,
         id: &str,
@@ -443,7 +444,7 @@ impl Store {
     /// same id, if another one was registered. A `recovery` (the node found
     /// its lease expired) restores `subscriptions` and marks the point in the
     /// inbox after which messages are new.
-    pub async fn register(
+    pub(crate) async fn register(
         &self,
         id: &str,
         incarnation: &str,
@@ -472,7 +473,7 @@ impl Store {
         Ok((!previous.is_empty() && previous != incarnation).then_some(previous))
     }
 
-    pub async fn heartbeat(
+    pub(crate) async fn heartbeat(
         &self,
         id: &str,
         incarnation: &str,
@@ -499,7 +500,7 @@ impl Store {
     }
 
     /// Writes one metadata field of a node (e.g. its groups).
-    pub async fn set_node_field(
+    pub(crate) async fn set_node_field(
         &self,
         id: &str,
         field: &str,
@@ -514,7 +515,7 @@ impl Store {
         Ok(())
     }
 
-    pub async fn sweep(&self, batch: usize) -> Result<Sweep, StoreError> {
+    pub(crate) async fn sweep(&self, batch: usize) -> Result<Sweep, StoreError> {
         let reply = self
             .run(
                 scripts::SWEEP
@@ -537,7 +538,7 @@ impl Store {
     }
 
     /// Removes a node and its keys, unless a newer incarnation owns the id.
-    pub async fn unregister(&self, id: &str, incarnation: &str) -> Result<bool, StoreError> {
+    pub(crate) async fn unregister(&self, id: &str, incarnation: &str) -> Result<bool, StoreError> {
         let reply = self
             .run(
                 scripts::UNREGISTER
@@ -548,18 +549,6 @@ impl Store {
             )
             .await?;
         Ok(as_int(&reply)? == 1)
-    }
-
-    /// Lease expiry (ms, Redis clock) of every registered node, earliest first.
-    pub async fn node_leases(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        let pairs: Vec<(String, u64)> = redis::cmd("ZRANGE")
-            .arg(self.keys.nodes())
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .query_async(&mut self.conn())
-            .await?;
-        Ok(pairs)
     }
 }
 
@@ -584,7 +573,7 @@ fn group_config(value: Option<&Value>) -> Option<ElectionConfig> {
 }
 
 /// The node id part of a lease value `NODE_ID#INCARNATION#TERM`.
-pub fn holder_id(value: &str) -> &str {
+pub(crate) fn holder_id(value: &str) -> &str {
     split_lease(value).0
 }
 
