@@ -5,7 +5,8 @@
 
 use std::time::{Duration, Instant};
 
-use leasehold_engine::{ElectionConfig, Group, Node, NodeConfig, Store};
+use leasehold_daemon::election_args::{election_config, FLAGS};
+use leasehold_engine::{Group, Node, NodeConfig, Store};
 
 use crate::local_redis::LocalRedis;
 
@@ -52,12 +53,13 @@ async fn leader_of(members: &[(Node, Group)], limit: Duration) -> Result<usize, 
 }
 
 pub async fn run(args: DemoArgs) -> Result<(), String> {
-    let election = ElectionConfig {
-        ttl_ms: args.ttl_ms,
-        renew_interval_ms: args.renew_interval_ms,
-        retry_interval_ms: args.retry_interval_ms,
-    };
-    election.validate().map_err(|e| e.to_string())?;
+    let election = election_config(
+        FLAGS,
+        args.ttl_ms,
+        args.renew_interval_ms,
+        args.retry_interval_ms,
+    )
+    .map_err(|e| e.to_string())?;
     let (_local, url) = match args.redis_url {
         Some(url) => (None, url),
         None => {

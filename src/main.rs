@@ -40,11 +40,13 @@ async fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
-        Command::Controller(args) => leasehold_kube::run::run(args).await,
+        Command::Controller(args) => leasehold_kube::run::run(args)
+            .await
+            .map_err(|e| e.to_string()),
         Command::Agent(args) => match leasehold_agent::run(args).await {
             // Exec mode passes the command's own exit code on.
             Ok(code) => return std::process::ExitCode::from(code),
-            Err(e) => Err(e),
+            Err(e) => Err(e.to_string()),
         },
         Command::Crdgen => leasehold_kube::crd::crd_yaml()
             .map(|yaml| print!("{yaml}"))

@@ -19,6 +19,7 @@ mod report;
 use std::io::IsTerminal;
 use std::time::Duration;
 
+use leasehold_daemon::election_args::{election_config, FLAGS};
 use leasehold_engine::ElectionConfig;
 
 use crate::local_redis::LocalRedis;
@@ -111,26 +112,23 @@ pub struct BenchArgs {
 
 impl BenchArgs {
     pub fn timings(&self) -> Result<ElectionConfig, String> {
-        let t = ElectionConfig {
-            ttl_ms: self.ttl_ms,
-            renew_interval_ms: self.renew_interval_ms,
-            retry_interval_ms: self.retry_interval_ms,
-        };
-        t.validate()
-            .map_err(|e| format!("--ttl-ms/--renew-interval-ms/--retry-interval-ms: {e}"))?;
-        Ok(t)
+        election_config(
+            FLAGS,
+            self.ttl_ms,
+            self.renew_interval_ms,
+            self.retry_interval_ms,
+        )
+        .map_err(|e| e.to_string())
     }
 
     pub fn cost_timings(&self) -> Result<ElectionConfig, String> {
-        let t = ElectionConfig {
-            ttl_ms: self.cost_ttl_ms,
-            renew_interval_ms: self.cost_renew_interval_ms,
-            retry_interval_ms: self.cost_retry_interval_ms,
-        };
-        t.validate().map_err(|e| {
-            format!("--cost-ttl-ms/--cost-renew-interval-ms/--cost-retry-interval-ms: {e}")
-        })?;
-        Ok(t)
+        election_config(
+            "--cost-ttl-ms/--cost-renew-interval-ms/--cost-retry-interval-ms",
+            self.cost_ttl_ms,
+            self.cost_renew_interval_ms,
+            self.cost_retry_interval_ms,
+        )
+        .map_err(|e| e.to_string())
     }
 
     pub fn node_lease_ms(&self) -> u64 {

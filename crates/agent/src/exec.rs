@@ -59,6 +59,21 @@ pub fn exit_code(status: ExitStatus) -> u8 {
     }
 }
 
+/// Why exec mode failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecError {
+    #[error("exec mode: cannot start {program:?}: {source}")]
+    Start {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("exec mode: waiting for the command: {0}")]
+    Wait(#[source] std::io::Error),
+    #[error("exec supervisor failed: {0}")]
+    Supervisor(#[source] tokio::task::JoinError),
+}
+
 /// What the agent asks of the supervisor.
 enum Control {
     /// Stop the command before a step-down releases the lease, and do not
@@ -71,7 +86,7 @@ enum Control {
 /// The supervising task.
 pub(crate) struct Exec {
     control: mpsc::UnboundedSender<Control>,
-    task: JoinHandle<Result<u8, String>>,
+    task: JoinHandle<Result<u8, ExecError>>,
 }
 
 impl Exec {
@@ -89,10 +104,8 @@ impl Exec {
 
     /// Resolves when the command ended by itself while leading (its exit
     /// code), or could not be started.
-    pub async fn ended(&mut self) -> Result<u8, String> {
-        (&mut self.task)
-            .await
-            .map_err(|e| format!("exec supervisor failed: {e}"))?
+    pub async fn ended(&mut self) -> Result<u8, ExecError> {
+        (&mut self.task).await.map_err(ExecError::Supervisor)?
     }
 
     /// Stops the command if it runs, before a step-down; returns once it is
@@ -189,7 +202,7 @@ async fn supervise(
     node_id: String,
     grace: Duration,
     mut control: mpsc::UnboundedReceiver<Control>,
-) -> Result<u8, String> {
+) -> Result<u8, ExecError> {
     let mut role = group.role();
     // A term handed over by a step-down is not run again.
     let mut handed_over: Option<u64> = None;
@@ -211,15 +224,18 @@ async fn supervise(
                 _ = tokio::time::sleep(RECHECK) => {}
             }
         };
-        let mut child = spawn_command(&command, &name, term, &node_id)
-            .map_err(|e| format!("exec mode: cannot start {:?}: {e}", command[0]))?;
+        let mut child =
+            spawn_command(&command, &name, term, &node_id).map_err(|source| ExecError::Start {
+                program: command[0].clone(),
+                source,
+            })?;
         let pgid = child.id();
         tracing::info!(group = %name, term, pid = ?pgid, "leading: command started");
         loop {
             tokio::select! {
                 status = child.wait() => {
                     kill_stragglers(pgid);
-                    let status = status.map_err(|e| format!("exec mode: waiting for the command: {e}"))?;
+                    let status = status.map_err(ExecError::Wait)?;
                     return Ok(exit_code(status));
                 }
                 request = control.recv() => match request {

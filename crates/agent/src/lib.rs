@@ -23,6 +23,8 @@ use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc};
 
+use leasehold_daemon::election_args::ElectionArgs;
+use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http;
 use leasehold_daemon::names::validate_object_name;
 use leasehold_engine::config::{validate_name, ElectionConfig, NodeConfig};
@@ -58,15 +60,8 @@ pub struct AgentArgs {
     /// Directory where the agent keeps one file per group, holding `leader TERM`, `follower`, `candidate`, `abstaining` or `stopped`.
     #[arg(long, env = "LEASEHOLD_ROLE_DIR")]
     pub role_dir: Option<PathBuf>,
-    /// Lease time to live, ms, until the controller writes the LeaderGroup's own.
-    #[arg(long, env = "LEASEHOLD_TTL_MS", default_value_t = ElectionConfig::default().ttl_ms)]
-    pub ttl_ms: u64,
-    /// How often the leader renews, ms (less than the ttl).
-    #[arg(long, env = "LEASEHOLD_RENEW_INTERVAL_MS", default_value_t = ElectionConfig::default().renew_interval_ms)]
-    pub renew_interval_ms: u64,
-    /// How often a follower tries to claim at the latest, ms.
-    #[arg(long, env = "LEASEHOLD_RETRY_INTERVAL_MS", default_value_t = ElectionConfig::default().retry_interval_ms)]
-    pub retry_interval_ms: u64,
+    #[command(flatten)]
+    pub election: ElectionArgs,
     /// How long the node stays registered without a heartbeat, ms.
     #[arg(long, env = "LEASEHOLD_NODE_LEASE_MS", default_value_t = NodeConfig::default().lease_duration_ms)]
     pub node_lease_ms: u64,
@@ -92,58 +87,62 @@ pub struct Settings {
 
 impl Settings {
     /// Checks every flag and names the one at fault, before anything starts.
-    pub fn from_args(args: &AgentArgs) -> Result<Self, String> {
-        validate_object_name("--namespace", &args.namespace).map_err(|e| e.to_string())?;
+    pub fn from_args(args: &AgentArgs) -> Result<Self, FlagError> {
+        let object_name = |flag: &'static str, value: &str| {
+            validate_object_name(flag, value).map_err(|e| FlagError::worded(flag, e.to_string()))
+        };
+        object_name("--namespace", &args.namespace)?;
         let node_id = match (&args.node_id, &args.pod_name) {
             (Some(id), _) => id.clone(),
             (None, Some(pod)) => {
-                validate_object_name("POD_NAME", pod).map_err(|e| e.to_string())?;
+                object_name("POD_NAME", pod)?;
                 format!("{}/{pod}", args.namespace)
             }
             (None, None) => {
-                return Err(
-                    "no node id: set POD_NAME (from the downward API) or --node-id".to_owned(),
-                )
+                return Err(FlagError::worded(
+                    "POD_NAME",
+                    "no node id: set POD_NAME (from the downward API) or --node-id",
+                ))
             }
         };
-        validate_name("--node-id", &node_id).map_err(|e| e.to_string())?;
+        validate_name("--node-id", &node_id)
+            .map_err(|e| FlagError::worded("--node-id", e.to_string()))?;
         let mut groups = Vec::new();
         for name in &args.groups {
-            validate_object_name("--group", name).map_err(|e| e.to_string())?;
+            object_name("--group", name)?;
             if groups.iter().any(|(n, _)| n == name) {
-                return Err(format!("--group {name:?} is given twice"));
+                return Err(FlagError::worded(
+                    "--group",
+                    format!("--group {name:?} is given twice"),
+                ));
             }
             groups.push((name.clone(), format!("{}/{name}", args.namespace)));
         }
         if groups.is_empty() {
-            return Err("--group: at least one LeaderGroup name is needed".to_owned());
+            return Err(FlagError::new(
+                "--group",
+                "at least one LeaderGroup name is needed",
+            ));
         }
-        let election = ElectionConfig {
-            ttl_ms: args.ttl_ms,
-            renew_interval_ms: args.renew_interval_ms,
-            retry_interval_ms: args.retry_interval_ms,
-        };
-        election
-            .validate()
-            .map_err(|e| format!("--ttl-ms/--renew-interval-ms/--retry-interval-ms: {e}"))?;
+        let election = args.election.config()?;
         let node = NodeConfig::with_lease(args.node_lease_ms);
         node.validate()
-            .map_err(|e| format!("--node-lease-ms: {e}"))?;
+            .map_err(|e| FlagError::new("--node-lease-ms", e))?;
         if args.grace_period_ms > config::MAX_EXEC_GRACE_MS {
-            return Err(format!(
+            return Err(FlagError::worded("--grace-period-ms", format!(
                 "--grace-period-ms = {} is out of range: it must be a whole number of milliseconds from 0 to {}",
                 args.grace_period_ms,
                 config::MAX_EXEC_GRACE_MS
-            ));
+            )));
         }
         if !args.command.is_empty() {
             if groups.len() != 1 {
-                return Err(format!(
+                return Err(FlagError::worded("--group", format!(
                     "exec mode runs the command while this pod leads one group; {} --group flags were given",
                     groups.len()
-                ));
+                )));
             }
-            exec::check_program(&args.command[0])?;
+            exec::check_program(&args.command[0]).map_err(|e| FlagError::worded("COMMAND", e))?;
             // The command is stopped once less than the grace period is left
             // on the lease; a healthy renewal cycle, even one slow by a retry
             // interval, must never get there.
@@ -151,10 +150,10 @@ impl Settings {
                 .ttl_ms
                 .saturating_sub(election.renew_interval_ms + election.retry_interval_ms);
             if args.grace_period_ms >= room {
-                return Err(format!(
+                return Err(FlagError::worded("--grace-period-ms", format!(
                     "--grace-period-ms = {} is too long for these timings: exec mode needs it below ttl - renew interval - retry interval = {room} ms",
                     args.grace_period_ms
-                ));
+                )));
             }
         }
         Ok(Self {
@@ -179,7 +178,26 @@ enum Exit {
     Signal,
     Command(u8),
     Displaced,
-    Failed(String),
+    Failed(AgentError),
+}
+
+/// Why the agent could not run, or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error("another live process took over node id {0:?}; this agent stopped campaigning")]
+    Displaced(String),
+    #[error(transparent)]
+    Exec(#[from] exec::ExecError),
+    #[error("the node's event stream ended")]
+    EventsEnded,
+}
+
+impl From<FlagError> for AgentError {
+    fn from(e: FlagError) -> Self {
+        Self::Start(e.into())
+    }
 }
 
 /// Steps down from `group`; in exec mode, the command of that group is
@@ -200,7 +218,7 @@ async fn step_down(
 
 /// Runs the agent until SIGTERM/SIGINT (exit code 0), or in exec mode until
 /// the command ends by itself while leading (its exit code).
-pub async fn run(args: AgentArgs) -> Result<u8, String> {
+pub async fn run(args: AgentArgs) -> Result<u8, AgentError> {
     // Installed first, so a SIGTERM during start-up is still graceful.
     let shutdown = leasehold_daemon::signal::shutdown();
     let settings = Settings::from_args(&args)?;
@@ -232,14 +250,14 @@ pub async fn run(args: AgentArgs) -> Result<u8, String> {
     };
     let node = Node::start_with(store.clone(), &settings.node_id, settings.node, options)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(StartError::from)?;
     let mut events = node.events();
     let joined = node
         .join_all(
             settings.groups.iter().map(|(_, full)| full.as_str()),
             settings.election,
         )
-        .map_err(|e| format!("--group: {e}"))?;
+        .map_err(|e| FlagError::new("--group", e))?;
     let groups: Vec<(String, Group)> = settings
         .groups
         .iter()
@@ -318,7 +336,7 @@ pub async fn run(args: AgentArgs) -> Result<u8, String> {
                 command = None;
                 break match ended {
                     Ok(code) => Exit::Command(code),
-                    Err(e) => Exit::Failed(e),
+                    Err(e) => Exit::Failed(e.into()),
                 };
             }
             event = events.recv() => match event {
@@ -326,7 +344,7 @@ pub async fn run(args: AgentArgs) -> Result<u8, String> {
                     tracing::error!(%by_incarnation, "another process took over this node id");
                     break Exit::Displaced;
                 }
-                Err(broadcast::error::RecvError::Closed) => break Exit::Failed("the node's event stream ended".into()),
+                Err(broadcast::error::RecvError::Closed) => break Exit::Failed(AgentError::EventsEnded),
                 _ => {}
             },
         }
@@ -369,10 +387,7 @@ pub async fn run(args: AgentArgs) -> Result<u8, String> {
             );
             Ok(code)
         }
-        Exit::Displaced => Err(format!(
-            "another live process took over node id {:?}; this agent stopped campaigning",
-            settings.node_id
-        )),
-        Exit::Failed(message) => Err(message),
+        Exit::Displaced => Err(AgentError::Displaced(settings.node_id)),
+        Exit::Failed(e) => Err(e),
     }
 }

@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use leasehold_daemon::error::FlagError;
 use tokio::task::JoinSet;
 
 use leasehold_engine::{Group, Role};
@@ -32,11 +33,13 @@ fn write(dir: &Path, name: &str, text: &str) -> std::io::Result<()> {
 impl RoleFiles {
     /// Creates the directory if needed and proves it is writable, so a bad
     /// `--role-dir` fails at start, not at the first election.
-    pub fn create(dir: PathBuf) -> Result<Self, String> {
+    pub fn create(dir: PathBuf) -> Result<Self, FlagError> {
         std::fs::create_dir_all(&dir)
             .and_then(|()| write(&dir, ".probe", ""))
             .and_then(|()| std::fs::remove_file(dir.join(".probe")))
-            .map_err(|e| format!("--role-dir {}: {e}", dir.display()))?;
+            .map_err(|e| {
+                FlagError::worded("--role-dir", format!("--role-dir {}: {e}", dir.display()))
+            })?;
         Ok(Self { dir })
     }
 

@@ -80,10 +80,10 @@ pub async fn readiness(store: &leasehold_engine::Store) -> Response {
 }
 
 /// Binds `addr`, with an error that names the address.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::error::StartError> {
     TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))
+        .map_err(|source| crate::error::StartError::Listen { addr, source })
 }
 
 /// Serves `handler(method, path_and_query)` on `listener` until `stop`

@@ -1,9 +1,11 @@
 //! What leasehold's long-running processes (the controller and the agent)
 //! share, and the engine must not know: the Redis flags, Kubernetes object
-//! names, process signals, logging, metrics and the small HTTP server for
-//! probes and APIs.
+//! names, election flags, start-up errors, process signals, logging,
+//! metrics and the small HTTP server for probes and APIs.
 
 pub mod config;
+pub mod election_args;
+pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod names;

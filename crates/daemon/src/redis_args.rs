@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use leasehold_engine::config::DEFAULT_PREFIX;
 use leasehold_engine::Store;
 
+use crate::error::FlagError;
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct RedisArgs {
     /// Redis holding the engine's state: redis://[user[:password]@]host[:port][/db], or rediss:// for TLS.
@@ -24,16 +26,19 @@ pub struct RedisArgs {
     pub prefix: String,
 }
 
-fn read(flag: &str, path: &Option<PathBuf>) -> Result<Option<Vec<u8>>, String> {
+fn read(flag: &'static str, path: &Option<PathBuf>) -> Result<Option<Vec<u8>>, FlagError> {
     path.as_ref()
-        .map(|p| std::fs::read(p).map_err(|e| format!("{flag} {}: {e}", p.display())))
+        .map(|p| {
+            std::fs::read(p)
+                .map_err(|e| FlagError::worded(flag, format!("{flag} {}: {e}", p.display())))
+        })
         .transpose()
 }
 
 impl RedisArgs {
     /// Reads the files and prepares the (lazy) connection; an error names
     /// the flag at fault.
-    pub fn connect(&self) -> Result<Store, String> {
+    pub fn connect(&self) -> Result<Store, FlagError> {
         let password = read("--redis-password-file", &self.redis_password_file)?.map(|p| {
             String::from_utf8_lossy(&p)
                 .trim_end_matches(['\r', '\n'])
@@ -47,8 +52,8 @@ impl RedisArgs {
             ca.as_deref(),
         )
         .map_err(|e| match e {
-            leasehold_engine::ConnectError::Prefix(e) => format!("--prefix: {e}"),
-            e => format!("--redis-url: {e}"),
+            leasehold_engine::ConnectError::Prefix(e) => FlagError::new("--prefix", e),
+            e => FlagError::new("--redis-url", e),
         })
     }
 }

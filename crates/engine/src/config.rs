@@ -40,6 +40,13 @@ pub const TCP_USER_TIMEOUT: Duration = Duration::from_secs(10);
 /// first probe after this much silence, then every half of it.
 pub const TCP_KEEPALIVE: Duration = Duration::from_secs(10);
 
+/// A background connection (pub/sub wake-ups, inbox reader, event
+/// follower) that failed is retried after this, doubling each time...
+pub const RECONNECT_BACKOFF_MIN: Duration = Duration::from_millis(50);
+
+/// ...up to this.
+pub const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
 /// Default longest inbox backlog before the oldest unread messages are dropped.
 pub const DEFAULT_INBOX_MAX_LENGTH: u64 = 10_000;
 

@@ -20,6 +20,7 @@
 //! # Ok(()) }
 //! ```
 
+mod backoff;
 pub mod config;
 pub mod election;
 pub mod events;

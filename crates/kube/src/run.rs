@@ -24,6 +24,8 @@ use crate::crd::LeaderGroup;
 use crate::metrics::ControllerMetrics;
 use crate::reconcile::{error_policy, reconcile, Context};
 use crate::selector;
+use leasehold_daemon::election_args::election_config;
+use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http::{self, Response};
 use leasehold_daemon::metrics::{self, EngineMetrics};
 use leasehold_engine::config::{validate_name, ElectionConfig, NodeConfig};
@@ -64,10 +66,25 @@ pub struct ControllerArgs {
     pub watch_namespace: Option<String>,
 }
 
-pub async fn run(args: ControllerArgs) -> Result<(), String> {
+/// Why the controller could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ControllerError {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error("no Kubernetes client (in-cluster or KUBECONFIG): {0}")]
+    Client(#[source] kube::Error),
+}
+
+impl From<FlagError> for ControllerError {
+    fn from(e: FlagError) -> Self {
+        Self::Start(e.into())
+    }
+}
+
+pub async fn run(args: ControllerArgs) -> Result<(), ControllerError> {
     let client = kube::Client::try_default()
         .await
-        .map_err(|e| format!("no Kubernetes client (in-cluster or KUBECONFIG): {e}"))?;
+        .map_err(ControllerError::Client)?;
     run_with(client, args, leasehold_daemon::signal::shutdown()).await
 }
 
@@ -79,18 +96,16 @@ pub async fn run_with(
     client: kube::Client,
     args: ControllerArgs,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) -> Result<(), String> {
+) -> Result<(), ControllerError> {
     let shutdown = shutdown.boxed().shared();
-    let replicas = ElectionConfig {
-        ttl_ms: args.replica_ttl_ms,
-        renew_interval_ms: args.replica_renew_interval_ms,
-        retry_interval_ms: args.replica_retry_interval_ms,
-    };
-    replicas.validate().map_err(|e| {
-        format!("--replica-ttl-ms/--replica-renew-interval-ms/--replica-retry-interval-ms: {e}")
-    })?;
+    let replicas = election_config(
+        "--replica-ttl-ms/--replica-renew-interval-ms/--replica-retry-interval-ms",
+        args.replica_ttl_ms,
+        args.replica_renew_interval_ms,
+        args.replica_retry_interval_ms,
+    )?;
     let node_id = format!("{}/{}", args.namespace, args.pod_name);
-    validate_name("node id", &node_id).map_err(|e| format!("--namespace/--pod-name: {e}"))?;
+    validate_name("node id", &node_id).map_err(|e| FlagError::new("--namespace/--pod-name", e))?;
     let store = args.redis.connect()?;
     let listener = http::bind(args.listen).await?;
     let mut registry = metrics::new_registry();
@@ -105,14 +120,14 @@ pub async fn run_with(
     let node = Arc::new(
         Node::start_with(store.clone(), &node_id, NodeConfig::default(), options)
             .await
-            .map_err(|e| e.to_string())?,
+            .map_err(StartError::from)?,
     );
     let leadership = node
         .join(
             &format!("{}/leasehold-controller", args.namespace),
             replicas,
         )
-        .map_err(|e| e.to_string())?;
+        .map_err(StartError::from)?;
 
     let groups: Api<LeaderGroup> = match &args.watch_namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),

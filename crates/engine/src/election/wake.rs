@@ -12,11 +12,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, Notify};
 
+use crate::backoff::Backoff;
 use crate::store::Store;
 
 type Routes = Arc<Mutex<HashMap<String, Arc<Notify>>>>;
@@ -130,7 +130,7 @@ async fn keep_subscribed(
     };
     // Sets: a process may follow thousands of groups.
     let mut subscribed: HashSet<String> = HashSet::new();
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::default();
     loop {
         let wanted: HashSet<String> = lock(&routes).keys().cloned().collect();
         let add: Vec<&String> = wanted.difference(&subscribed).collect();
@@ -144,15 +144,14 @@ async fn keep_subscribed(
         }
         if ok {
             subscribed = wanted;
-            backoff = Duration::from_millis(50);
+            backoff.reset();
             if changes.recv().await.is_none() {
                 return;
             }
         } else {
             healthy.store(false, Ordering::SeqCst);
-            tracing::debug!(?backoff, "pub/sub (un)subscribe failed, retrying");
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(2));
+            tracing::debug!(backoff = ?backoff.current(), "pub/sub (un)subscribe failed, retrying");
+            backoff.wait().await;
         }
         while changes.try_recv().is_ok() {}
     }

@@ -15,6 +15,7 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 
 use super::{Delivery, Message};
+use crate::backoff::Backoff;
 use crate::config::{InboxConfig, INBOX_BATCH, INBOX_BLOCK, INBOX_BUFFER, LAG_CHECK_INTERVAL};
 use crate::events::{Event, Operation};
 use crate::incarnation::Incarnation;
@@ -111,7 +112,7 @@ pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc:
     let inbox = store.keys().inbox(&shared.id);
     let mut after = "0-0".to_owned();
     let mut conn = None;
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::default();
     let mut watch = Watch {
         threshold: config.lag_threshold,
         lagging: false,
@@ -138,8 +139,7 @@ pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc:
                 Ok(c) => conn = Some(c),
                 Err(e) => {
                     report(&shared, &e);
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    backoff.wait().await;
                     continue;
                 }
             }
@@ -157,12 +157,11 @@ pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc:
             Err(e) => {
                 conn = None;
                 report(&shared, &e);
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(2));
+                backoff.wait().await;
                 continue;
             }
         };
-        backoff = Duration::from_millis(50);
+        backoff.reset();
         let Some(last) = entries.last().map(|e| e.stream_id.clone()) else {
             continue;
         };

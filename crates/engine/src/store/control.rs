@@ -70,13 +70,12 @@ impl Store {
         let channel = self.keys().events();
         tokio::spawn(async move {
             let Ok(mut conn) = conn else { return };
-            let mut backoff = std::time::Duration::from_millis(50);
+            let mut backoff = crate::backoff::Backoff::default();
             while conn.subscribe(&channel).await.is_err() {
                 if tx.is_closed() {
                     return;
                 }
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+                backoff.wait().await;
             }
             while let Some(push) = pushes.recv().await {
                 if push.kind != redis::PushKind::Message {
