@@ -116,7 +116,7 @@ async fn sigterm_on_the_leader_hands_over_within_the_retry_interval() {
     let mut agents = start_agents(&redis, 3).await;
     let l = agreed_leader(&agents, Duration::from_secs(3)).await;
     agents[l].signal("-TERM");
-    // The seed promises one retry interval; the margin is two more.
+    // docs/behaviour.md E2: at most one retry interval; the margin is two more.
     let took = time_to_new_leader(&agents, l, Duration::from_secs(5)).await;
     eprintln!("SIGTERM -> new leader: {took:?}");
     assert!(

@@ -15,8 +15,9 @@
 //! - after the faults stop, one agreed leader per group within
 //!   ttl + retry + margin;
 //! - a killed node leaves the registry within its lease + the sweep interval;
-//! - every message sent to a live agent outside the windows in which the
-//!   spec allows a loss (its lease ran out, Redis lost its data) arrives.
+//! - every message sent to a live agent outside the windows in which
+//!   docs/behaviour.md allows a loss (N4: its lease ran out; X7: Redis lost
+//!   its data) arrives.
 //!
 //! Short by default (CI). `LEASEHOLD_CHAOS_SECONDS=600` runs ten minutes;
 //! `LEASEHOLD_CHAOS_SEED=N` repeats a run. The seed is printed first.

@@ -1,5 +1,5 @@
 //! Leader election against a real redis-server: one test per row of the
-//! election seed's failover table, plus the behaviours leasehold adds.
+//! failover table in docs/behaviour.md (E2-E6), plus E7-E11 and X1-X7.
 //! Timings are short (see `support::fast`); bounds carry a margin of at
 //! least two retry intervals.
 
@@ -33,7 +33,7 @@ fn refs(groups: &[leasehold_engine::Group]) -> Vec<&leasehold_engine::Group> {
     groups.iter().collect()
 }
 
-/// Seed row "Graceful shutdown": the lease is released, takeover <= retry.
+/// docs/behaviour.md E2: graceful shutdown releases the lease; takeover <= retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn graceful_shutdown_hands_over_within_retry() {
     let redis = RedisServer::start();
@@ -61,7 +61,7 @@ async fn graceful_shutdown_hands_over_within_retry() {
     node.close().await.unwrap();
 }
 
-/// Seed row "stepDown()": released at once, takeover <= retry, and the
+/// docs/behaviour.md E3, E9: released at once, takeover <= retry, and the
 /// stepping-down node does not win its own seat back for one ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn step_down_releases_at_once_and_abstains_for_a_ttl() {
@@ -123,7 +123,7 @@ async fn step_down_alone_retakes_after_one_ttl() {
     n.close().await.unwrap();
 }
 
-/// Seed row "Crash": the lease expires on its own; takeover <= ttl + retry.
+/// docs/behaviour.md E4: the lease expires on its own; takeover <= ttl + retry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crash_takeover_within_ttl_plus_retry() {
     let redis = RedisServer::start();
@@ -194,7 +194,7 @@ async fn followers_wake_on_release_not_on_their_retry_tick() {
     }
 }
 
-/// Seed row "Unclean restart with a stable id": the stale own lease is
+/// docs/behaviour.md E5, X5: the stale own lease is
 /// re-claimed at once, under a new term, while the others still wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unclean_restart_with_stable_id_reclaims_at_boot() {
@@ -233,7 +233,7 @@ async fn unclean_restart_with_stable_id_reclaims_at_boot() {
     b.close().await.unwrap();
 }
 
-/// Seed row "Redis briefly unavailable": the leader demotes on its first failed
+/// docs/behaviour.md E6: the leader demotes on its first failed
 /// renewal, then re-claims its still-held lease when Redis is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_briefly_unavailable_demotes_then_reclaims() {

@@ -1,6 +1,6 @@
 //! Messaging against a real redis-server: inboxes, topics and patterns,
-//! retained messages, limits, and the node lifecycle rows of the nodes seed
-//! that concern messages.
+//! retained messages, limits (docs/behaviour.md N7, X11), and the message
+//! side of the node rules N3-N9.
 
 mod support;
 
@@ -476,7 +476,7 @@ async fn direct_messages_reach_one_live_node() {
     b.close().await.unwrap();
 }
 
-/// Seed row "The connection drops for less than the lease": messages
+/// docs/behaviour.md N3: messages
 /// published meanwhile wait in the inbox and are delivered on reconnection.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_disconnect_delivers_messages_published_meanwhile() {
@@ -525,8 +525,7 @@ fn d_id(d: &Delivery) -> u64 {
     }
 }
 
-/// Seed rows "paused or disconnected for longer than the lease" and
-/// "Recovery": swept, then Recovered comes before any newer message, the
+/// docs/behaviour.md N4, N9: swept, then Recovered comes before any newer message, the
 /// subscriptions are restored, retained messages are not replayed, and what
 /// was published while it was gone is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -574,7 +573,7 @@ async fn paused_longer_than_lease_loses_what_was_published_meanwhile_then_recove
     p.close().await.unwrap();
 }
 
-/// Seed rows "The process crashes" and "close()" for messaging: a crashed
+/// docs/behaviour.md N5, N6, for messaging: a crashed
 /// node's subscriptions go with its sweep, a closed node's at once, and a
 /// publish to either writes nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -712,7 +711,7 @@ async fn concurrent_publishes_from_one_node_keep_their_own_outcomes() {
         .unwrap();
 }
 
-/// Seed row "The datastore is unreachable": publish and subscribe fail with a
+/// docs/behaviour.md N8: publish and subscribe fail with a
 /// store error (no panic, nothing half-done locally), and work again once
 /// Redis is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,5 +1,5 @@
-//! The node registry against a real redis-server: one test per node row of
-//! the nodes seed (the inbox rows belong to the messaging tests), plus
+//! The node registry against a real redis-server: one test per node rule of
+//! docs/behaviour.md N1-N10 (their inbox side is in tests/messaging.rs), plus
 //! incarnations and the Redis clock.
 
 mod support;
@@ -77,8 +77,7 @@ async fn heartbeats_keep_a_live_node_registered() {
     b.close().await.unwrap();
 }
 
-/// Seed row "The process crashes": it is swept once its lease expires. Beyond
-/// the seed: the sweeper sleeps until that expiry (the sweep interval here is
+/// docs/behaviour.md N5: swept once its lease expires. X8: the sweeper sleeps until that expiry (the sweep interval here is
 /// 10 s), so the node goes within its lease plus a small margin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn crashed_node_is_swept_when_its_lease_expires() {
@@ -123,7 +122,7 @@ async fn crashed_node_is_swept_when_its_lease_expires() {
     b.close().await.unwrap();
 }
 
-/// Seed row "The process calls close()": removed at once.
+/// docs/behaviour.md N6: close() removes the node at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_removes_the_node_at_once() {
     let redis = RedisServer::start();
@@ -158,7 +157,7 @@ async fn close_removes_the_node_at_once() {
     );
 }
 
-/// Seed row "The connection drops for less than the lease": nothing is lost,
+/// docs/behaviour.md N3: a disconnection shorter than the lease loses nothing,
 /// the node is neither swept nor recovered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn short_disconnect_keeps_the_registration() {
@@ -196,8 +195,7 @@ async fn short_disconnect_keeps_the_registration() {
     b.close().await.unwrap();
 }
 
-/// Seed rows "paused or disconnected for longer than the lease" and
-/// "Recovery": the node is swept, then notices on its next heartbeat,
+/// docs/behaviour.md N4, N9: the node is swept, then notices on its next heartbeat,
 /// registers again and emits Recovered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn paused_longer_than_lease_is_swept_then_recovers() {
@@ -259,7 +257,7 @@ async fn expired_but_unswept_node_recovers_on_next_heartbeat() {
     a.close().await.unwrap();
 }
 
-/// Seed row "The datastore is unreachable": heartbeats fail, are retried and
+/// docs/behaviour.md N8: heartbeats fail, are retried and
 /// reported as errors; once Redis is back (empty here) the node registers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_redis_is_reported_and_retried() {
@@ -287,7 +285,7 @@ async fn unreachable_redis_is_reported_and_retried() {
     a.close().await.unwrap();
 }
 
-/// Seed: "at most 100 expired nodes at a time".
+/// docs/behaviour.md N10: at most 100 expired nodes per pass.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_removes_at_most_100_nodes_per_pass() {
     let redis = RedisServer::start();

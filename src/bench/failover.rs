@@ -169,7 +169,7 @@ impl Bench<'_> {
         tokio::time::sleep(pause).await;
         redis.resume();
         let resumed = Instant::now();
-        // Exactly one agent leads (the takeover the spec bounds); the others
+        // Exactly one agent leads (the takeover docs/behaviour.md E6 bounds); the others
         // learning who it is comes after, and is waited for by `steady`.
         loop {
             let mut leaders = 0;

@@ -14,7 +14,7 @@ pub struct Series {
     pub scenario: String,
     #[serde(serialize_with = "as_ms_list")]
     pub samples: Vec<Duration>,
-    /// What the election spec promises for these timings, ms.
+    /// The bound docs/behaviour.md gives for these timings (E2-E6, N10), ms.
     pub bound_ms: u64,
     /// leasehold's own goal, ms at p99, where it sets one.
     pub goal_ms: Option<u64>,
@@ -48,7 +48,7 @@ impl Series {
         percentile(&self.sorted(), pct)
     }
 
-    /// Within the spec's bound at the maximum, and within the goal at p99.
+    /// Within the bound of docs/behaviour.md at the maximum.
     pub fn within_bound(&self) -> bool {
         self.p(100.0) <= Duration::from_millis(self.bound_ms)
     }
@@ -187,7 +187,7 @@ pub fn json(
 }
 
 /// A strip chart: one line per scenario on a shared logarithmic time axis
-/// (0.1 ms to 10 s), a dot per trial, the spec's bound as a red bar and the
+/// (0.1 ms to 10 s), a dot per trial, the bound of docs/behaviour.md as a red bar and the
 /// goal, where there is one, as a green bar.
 pub fn svg(series: &[Series], title: &str) -> String {
     const LEFT: f64 = 380.0;

@@ -14,7 +14,8 @@
 //!
 //! The command is tied to the agent's life: it gets SIGKILL if the agent
 //! dies (Linux `PR_SET_PDEATHSIG`), so a crashed agent cannot leave a
-//! leaderless copy running while a successor starts its own.
+//! leaderless copy running while a successor starts its own. The agent, a
+//! Kubernetes sidecar, builds on Unix; the death signal is Linux's.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::{ExitStatus, Stdio};
@@ -142,6 +143,8 @@ fn spawn_command(
     // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
     // The death signal is tied to the thread that forks; tokio's worker
     // threads live as long as the runtime, which is the agent's life.
+    // Linux only: elsewhere a crashed agent leaves its command running.
+    #[cfg(target_os = "linux")]
     unsafe {
         cmd.pre_exec(|| {
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {

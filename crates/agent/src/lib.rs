@@ -1,7 +1,7 @@
 //! `leasehold agent`: the sidecar. One node per pod, named `NAMESPACE/POD`,
 //! campaigns for the pod's LeaderGroups (engine group `NAMESPACE/NAME`) and
-//! tells the pod what it is: through a local HTTP API ([`api`]), a file per
-//! group ([`role_file`]) and, in exec mode ([`exec`]), by running a command
+//! tells the pod what it is: through a local HTTP API (`api`), a file per
+//! group (`role_file`) and, in exec mode (`exec`), by running a command
 //! only while it leads. It talks to Redis only; the controller reflects what
 //! it does into Kubernetes.
 //!

@@ -1,13 +1,14 @@
 //! Every tunable of the engine, its default, and the rules a value must obey.
 //!
-//! Validation lives here and nowhere else, so the library, the CLI and (later)
-//! the controller refuse the same values with the same words: an error names
-//! the option, the value it was given and the range it must be in.
+//! Validation lives here and nowhere else, so the library and every program
+//! built on it refuse the same values with the same words:
+//! an error names the option, the value it was given and the range it must
+//! be in.
 
 use std::time::Duration;
 
-/// Largest millisecond value any option accepts: the seed caps every interval
-/// at a signed 32-bit integer, which is also what `PX`/`PEXPIRE` clients and
+/// Largest millisecond value any option accepts (docs/behaviour.md E1, N1):
+/// a signed 32-bit integer, which is also what `PX`/`PEXPIRE` clients and
 /// JavaScript timers agree on.
 pub const MAX_MS: u64 = 2_147_483_647;
 
@@ -182,7 +183,7 @@ impl Default for NodeConfig {
 }
 
 impl NodeConfig {
-    /// A lease with the seed's derived defaults: a heartbeat every third of the
+    /// A lease with the derived defaults of docs/behaviour.md N1: a heartbeat every third of the
     /// lease (rounded down, at least 1 ms) and a sweep every lease.
     pub fn with_lease(lease_duration_ms: u64) -> Self {
         Self {
@@ -302,7 +303,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn defaults_follow_the_seed() {
+    fn defaults_match_e1_and_n1() {
         let e = ElectionConfig::default();
         assert_eq!(
             (e.ttl_ms, e.renew_interval_ms, e.retry_interval_ms),

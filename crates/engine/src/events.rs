@@ -195,7 +195,9 @@ pub struct EventBus {
 const LOCAL_CAPACITY: usize = 1024;
 
 impl EventBus {
-    /// Starts the publisher task (on the current Tokio runtime).
+    /// Starts the publisher task (on the current Tokio runtime). It sends
+    /// what is queued and ends once every clone of the bus is dropped, so the
+    /// last events of a closing node still reach Redis.
     pub fn start(store: Store, observer: Option<Arc<dyn Observer>>) -> Self {
         let (local, _) = broadcast::channel(LOCAL_CAPACITY);
         let (remote, mut queue) = mpsc::unbounded_channel::<Event>();

@@ -408,8 +408,8 @@ impl Campaign {
         }
     }
 
-    /// Takes the group's timings from Redis (written by the controller from
-    /// the LeaderGroup) when they differ from the current ones.
+    /// Takes the group's timings from Redis (set through
+    /// `Store::write_group_config`) when they differ from the current ones.
     fn adopt(&mut self, config: Option<ElectionConfig>) {
         if let Some(config) = config.filter(|c| *c != self.config) {
             tracing::info!(?config, "group timings changed in redis");

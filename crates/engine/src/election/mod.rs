@@ -1,5 +1,5 @@
 //! Leader election: the groups a node campaigns for, joined and left at run
-//! time. Each group runs one [`campaign`] task; this module owns their
+//! time. Each group runs one `campaign` task; this module owns their
 //! handles, the shared wake-up subscription and the bounded shutdown.
 //!
 //! Shutdown bounds every await by the group's retry interval (at least

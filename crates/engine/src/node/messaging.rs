@@ -99,8 +99,8 @@ impl Node {
         .await
     }
 
-    /// Asks the live node `node` to step down from `group` (the controller
-    /// turns the LeaderGroup annotation into this). It travels through the
+    /// Asks the live node `node` to step down from `group` (an operator
+    /// process that manages the groups uses it). It travels through the
     /// node's inbox as an engine command: the receiving engine steps down
     /// itself and never delivers it as a message, except that a node started
     /// with [`crate::NodeOptions::step_down_requests`] hands it to its

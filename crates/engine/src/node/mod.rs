@@ -51,8 +51,8 @@ pub struct NodeOptions {
     /// depends on the local clock.
     #[cfg(feature = "test-hooks")]
     pub wall_clock_skew_ms: i64,
-    /// When set, step-down commands from other nodes (the controller turns
-    /// the LeaderGroup annotation into one) are handed here instead of
+    /// When set, step-down requests from other nodes
+    /// ([`Node::ask_to_step_down`]) are handed here instead of
     /// carried out at once, so the application can first stop its
     /// leader-only work and then call [`Node::step_down`] itself.
     pub step_down_requests: Option<mpsc::UnboundedSender<StepDownRequest>>,

@@ -1,5 +1,6 @@
-//! What the controller writes for a group: its timings from the custom
-//! resource, and a term that Redis lost.
+//! What an operator process sets for a group from outside its nodes: the
+//! timings the nodes adopt, and a term that Redis lost (restored from a
+//! record kept elsewhere, such as a custom resource's status).
 
 use super::{as_int, scripts, Store, StoreError};
 use crate::config::ElectionConfig;
@@ -62,7 +63,8 @@ impl Store {
     /// event this version cannot read (from a newer node) is skipped. The
     /// subscription is kept (and renewed after reconnects)
     /// until the receiver is dropped; events published while it is down are
-    /// missed, which is why the controller also resyncs periodically.
+    /// missed, so a follower that must not miss a change also re-reads the
+    /// state now and then.
     pub fn follow_events(&self) -> tokio::sync::mpsc::UnboundedReceiver<crate::Event> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let (push_tx, mut pushes) = tokio::sync::mpsc::unbounded_channel();
@@ -77,7 +79,15 @@ impl Store {
                 }
                 backoff.wait().await;
             }
-            while let Some(push) = pushes.recv().await {
+            // Ends as soon as the receiver is dropped, not at the next event.
+            loop {
+                let push = tokio::select! {
+                    _ = tx.closed() => break,
+                    push = pushes.recv() => match push {
+                        Some(push) => push,
+                        None => break,
+                    },
+                };
                 if push.kind != redis::PushKind::Message {
                     continue;
                 }
@@ -87,7 +97,7 @@ impl Store {
                 match serde_json::from_slice::<crate::Event>(payload) {
                     Ok(event) => {
                         if tx.send(event).is_err() {
-                            return;
+                            break;
                         }
                     }
                     Err(e) => {

@@ -14,7 +14,7 @@ pub struct GroupKeys {
     pub lease: String,
     /// Fencing token: +1 on every new acquisition.
     pub term: String,
-    /// Timings written by the controller from the custom resource.
+    /// Timings an operator process sets for the group (nodes adopt them).
     pub config: String,
     /// Node id -> candidacy expiry (ms, Redis clock).
     pub members: String,

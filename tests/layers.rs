@@ -1,0 +1,73 @@
+//! The crate layers of docs/architecture.md, checked on the manifests: the
+//! engine names no Kubernetes, command-line, HTTP, metrics or libc crate and
+//! no other workspace crate; the agent and the Kubernetes crate never name
+//! each other. (Cargo itself forbids cycles; this holds the rest.)
+
+use std::collections::BTreeSet;
+
+/// The dependency names of every `[dependencies]`-like table of a manifest
+/// (normal, target-specific and dev dependencies alike).
+fn dependencies(manifest: &str) -> BTreeSet<String> {
+    let text = std::fs::read_to_string(manifest).unwrap_or_else(|e| panic!("{manifest}: {e}"));
+    let mut names = BTreeSet::new();
+    let mut in_deps = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_deps = line.ends_with("dependencies]");
+            continue;
+        }
+        if in_deps {
+            if let Some((name, _)) = line.split_once('=') {
+                let name = name.trim();
+                if !name.is_empty() && !name.starts_with('#') {
+                    names.insert(name.trim_end_matches(".workspace").to_owned());
+                }
+            }
+        }
+    }
+    names
+}
+
+fn assert_none_of(manifest: &str, forbidden: &[&str]) {
+    let deps = dependencies(manifest);
+    let found: Vec<&&str> = forbidden.iter().filter(|f| deps.contains(**f)).collect();
+    assert!(found.is_empty(), "{manifest} depends on {found:?}");
+}
+
+#[test]
+fn the_engine_depends_on_no_application_crate() {
+    let deps = dependencies("crates/engine/Cargo.toml");
+    assert!(deps.contains("redis"), "the parser read nothing: {deps:?}");
+    assert_none_of(
+        "crates/engine/Cargo.toml",
+        &[
+            "kube",
+            "kube-runtime",
+            "k8s-openapi",
+            "schemars",
+            "clap",
+            "libc",
+            "hyper",
+            "hyper-util",
+            "prometheus-client",
+            "tracing-subscriber",
+            "leasehold-daemon",
+            "leasehold-kube",
+            "leasehold-agent",
+        ],
+    );
+}
+
+#[test]
+fn the_agent_and_the_controller_do_not_depend_on_each_other() {
+    assert!(dependencies("crates/agent/Cargo.toml").contains("leasehold-engine"));
+    assert_none_of(
+        "crates/agent/Cargo.toml",
+        &["leasehold-kube", "kube", "kube-runtime", "k8s-openapi"],
+    );
+    assert_none_of("crates/kube/Cargo.toml", &["leasehold-agent"]);
+    assert_none_of(
+        "crates/daemon/Cargo.toml",
+        &["leasehold-kube", "leasehold-agent", "kube", "k8s-openapi"],
+    );
+}
