@@ -26,7 +26,7 @@ use tokio::sync::{broadcast, mpsc};
 use leasehold_daemon::election_args::ElectionArgs;
 use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http;
-use leasehold_daemon::names::validate_object_name;
+use leasehold_daemon::names::{validate_object_name, NamespacedName};
 use leasehold_engine::config::{validate_name, ElectionConfig, NodeConfig};
 use leasehold_engine::{Event, Group, Node, NodeOptions};
 
@@ -96,7 +96,7 @@ impl Settings {
             (Some(id), _) => id.clone(),
             (None, Some(pod)) => {
                 object_name("POD_NAME", pod)?;
-                format!("{}/{pod}", args.namespace)
+                NamespacedName::new(&args.namespace, pod).to_string()
             }
             (None, None) => {
                 return Err(FlagError::worded(
@@ -116,7 +116,10 @@ impl Settings {
                     format!("--group {name:?} is given twice"),
                 ));
             }
-            groups.push((name.clone(), format!("{}/{name}", args.namespace)));
+            groups.push((
+                name.clone(),
+                NamespacedName::new(&args.namespace, name).to_string(),
+            ));
         }
         if groups.is_empty() {
             return Err(FlagError::new(
@@ -323,7 +326,7 @@ pub async fn run(args: AgentArgs) -> Result<u8, AgentError> {
         tokio::select! {
             _ = &mut shutdown => break Exit::Signal,
             Some(request) = requests.recv() => {
-                let full = format!("{}/{}", args.namespace, request.group);
+                let full = NamespacedName::new(&args.namespace, &request.group).to_string();
                 let result = step_down(&node, command.as_ref(), &settings, &full).await;
                 tracing::info!(group = %full, ?result, "step-down asked through the API");
                 let _ = request.reply.send(result);

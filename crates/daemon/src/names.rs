@@ -37,9 +37,63 @@ pub fn validate_object_name(kind: &'static str, value: &str) -> Result<(), Inval
         })
 }
 
+/// The engine id of a namespaced Kubernetes object: `NAMESPACE/NAME`. A
+/// LeaderGroup's engine group and a pod's node id are both named so; this
+/// type is the one place that joins and splits them.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NamespacedName {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl NamespacedName {
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        Self {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// `(namespace, name)` of an id, if it has that shape (both sides
+    /// non-empty; the name holds no further '/').
+    pub fn split(id: &str) -> Option<(&str, &str)> {
+        id.split_once('/')
+            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+    }
+
+    pub fn parse(id: &str) -> Option<Self> {
+        Self::split(id).map(|(ns, name)| Self::new(ns, name))
+    }
+
+    /// The name, if `id` names an object of `namespace`.
+    pub fn name_in<'a>(id: &'a str, namespace: &str) -> Option<&'a str> {
+        Self::split(id)
+            .filter(|(ns, _)| *ns == namespace)
+            .map(|(_, name)| name)
+    }
+}
+
+impl std::fmt::Display for NamespacedName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn namespaced_names_join_and_split() {
+        let n = NamespacedName::new("shop", "web-0");
+        assert_eq!(n.to_string(), "shop/web-0");
+        assert_eq!(NamespacedName::parse("shop/web-0"), Some(n));
+        for bad in ["noslash", "/a", "a/", "a/b/c"] {
+            assert_eq!(NamespacedName::split(bad), None, "{bad}");
+        }
+        assert_eq!(NamespacedName::name_in("shop/a", "shop"), Some("a"));
+        assert_eq!(NamespacedName::name_in("other/a", "shop"), None);
+    }
 
     #[test]
     fn object_names_are_dns_subdomains() {

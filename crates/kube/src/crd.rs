@@ -8,8 +8,9 @@
 //! [`LeaderGroupSpec::election_config`]) and reports a violation as a
 //! condition, so those clusters are covered too.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use leasehold_engine::config::{ConfigError, ElectionConfig};
@@ -106,8 +107,41 @@ pub struct LeaderGroupSpec {
     pub role_label: String,
 }
 
+/// A member's role, as its pod's label value says it.
+#[derive(
+    JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum MemberRole {
+    Leader,
+    Follower,
+}
+
+impl MemberRole {
+    /// The value of the role label.
+    pub fn label_value(self) -> &'static str {
+        match self {
+            Self::Leader => "leader",
+            Self::Follower => "follower",
+        }
+    }
+}
+
+/// Why a member's pod is not labelled.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MemberProblem {
+    /// The node id names a pod of this namespace that does not exist.
+    PodNotFound,
+    /// The pod does not match spec.selector.
+    NotSelected,
+    /// The node id is not a pod of this namespace.
+    OtherNamespace,
+    /// A group whose name sorts first labels this pod with the same key.
+    LabelConflict,
+}
+
 /// One node that campaigns for the group, as the status shows it.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Member {
     /// Node id, `NAMESPACE/POD`.
@@ -115,39 +149,22 @@ pub struct Member {
     /// The pod, when the node id names a pod of this namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
-    /// `leader` or `follower`.
-    pub role: String,
+    pub role: MemberRole,
     /// When the node's candidacy lapses unless renewed.
-    pub expires_at: String,
-    /// Why the pod is not labelled, if it is not: `PodNotFound`,
-    /// `NotSelected` (the pod does not match spec.selector),
-    /// `OtherNamespace` or `LabelConflict`.
+    pub expires_at: Time,
+    /// Why the pod is not labelled, if it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub problem: Option<String>,
+    pub problem: Option<MemberProblem>,
 }
 
 /// The last sweep of expired nodes that touched this group.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct LastSweep {
-    pub time: String,
+    /// When the sweep removed the nodes.
+    pub time: Time,
+    /// The node ids it removed that were members of this group.
     pub nodes: Vec<String>,
-}
-
-/// A condition in the standard Kubernetes shape.
-#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
-#[serde(rename_all = "camelCase")]
-pub struct Condition {
-    /// `LeaderElected`, `StoreAvailable`, `SpecValid`, `LabelConflict` or `Ready`.
-    #[serde(rename = "type")]
-    pub type_: String,
-    /// `True`, `False` or `Unknown`.
-    pub status: String,
-    pub reason: String,
-    pub message: String,
-    pub last_transition_time: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub observed_generation: Option<i64>,
 }
 
 /// What the controller last saw of the group.
@@ -163,10 +180,12 @@ pub struct LeaderGroupStatus {
     /// Fencing term of the current (or last) lease; never goes backwards.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub term: Option<i64>,
+    /// When the current holder won the lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub leader_since: Option<String>,
+    pub leader_since: Option<Time>,
+    /// When the current lease runs out unless renewed (Redis's clock).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_expires_at: Option<String>,
+    pub lease_expires_at: Option<Time>,
     #[serde(default)]
     pub members: Vec<Member>,
     #[serde(default)]
@@ -176,6 +195,8 @@ pub struct LeaderGroupStatus {
     pub transitions: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sweep: Option<LastSweep>,
+    /// `SpecValid`, `StoreAvailable`, `LeaderElected`, `LabelConflict` and
+    /// `Ready` (see the conditions module).
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

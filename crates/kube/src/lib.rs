@@ -4,6 +4,7 @@
 //! controller process ([`run`]). It depends on the engine; the engine and
 //! the agent never depend on it.
 
+pub mod conditions;
 pub mod crd;
 pub mod metrics;
 pub mod plan;

@@ -3,18 +3,35 @@
 //! Redis) goes in; the label changes in the order they must be applied, the
 //! status, the events and the commands come out. Reconcile is the I/O around
 //! it, so every rule here is tested without a cluster or a Redis.
+//!
+//! [`plan`] reads as the list of rules; each rule is a function named for
+//! what it decides, and `plan_tests.rs` has a test per rule.
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 
-use crate::crd::{Condition, LeaderGroup, LeaderGroupStatus, Member, STEP_DOWN_ANNOTATION};
-use crate::selector;
+use crate::conditions::{self, condition, reasons, types};
+use crate::crd::{
+    LastSweep, LeaderGroup, LeaderGroupSpec, LeaderGroupStatus, Member, MemberProblem, MemberRole,
+    STEP_DOWN_ANNOTATION,
+};
+use crate::selector::PodSelector;
+use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::config::ElectionConfig;
 use leasehold_engine::store::GroupState;
 
+/// The role label's values.
 pub const LEADER: &str = "leader";
 pub const FOLLOWER: &str = "follower";
+
+/// Reasons of the Kubernetes Events the controller records.
+pub mod event_reasons {
+    pub const LEADER_ELECTED: &str = "LeaderElected";
+    pub const LEADER_LOST: &str = "LeaderLost";
+    pub const NODES_SWEPT: &str = "NodesSwept";
+    pub const STEP_DOWN_REQUESTED: &str = "StepDownRequested";
+}
 
 /// A pod as the plan needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,228 +103,366 @@ pub struct Plan {
     pub config: Option<ElectionConfig>,
 }
 
-/// Milliseconds since the epoch as RFC 3339 (UTC, second precision), the
-/// format of Kubernetes timestamps.
-pub fn rfc3339(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
-    let z = days as i64 + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
+/// Milliseconds since the epoch as a Kubernetes time (second precision, as
+/// Kubernetes writes them).
+pub fn time_of(ms: u64) -> Time {
+    let seconds = i64::try_from(ms / 1000).unwrap_or(i64::MAX);
+    Time(
+        k8s_openapi::jiff::Timestamp::from_second(seconds)
+            .unwrap_or(k8s_openapi::jiff::Timestamp::MAX),
     )
 }
 
 /// The pod a node id names, if it is `NAMESPACE/POD` in `namespace`.
 pub fn pod_of<'n>(node: &'n str, namespace: &str) -> Option<&'n str> {
-    node.split_once('/')
-        .filter(|(ns, pod)| *ns == namespace && !pod.is_empty())
-        .map(|(_, pod)| pod)
-}
-
-fn condition(type_: &str, ok: bool, reason: &str, message: String) -> Condition {
-    Condition {
-        type_: type_.into(),
-        status: if ok { "True" } else { "False" }.into(),
-        reason: reason.into(),
-        message,
-        ..Default::default()
-    }
-}
-
-/// Status without the fields that move on every renewal.
-fn settled(status: &LeaderGroupStatus) -> LeaderGroupStatus {
-    let mut s = status.clone();
-    s.lease_expires_at = None;
-    for m in &mut s.members {
-        m.expires_at.clear();
-    }
-    s
+    NamespacedName::name_in(node, namespace)
 }
 
 pub fn plan(observed: &Observed<'_>) -> Plan {
     let group = observed.group;
-    let namespace = group.metadata.namespace.clone().unwrap_or_default();
-    let name = group.metadata.name.clone().unwrap_or_default();
-    let spec = &group.spec;
+    let namespace = group.metadata.namespace.as_deref().unwrap_or_default();
     let previous = group.status.clone().unwrap_or_default();
-    let key = spec.role_label.clone();
-    let mut conditions = Vec::new();
-    let mut events = Vec::new();
-
-    let config = match spec.election_config() {
-        Ok(config) => {
-            conditions.push(condition(
-                "SpecValid",
-                true,
-                "Valid",
-                "the timings are within their bounds".into(),
-            ));
-            Some(config)
-        }
-        Err(e) => {
-            conditions.push(condition(
-                "SpecValid",
-                false,
-                "InvalidTimings",
-                crate::crd::spec_error_message(&e),
-            ));
-            None
-        }
-    };
-
+    let (spec_valid, config) = spec_validity(&group.spec);
     let state = match observed.store {
         StoreView::Available(state) => state,
         StoreView::Unavailable(reason) => {
-            // Leave every label as it is: a guess could label two pods.
-            let mut status = previous.clone();
-            let now = rfc3339(observed.local_now_ms);
-            conditions.push(condition(
-                "StoreAvailable",
-                false,
-                "RedisUnavailable",
-                reason.clone(),
-            ));
-            conditions.push(condition(
-                "Ready",
-                false,
-                "RedisUnavailable",
-                "the group's state cannot be read".into(),
-            ));
-            if let Some(mut elected) = previous
-                .conditions
-                .iter()
-                .find(|c| c.type_ == "LeaderElected")
-                .cloned()
-            {
-                elected.last_transition_time.clear();
-                conditions.push(elected);
-            }
-            status.conditions = merge_conditions(
-                &previous.conditions,
-                conditions,
-                &now,
-                group.metadata.generation,
-            );
-            status.observed_generation = group.metadata.generation;
-            let write_status = settled(&status) != settled(&previous);
-            return Plan {
-                labels: Vec::new(),
-                status,
-                write_status,
-                events,
-                step_down: None,
-                restore_term: None,
-                config,
-            };
+            return while_redis_is_unavailable(observed, &previous, spec_valid, config, reason)
         }
     };
-    let now_ms = state.now_ms;
-    let now = rfc3339(now_ms);
+    let now = time_of(state.now_ms);
+    let pods = PodsOfGroup::sort(observed);
+    let (term, restore_term) = the_term_never_goes_back(&previous, state);
+    let holder = live_holder(state);
+    let holder_pod = holder.and_then(|h| pod_of(h, namespace));
+    let members = members(state, holder, namespace, &pods, observed.pods);
+    let labels = label_changes(observed, &pods, &members);
+    let mut events = leader_change_events(&previous, holder, holder_pod, term);
+    let last_sweep = report_sweeps(&previous, observed.swept, &mut events);
+    let (step_down, handled_step_down) =
+        step_down_on_annotation(group, &previous, holder, &mut events);
 
-    // Which pods this group may label: selected by it, and not claimed by an
-    // earlier-named group that writes the same label key.
-    let selected: BTreeSet<&str> = observed
-        .pods
-        .iter()
-        .filter(|p| selector::matches(&spec.selector, &p.labels))
-        .map(|p| p.name.as_str())
-        .collect();
-    let mut conflicts = Vec::new();
-    let mut yielded: BTreeSet<&str> = BTreeSet::new();
-    for other in observed
-        .others
-        .iter()
-        .filter(|o| o.role_label == key && o.name != name)
-    {
-        for pod in observed
+    let leader_pod = holder_pod
+        .filter(|p| observed.pods.iter().any(|pod| pod.name == *p))
+        .map(str::to_owned);
+    let elected = holder.is_some();
+    let conflicts = pods.conflicts();
+    let ready = elected && config.is_some() && pods.yielded.is_empty();
+    let next_conditions = vec![
+        spec_valid,
+        condition(
+            types::STORE_AVAILABLE,
+            true,
+            reasons::REDIS_REACHABLE,
+            "the group's state was read from Redis",
+        ),
+        leader_elected(holder, leader_pod.as_deref(), term),
+        label_conflict(&conflicts),
+        condition(
+            types::READY,
+            ready,
+            if ready {
+                reasons::READY
+            } else {
+                reasons::NOT_READY
+            },
+            if ready {
+                "a leader is elected and labelled"
+            } else {
+                "see the other conditions"
+            },
+        ),
+    ];
+    let status = LeaderGroupStatus {
+        leader: leader_pod,
+        holder: holder.map(str::to_owned),
+        term: (term > 0).then_some(term as i64),
+        leader_since: match (holder, &previous.leader_since) {
+            (Some(h), Some(since)) if previous.holder.as_deref() == Some(h) => Some(since.clone()),
+            (Some(_), _) => Some(now.clone()),
+            (None, _) => None,
+        },
+        lease_expires_at: state
+            .lease_pttl_ms
+            .filter(|_| elected)
+            .map(|pttl| time_of(state.now_ms + pttl)),
+        live_members: members.len() as i64,
+        members: members.into_iter().map(|m| m.member).collect(),
+        transitions: previous.transitions
+            + i64::from(elected && holder != previous.holder.as_deref()),
+        last_sweep,
+        conditions: conditions::merge(
+            &previous.conditions,
+            next_conditions,
+            &now,
+            group.metadata.generation,
+        ),
+        observed_generation: group.metadata.generation,
+        handled_step_down,
+    };
+    let write_status = status_changed(&status, &previous, &now);
+    Plan {
+        labels,
+        status,
+        write_status,
+        events,
+        step_down,
+        restore_term,
+        config,
+    }
+}
+
+/// Rule: the timings are checked by the schema's rules (for API servers
+/// without CEL); an invalid spec is a `SpecValid=False` condition and no
+/// timings are written to Redis.
+fn spec_validity(spec: &LeaderGroupSpec) -> (Condition, Option<ElectionConfig>) {
+    match spec.election_config() {
+        Ok(config) => (
+            condition(
+                types::SPEC_VALID,
+                true,
+                reasons::VALID,
+                "the timings are within their bounds",
+            ),
+            Some(config),
+        ),
+        Err(e) => (
+            condition(
+                types::SPEC_VALID,
+                false,
+                reasons::INVALID_TIMINGS,
+                crate::crd::spec_error_message(&e),
+            ),
+            None,
+        ),
+    }
+}
+
+/// Rule: while Redis cannot be read, every label stays as it is (a guess
+/// could label two pods); only the conditions say so.
+fn while_redis_is_unavailable(
+    observed: &Observed<'_>,
+    previous: &LeaderGroupStatus,
+    spec_valid: Condition,
+    config: Option<ElectionConfig>,
+    reason: &str,
+) -> Plan {
+    let group = observed.group;
+    let mut next = vec![
+        spec_valid,
+        condition(
+            types::STORE_AVAILABLE,
+            false,
+            reasons::REDIS_UNAVAILABLE,
+            reason,
+        ),
+        condition(
+            types::READY,
+            false,
+            reasons::REDIS_UNAVAILABLE,
+            "the group's state cannot be read",
+        ),
+    ];
+    next.extend(
+        previous
+            .conditions
+            .iter()
+            .find(|c| c.type_ == types::LEADER_ELECTED)
+            .cloned(),
+    );
+    let now = time_of(observed.local_now_ms);
+    let mut status = previous.clone();
+    status.conditions =
+        conditions::merge(&previous.conditions, next, &now, group.metadata.generation);
+    status.observed_generation = group.metadata.generation;
+    let write_status = settled(&status) != settled(previous);
+    Plan {
+        labels: Vec::new(),
+        status,
+        write_status,
+        events: Vec::new(),
+        step_down: None,
+        restore_term: None,
+        config,
+    }
+}
+
+/// The namespace's pods as this group sees them.
+struct PodsOfGroup<'a> {
+    /// Pods its selector picks.
+    selected: BTreeSet<&'a str>,
+    /// Selected pods it leaves to another group with the same label key
+    /// whose name sorts first.
+    yielded: BTreeSet<&'a str>,
+    /// Pods another group with the same label key also selects, with that
+    /// group's name.
+    shared: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> PodsOfGroup<'a> {
+    /// Rule: two groups that write one label key on one pod get a
+    /// `LabelConflict` condition; the group whose name sorts first labels
+    /// the pod, so the label never flaps between them.
+    fn sort(observed: &Observed<'a>) -> Self {
+        let group = observed.group;
+        let name = group.metadata.name.as_deref().unwrap_or_default();
+        let own = PodSelector::new(&group.spec.selector);
+        let selected: BTreeSet<&str> = observed
             .pods
             .iter()
-            .filter(|p| selected.contains(p.name.as_str()))
+            .filter(|p| own.matches(&p.labels))
+            .map(|p| p.name.as_str())
+            .collect();
+        let mut yielded = BTreeSet::new();
+        let mut shared = Vec::new();
+        for other in observed
+            .others
+            .iter()
+            .filter(|o| o.role_label == group.spec.role_label && o.name != name)
         {
-            if selector::matches(&other.selector, &pod.labels) {
-                conflicts.push(format!(
-                    "pod {} is also selected by group {}",
-                    pod.name, other.name
-                ));
-                if other.name < name {
+            let theirs = PodSelector::new(&other.selector);
+            for pod in observed
+                .pods
+                .iter()
+                .filter(|p| selected.contains(p.name.as_str()) && theirs.matches(&p.labels))
+            {
+                shared.push((pod.name.as_str(), other.name.as_str()));
+                if other.name.as_str() < name {
                     yielded.insert(pod.name.as_str());
                 }
             }
         }
+        Self {
+            selected,
+            yielded,
+            shared,
+        }
     }
-    let labellable = |pod: &str| selected.contains(pod) && !yielded.contains(pod);
 
-    // Redis lost the term counter (restarted empty): the status remembers it.
+    fn labellable(&self, pod: &str) -> bool {
+        self.selected.contains(pod) && !self.yielded.contains(pod)
+    }
+
+    fn conflicts(&self) -> Vec<String> {
+        let mut out: Vec<String> = self
+            .shared
+            .iter()
+            .map(|(pod, other)| format!("pod {pod} is also selected by group {other}"))
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+}
+
+/// Rule: the term never goes backwards. If Redis lost the counter
+/// (restarted empty), the status remembers it and it is restored.
+fn the_term_never_goes_back(
+    previous: &LeaderGroupStatus,
+    state: &GroupState,
+) -> (u64, Option<u64>) {
     let previous_term = previous.term.unwrap_or(0).max(0) as u64;
-    let restore_term = (state.term < previous_term).then_some(previous_term);
-    let term = state.term.max(previous_term);
+    let restore = (state.term < previous_term).then_some(previous_term);
+    (state.term.max(previous_term), restore)
+}
 
-    let holder = state
+/// The lease holder, if its lease is still running.
+fn live_holder(state: &GroupState) -> Option<&str> {
+    state
         .holder
-        .clone()
-        .filter(|_| state.lease_pttl_ms.is_some());
-    let holder_pod = holder.as_deref().and_then(|h| pod_of(h, &namespace));
+        .as_deref()
+        .filter(|_| state.lease_pttl_ms.is_some())
+}
 
-    // Members: live candidacies, the holder always among them.
-    let mut member_list: Vec<(String, u64)> = state.members.clone();
-    if let Some(h) = &holder {
-        if !member_list.iter().any(|(n, _)| n == h) {
-            member_list.push((h.clone(), now_ms + state.lease_pttl_ms.unwrap_or(0)));
+/// A member and the label its pod should carry, if it may be labelled.
+struct PlannedMember<'a> {
+    member: Member,
+    labelled_pod: Option<&'a str>,
+}
+
+/// Rule: the members are the live candidacies, the holder always among
+/// them; a member whose pod cannot be labelled is reported with the reason
+/// and never labelled.
+fn members<'a>(
+    state: &'a GroupState,
+    holder: Option<&str>,
+    namespace: &str,
+    sorted: &PodsOfGroup<'_>,
+    pods: &[PodView],
+) -> Vec<PlannedMember<'a>> {
+    let mut list: Vec<(&str, u64)> = state
+        .members
+        .iter()
+        .map(|(n, e)| (n.as_str(), *e))
+        .collect();
+    if let Some(h) = state.holder.as_deref().filter(|_| holder.is_some()) {
+        if !list.iter().any(|(n, _)| *n == h) {
+            list.push((h, state.now_ms + state.lease_pttl_ms.unwrap_or(0)));
         }
     }
-    member_list.sort();
-    let pod_exists = |pod: &str| observed.pods.iter().any(|p| p.name == pod);
-    let mut desired: BTreeMap<&str, &str> = BTreeMap::new();
-    let mut members = Vec::new();
-    for (node, expiry) in &member_list {
-        let is_leader = holder.as_deref() == Some(node.as_str());
-        let pod = pod_of(node, &namespace);
-        let problem = match pod {
-            None => Some("OtherNamespace"),
-            Some(p) if !pod_exists(p) => Some("PodNotFound"),
-            Some(p) if !selected.contains(p) => Some("NotSelected"),
-            Some(p) if yielded.contains(p) => Some("LabelConflict"),
-            Some(_) => None,
-        };
-        if let (Some(p), None) = (pod, problem) {
-            desired.insert(p, if is_leader { LEADER } else { FOLLOWER });
-        }
-        members.push(Member {
-            node: node.clone(),
-            pod: pod.map(str::to_owned),
-            role: if is_leader { LEADER } else { FOLLOWER }.into(),
-            expires_at: rfc3339(*expiry),
-            problem: problem.map(str::to_owned),
-        });
-    }
+    list.sort();
+    list.into_iter()
+        .map(|(node, expiry)| {
+            let pod = pod_of(node, namespace);
+            let problem = match pod {
+                None => Some(MemberProblem::OtherNamespace),
+                Some(p) if !pods.iter().any(|pod| pod.name == p) => {
+                    Some(MemberProblem::PodNotFound)
+                }
+                Some(p) if !sorted.selected.contains(p) => Some(MemberProblem::NotSelected),
+                Some(p) if sorted.yielded.contains(p) => Some(MemberProblem::LabelConflict),
+                Some(_) => None,
+            };
+            let role = if holder == Some(node) {
+                MemberRole::Leader
+            } else {
+                MemberRole::Follower
+            };
+            PlannedMember {
+                member: Member {
+                    node: node.to_owned(),
+                    pod: pod.map(str::to_owned),
+                    role,
+                    expires_at: time_of(expiry),
+                    problem,
+                },
+                labelled_pod: pod.filter(|_| problem.is_none()),
+            }
+        })
+        .collect()
+}
 
-    // Label changes, in three waves: take `leader` away, then followers and
-    // removals, then give `leader`.
-    let mut take_leader = Vec::new();
-    let mut others_changes = Vec::new();
-    let mut give_leader = Vec::new();
+/// Rules: the leader pod is labelled `leader` and the other labellable
+/// members `follower`; pods that stopped being live members lose the label
+/// (unless another group with the same key selects them); and the changes
+/// come in three waves, taking `leader` away before giving it, so a
+/// selector never matches two pods.
+fn label_changes(
+    observed: &Observed<'_>,
+    sorted: &PodsOfGroup<'_>,
+    members: &[PlannedMember<'_>],
+) -> Vec<LabelChange> {
+    let group = observed.group;
+    let name = group.metadata.name.as_deref().unwrap_or_default();
+    let key = &group.spec.role_label;
+    let desired: BTreeMap<&str, &str> = members
+        .iter()
+        .filter_map(|m| m.labelled_pod.map(|p| (p, m.member.role.label_value())))
+        .collect();
+    let others_with_key: Vec<PodSelector> = observed
+        .others
+        .iter()
+        .filter(|o| o.role_label == *key && o.name != name)
+        .map(|o| PodSelector::new(&o.selector))
+        .collect();
+    let (mut take_leader, mut between, mut give_leader) = (Vec::new(), Vec::new(), Vec::new());
     for pod in observed.pods {
-        let current = pod.labels.get(&key).map(String::as_str);
-        let wanted = if labellable(&pod.name) {
+        let current = pod.labels.get(key).map(String::as_str);
+        let wanted = if sorted.labellable(&pod.name) {
             desired.get(pod.name.as_str()).copied()
         } else {
-            // Not ours to label. Clean up our key only where no other group
+            // Not ours to label: clean up our key only where no other group
             // with the same key selects the pod.
-            let claimed = observed.others.iter().any(|o| {
-                o.role_label == key && o.name != name && selector::matches(&o.selector, &pod.labels)
-            });
+            let claimed = others_with_key.iter().any(|s| s.matches(&pod.labels));
             if claimed || !matches!(current, Some(LEADER) | Some(FOLLOWER)) {
                 continue;
             }
@@ -326,212 +481,172 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         } else if wanted == Some(LEADER) {
             give_leader.push(change);
         } else {
-            others_changes.push(change);
+            between.push(change);
         }
     }
-    let labels: Vec<LabelChange> = take_leader
+    take_leader
         .into_iter()
-        .chain(others_changes)
+        .chain(between)
         .chain(give_leader)
-        .collect();
+        .collect()
+}
 
-    // Events for a change of holder.
-    if holder != previous.holder {
-        if let Some(old) = &previous.holder {
-            let reason = if holder.is_some() {
-                "replaced"
-            } else {
-                "expired"
-            };
-            events.push(PlannedEvent {
-                reason: "LeaderLost",
-                note: format!("node {old} lost the lease ({reason})"),
-                warning: holder.is_none(),
-            });
-        }
-        if let Some(new) = &holder {
-            events.push(PlannedEvent {
-                reason: "LeaderElected",
-                note: format!(
-                    "{} leads under term {term}",
-                    holder_pod.map_or_else(|| format!("node {new}"), |p| format!("pod {p}"))
-                ),
-                warning: false,
-            });
-        }
+/// Rule: a change of holder is told by `LeaderLost` (a warning when nobody
+/// took over) and `LeaderElected` events.
+fn leader_change_events(
+    previous: &LeaderGroupStatus,
+    holder: Option<&str>,
+    holder_pod: Option<&str>,
+    term: u64,
+) -> Vec<PlannedEvent> {
+    let mut events = Vec::new();
+    if holder == previous.holder.as_deref() {
+        return events;
     }
-
-    // Sweeps that removed nodes this group last listed as members.
-    let last_sweep_ms = previous
-        .last_sweep
-        .as_ref()
-        .map(|s| s.time.clone())
-        .unwrap_or_default();
-    let mut last_sweep = previous.last_sweep.clone();
-    let swept_members: Vec<&(String, u64)> = observed
-        .swept
-        .iter()
-        .filter(|(node, at)| {
-            rfc3339(*at) > last_sweep_ms && previous.members.iter().any(|m| &m.node == node)
-        })
-        .collect();
-    if let Some(latest) = swept_members.iter().map(|(_, at)| *at).max() {
-        let nodes: Vec<String> = swept_members.iter().map(|(n, _)| n.clone()).collect();
+    if let Some(old) = &previous.holder {
+        let how = if holder.is_some() {
+            "replaced"
+        } else {
+            "expired"
+        };
         events.push(PlannedEvent {
-            reason: "NodesSwept",
-            note: format!("expired nodes removed: {}", nodes.join(", ")),
+            reason: event_reasons::LEADER_LOST,
+            note: format!("node {old} lost the lease ({how})"),
+            warning: holder.is_none(),
+        });
+    }
+    if let Some(new) = holder {
+        let who = holder_pod.map_or_else(|| format!("node {new}"), |p| format!("pod {p}"));
+        events.push(PlannedEvent {
+            reason: event_reasons::LEADER_ELECTED,
+            note: format!("{who} leads under term {term}"),
             warning: false,
         });
-        last_sweep = Some(crate::crd::LastSweep {
-            time: rfc3339(latest),
-            nodes,
-        });
     }
+    events
+}
 
-    // Step-down requested by annotation, once per new value.
+/// Rule: a sweep that removed nodes this group last listed as members is
+/// reported once (`lastSweep` and a `NodesSwept` event).
+fn report_sweeps(
+    previous: &LeaderGroupStatus,
+    swept: &[(String, u64)],
+    events: &mut Vec<PlannedEvent>,
+) -> Option<LastSweep> {
+    let reported = previous.last_sweep.as_ref().map(|s| &s.time);
+    let news: Vec<&(String, u64)> = swept
+        .iter()
+        .filter(|(node, at)| {
+            reported.is_none_or(|t| time_of(*at) > *t)
+                && previous.members.iter().any(|m| &m.node == node)
+        })
+        .collect();
+    let Some(latest) = news.iter().map(|(_, at)| *at).max() else {
+        return previous.last_sweep.clone();
+    };
+    let nodes: Vec<String> = news.iter().map(|(n, _)| n.clone()).collect();
+    events.push(PlannedEvent {
+        reason: event_reasons::NODES_SWEPT,
+        note: format!("expired nodes removed: {}", nodes.join(", ")),
+        warning: false,
+    });
+    Some(LastSweep {
+        time: time_of(latest),
+        nodes,
+    })
+}
+
+/// Rule: each new value of the step-down annotation asks the holder to
+/// step down, once; the value handled is kept in the status.
+fn step_down_on_annotation(
+    group: &LeaderGroup,
+    previous: &LeaderGroupStatus,
+    holder: Option<&str>,
+    events: &mut Vec<PlannedEvent>,
+) -> (Option<String>, Option<String>) {
     let annotation = group
         .metadata
         .annotations
         .as_ref()
         .and_then(|a| a.get(STEP_DOWN_ANNOTATION))
         .cloned();
-    let mut handled_step_down = previous.handled_step_down.clone();
-    let mut step_down = None;
-    if annotation.is_some() && annotation != previous.handled_step_down {
-        handled_step_down = annotation.clone();
-        let note = match &holder {
-            Some(h) => {
-                step_down = Some(h.clone());
-                format!("asked node {h} to step down")
-            }
-            None => "no leader to step down".to_owned(),
-        };
-        events.push(PlannedEvent {
-            reason: "StepDownRequested",
-            note,
-            warning: false,
-        });
+    if annotation.is_none() || annotation == previous.handled_step_down {
+        return (None, previous.handled_step_down.clone());
     }
+    let note = match holder {
+        Some(h) => format!("asked node {h} to step down"),
+        None => "no leader to step down".to_owned(),
+    };
+    events.push(PlannedEvent {
+        reason: event_reasons::STEP_DOWN_REQUESTED,
+        note,
+        warning: false,
+    });
+    (holder.map(str::to_owned), annotation)
+}
 
-    let leader_pod = holder_pod.filter(|p| pod_exists(p)).map(str::to_owned);
-    let elected = holder.is_some();
-    conditions.push(condition(
-        "StoreAvailable",
-        true,
-        "RedisReachable",
-        "the group's state was read from Redis".into(),
-    ));
-    conditions.push(match (&holder, &leader_pod) {
+fn leader_elected(holder: Option<&str>, leader_pod: Option<&str>, term: u64) -> Condition {
+    match (holder, leader_pod) {
         (Some(_), Some(p)) => condition(
-            "LeaderElected",
+            types::LEADER_ELECTED,
             true,
-            "LeaseHeld",
+            reasons::LEASE_HELD,
             format!("pod {p} holds the lease under term {term}"),
         ),
         (Some(h), None) => condition(
-            "LeaderElected",
+            types::LEADER_ELECTED,
             true,
-            "LeaseHeldByNodeWithoutPod",
+            reasons::LEASE_HELD_BY_NODE_WITHOUT_POD,
             format!("node {h} holds the lease but is not a pod of this namespace"),
         ),
         (None, _) => condition(
-            "LeaderElected",
+            types::LEADER_ELECTED,
             false,
-            "NoLeader",
-            "nobody holds the lease".into(),
+            reasons::NO_LEADER,
+            "nobody holds the lease",
         ),
-    });
-    conflicts.sort();
-    conflicts.dedup();
-    let conflict_free = conflicts.is_empty();
-    conditions.push(if conflict_free {
-        condition("LabelConflict", false, "NoConflict", "no other group writes this label key on these pods".into())
-    } else {
-        condition(
-            "LabelConflict",
-            true,
-            "SameRoleLabel",
-            format!("{}; give one group another spec.roleLabel (the group whose name sorts first labels shared pods)", conflicts.join("; ")),
-        )
-    });
-    let ready = elected && config.is_some() && yielded.is_empty();
-    conditions.push(condition(
-        "Ready",
-        ready,
-        if ready { "Ready" } else { "NotReady" },
-        if ready {
-            "a leader is elected and labelled".into()
-        } else {
-            "see the other conditions".into()
-        },
-    ));
-
-    let status = LeaderGroupStatus {
-        leader: leader_pod,
-        holder: holder.clone(),
-        term: (term > 0).then_some(term as i64),
-        leader_since: match (&holder, &previous.leader_since) {
-            (Some(h), Some(since)) if previous.holder.as_ref() == Some(h) => Some(since.clone()),
-            (Some(_), _) => Some(now.clone()),
-            (None, _) => None,
-        },
-        lease_expires_at: state
-            .lease_pttl_ms
-            .filter(|_| elected)
-            .map(|pttl| rfc3339(now_ms + pttl)),
-        live_members: members.len() as i64,
-        members,
-        transitions: previous.transitions + i64::from(elected && holder != previous.holder),
-        last_sweep,
-        conditions: merge_conditions(
-            &previous.conditions,
-            conditions,
-            &now,
-            group.metadata.generation,
-        ),
-        observed_generation: group.metadata.generation,
-        handled_step_down,
-    };
-    let stale = previous
-        .lease_expires_at
-        .as_deref()
-        .is_some_and(|at| at < now.as_str());
-    let write_status = settled(&status) != settled(&previous) || stale;
-    Plan {
-        labels,
-        status,
-        write_status,
-        events,
-        step_down,
-        restore_term,
-        config,
     }
 }
 
-/// New conditions keep their previous transition time when their status did
-/// not change.
-fn merge_conditions(
-    previous: &[Condition],
-    next: Vec<Condition>,
-    now: &str,
-    generation: Option<i64>,
-) -> Vec<Condition> {
-    let mut out: Vec<Condition> = next
-        .into_iter()
-        .map(|mut c| {
-            let before = previous.iter().find(|p| p.type_ == c.type_);
-            c.last_transition_time = match before {
-                Some(p) if p.status == c.status && !p.last_transition_time.is_empty() => {
-                    p.last_transition_time.clone()
-                }
-                _ => now.to_owned(),
-            };
-            c.observed_generation = generation;
-            c
-        })
-        .collect();
-    out.sort_by(|a, b| a.type_.cmp(&b.type_));
-    out
+fn label_conflict(conflicts: &[String]) -> Condition {
+    if conflicts.is_empty() {
+        condition(
+            types::LABEL_CONFLICT,
+            false,
+            reasons::NO_CONFLICT,
+            "no other group writes this label key on these pods",
+        )
+    } else {
+        condition(
+            types::LABEL_CONFLICT,
+            true,
+            reasons::SAME_ROLE_LABEL,
+            format!(
+                "{}; give one group another spec.roleLabel (the group whose name sorts first labels shared pods)",
+                conflicts.join("; ")
+            ),
+        )
+    }
+}
+
+/// Rule: status is written only when something but the expiry times
+/// changed, or when the stored lease expiry lies in the past.
+fn status_changed(status: &LeaderGroupStatus, previous: &LeaderGroupStatus, now: &Time) -> bool {
+    let stale = previous
+        .lease_expires_at
+        .as_ref()
+        .is_some_and(|at| at < now);
+    settled(status) != settled(previous) || stale
+}
+
+/// Status without the fields that move on every renewal.
+fn settled(status: &LeaderGroupStatus) -> LeaderGroupStatus {
+    let mut s = status.clone();
+    s.lease_expires_at = None;
+    for m in &mut s.members {
+        m.expires_at = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    }
+    s
 }
 
 #[cfg(test)]

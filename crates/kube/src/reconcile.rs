@@ -17,6 +17,7 @@ use serde_json::json;
 use crate::crd::LeaderGroup;
 use crate::metrics::ControllerMetrics;
 use crate::plan::{plan, Observed, OtherGroup, PodView, StoreView};
+use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::store::bounded;
 use leasehold_engine::{Group, Node};
 
@@ -105,7 +106,7 @@ pub async fn reconcile(
     }
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
     let name = group.name_any();
-    let redis_group = format!("{namespace}/{name}");
+    let redis_group = NamespacedName::new(&namespace, &name).to_string();
 
     // Read.
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);

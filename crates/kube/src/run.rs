@@ -28,9 +28,14 @@ use leasehold_daemon::election_args::election_config;
 use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http::{self, Response};
 use leasehold_daemon::metrics::{self, EngineMetrics};
+use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::config::{validate_name, ElectionConfig, NodeConfig};
 use leasehold_engine::events::Event;
 use leasehold_engine::{Node, NodeOptions};
+
+/// The engine group in which the controller's replicas elect the active
+/// one, in the controller's own namespace.
+pub const CONTROLLER_GROUP: &str = "leasehold-controller";
 
 /// How long sweeps stay in memory for reporting on the groups they touched.
 const SWEEP_MEMORY: Duration = Duration::from_secs(600);
@@ -104,7 +109,7 @@ pub async fn run_with(
         args.replica_renew_interval_ms,
         args.replica_retry_interval_ms,
     )?;
-    let node_id = format!("{}/{}", args.namespace, args.pod_name);
+    let node_id = NamespacedName::new(&args.namespace, &args.pod_name).to_string();
     validate_name("node id", &node_id).map_err(|e| FlagError::new("--namespace/--pod-name", e))?;
     let store = args.redis.connect()?;
     let listener = http::bind(args.listen).await?;
@@ -124,7 +129,7 @@ pub async fn run_with(
     );
     let leadership = node
         .join(
-            &format!("{}/leasehold-controller", args.namespace),
+            &NamespacedName::new(&args.namespace, CONTROLLER_GROUP).to_string(),
             replicas,
         )
         .map_err(StartError::from)?;
@@ -257,7 +262,7 @@ async fn bridge_engine_events(
         tokio::select! {
             Some(event) = redis_events.recv() => {
                 if let Some(group) = event.group() {
-                    if let Some((ns, name)) = group.split_once('/') {
+                    if let Some((ns, name)) = NamespacedName::split(group) {
                         let _ = triggers.send(ObjectRef::new(name).within(ns));
                     }
                 }

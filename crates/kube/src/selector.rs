@@ -1,36 +1,37 @@
-//! Label selector matching, as the API server does it, so the plan can
-//! decide in pure code which pods a group may label.
+//! Which pods a LeaderGroup's selector picks: kube-core's label [`Selector`]
+//! (the API server's semantics), plus one rule of our own: an empty
+//! selector picks nothing. A group that would select every pod is refused
+//! by the schema; the controller must not label every pod of a namespace
+//! when that check is missing (API servers without CEL).
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Selector, SelectorExt};
 
-/// Whether `labels` satisfy `selector`. An empty selector matches nothing
-/// here: a group that would select every pod is refused by the schema, and
-/// the controller must not label every pod of a namespace if that check is
-/// missing (API servers without CEL).
+/// A group's selector, parsed once for matching many pods.
+#[derive(Debug, Clone)]
+pub struct PodSelector(Option<Selector>);
+
+impl PodSelector {
+    /// A selector with an unknown operator picks nothing, as the API server
+    /// refuses it.
+    pub fn new(selector: &LabelSelector) -> Self {
+        Self(
+            Selector::try_from(selector.clone())
+                .ok()
+                .filter(|s| !s.selects_all()),
+        )
+    }
+
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.0.as_ref().is_some_and(|s| s.matches(labels))
+    }
+}
+
+/// Whether `labels` satisfy `selector` (see [`PodSelector`]).
 pub fn matches(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
-    let match_labels = selector.match_labels.as_ref();
-    let expressions = selector.match_expressions.as_deref().unwrap_or_default();
-    if match_labels.is_none_or(|m| m.is_empty()) && expressions.is_empty() {
-        return false;
-    }
-    if let Some(wanted) = match_labels {
-        if !wanted.iter().all(|(k, v)| labels.get(k) == Some(v)) {
-            return false;
-        }
-    }
-    expressions.iter().all(|e| {
-        let value = labels.get(&e.key);
-        let values = e.values.as_deref().unwrap_or_default();
-        match e.operator.as_str() {
-            "In" => value.is_some_and(|v| values.contains(v)),
-            "NotIn" => value.is_none_or(|v| !values.contains(v)),
-            "Exists" => value.is_some(),
-            "DoesNotExist" => value.is_none(),
-            _ => false, // unknown operators select nothing, as the API server refuses them
-        }
-    })
+    PodSelector::new(selector).matches(labels)
 }
 
 #[cfg(test)]

@@ -1,0 +1,75 @@
+//! The conditions of a LeaderGroup's status, in the standard Kubernetes
+//! shape (k8s-openapi's `Condition`): their types and reasons in one place,
+//! and the rule that a condition keeps its transition time while its status
+//! stays the same.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+/// Condition types.
+pub mod types {
+    /// The timings are within their bounds.
+    pub const SPEC_VALID: &str = "SpecValid";
+    /// The group's state in Redis could be read.
+    pub const STORE_AVAILABLE: &str = "StoreAvailable";
+    /// Some node holds the lease.
+    pub const LEADER_ELECTED: &str = "LeaderElected";
+    /// Another group writes the same label key on some of these pods.
+    pub const LABEL_CONFLICT: &str = "LabelConflict";
+    /// A leader is elected and labelled, and nothing above is wrong.
+    pub const READY: &str = "Ready";
+}
+
+/// Condition reasons.
+pub mod reasons {
+    pub const VALID: &str = "Valid";
+    pub const INVALID_TIMINGS: &str = "InvalidTimings";
+    pub const REDIS_REACHABLE: &str = "RedisReachable";
+    pub const REDIS_UNAVAILABLE: &str = "RedisUnavailable";
+    pub const LEASE_HELD: &str = "LeaseHeld";
+    pub const LEASE_HELD_BY_NODE_WITHOUT_POD: &str = "LeaseHeldByNodeWithoutPod";
+    pub const NO_LEADER: &str = "NoLeader";
+    pub const NO_CONFLICT: &str = "NoConflict";
+    pub const SAME_ROLE_LABEL: &str = "SameRoleLabel";
+    pub const READY: &str = "Ready";
+    pub const NOT_READY: &str = "NotReady";
+}
+
+pub const TRUE: &str = "True";
+pub const FALSE: &str = "False";
+
+/// A condition whose transition time [`merge`] fills in.
+pub fn condition(type_: &str, ok: bool, reason: &str, message: impl Into<String>) -> Condition {
+    Condition {
+        type_: type_.into(),
+        status: if ok { TRUE } else { FALSE }.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+        observed_generation: None,
+    }
+}
+
+/// `next` with each condition's transition time kept from `previous` while
+/// its status did not change (set to `now` otherwise), the generation they
+/// were computed for, and sorted by type.
+pub fn merge(
+    previous: &[Condition],
+    next: Vec<Condition>,
+    now: &Time,
+    generation: Option<i64>,
+) -> Vec<Condition> {
+    let mut out: Vec<Condition> = next
+        .into_iter()
+        .map(|mut c| {
+            let before = previous.iter().find(|p| p.type_ == c.type_);
+            c.last_transition_time = match before {
+                Some(p) if p.status == c.status => p.last_transition_time.clone(),
+                _ => now.clone(),
+            };
+            c.observed_generation = generation;
+            c
+        })
+        .collect();
+    out.sort_by(|a, b| a.type_.cmp(&b.type_));
+    out
+}
