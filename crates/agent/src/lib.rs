@@ -225,172 +225,225 @@ pub async fn run(args: AgentArgs) -> Result<u8, AgentError> {
     // Installed first, so a SIGTERM during start-up is still graceful.
     let shutdown = leasehold_daemon::signal::shutdown();
     let settings = Settings::from_args(&args)?;
-    let store = args.redis.connect()?;
-    let listener = http::bind(args.listen).await?;
-    let role_files = match &args.role_dir {
-        Some(dir) => Some(role_file::RoleFiles::create(dir.clone())?),
-        None => None,
-    };
+    let mut agent = Agent::start(&args, settings).await?;
+    let exit = agent.run_until(shutdown).await;
+    agent.stop(exit).await
+}
 
-    let mut metadata = vec![
-        ("agent".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
-        ("namespace".to_owned(), args.namespace.clone()),
-    ];
-    if let Some(pod) = &args.pod_name {
-        metadata.push(("pod".to_owned(), pod.clone()));
-    }
-    // Step-downs the controller sends come here first, so exec mode can
-    // stop the command before the lease is released.
-    let (deferred_tx, mut deferred) = mpsc::unbounded_channel();
-    let mut registry = leasehold_daemon::metrics::new_registry();
-    let engine_metrics = leasehold_daemon::metrics::EngineMetrics::register(&mut registry);
-    let agent_metrics = metrics::AgentMetrics::register(&mut registry);
-    let options = NodeOptions {
-        metadata,
-        step_down_requests: Some(deferred_tx),
-        observer: Some(engine_metrics),
-        ..Default::default()
-    };
-    let node = Node::start_with(store.clone(), &settings.node_id, settings.node, options)
-        .await
-        .map_err(StartError::from)?;
-    let mut events = node.events();
-    let joined = node
-        .join_all(
-            settings.groups.iter().map(|(_, full)| full.as_str()),
-            settings.election,
-        )
-        .map_err(|e| FlagError::new("--group", e))?;
-    let groups: Vec<(String, Group)> = settings
-        .groups
-        .iter()
-        .map(|(name, _)| name.clone())
-        .zip(joined)
-        .collect();
+/// A running agent: its node and groups, and every task it started, each
+/// kept by a handle so that [`Agent::stop`] ends them all.
+struct Agent {
+    settings: Settings,
+    namespace: String,
+    node: Node,
+    /// `(LeaderGroup name, handle)`.
+    groups: Vec<(String, Group)>,
+    events: broadcast::Receiver<Event>,
+    /// Step-downs asked through the API.
+    requests: mpsc::Receiver<StepDown>,
+    /// Step-downs the controller asked for, held back so exec mode can stop
+    /// the command before the lease is released.
+    deferred: mpsc::UnboundedReceiver<leasehold_engine::StepDownRequest>,
+    server: tokio::task::JoinHandle<()>,
+    stop_server: tokio::sync::oneshot::Sender<()>,
+    inbox_reader: Option<tokio::task::JoinHandle<()>>,
+    role_files: Option<role_file::RoleFiles>,
+    role_watchers: Option<tokio::task::JoinSet<()>>,
+    command: Option<exec::Exec>,
+}
 
-    let (step_downs, mut requests) = mpsc::channel::<StepDown>(16);
-    let inbox = Arc::new(api::InboxCounts::default());
-    let reader = node.inbox().map(|mut messages| {
-        let counts = inbox.clone();
-        tokio::spawn(async move {
-            use std::sync::atomic::Ordering::Relaxed;
-            while let Some(delivery) = messages.recv().await {
-                match delivery {
-                    leasehold_engine::Delivery::Message(_) => counts.received.fetch_add(1, Relaxed),
-                    leasehold_engine::Delivery::Recovered => {
-                        counts.recoveries.fetch_add(1, Relaxed)
-                    }
-                };
-            }
-        })
-    });
-    let state = Arc::new(api::State {
-        inbox,
-        node_id: settings.node_id.clone(),
-        namespace: args.namespace.clone(),
-        groups: groups.clone(),
-        store,
-        step_downs,
-        registry: Arc::new(registry),
-        metrics: agent_metrics,
-    });
-    let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(http::serve(
-        listener,
-        move |method, path| api::respond(state.clone(), method, path),
-        async {
-            let _ = server_stopped.await;
-        },
-    ));
-    let watchers = role_files.as_ref().map(|files| files.watch(&groups));
-    let mut command = (!settings.command.is_empty()).then(|| {
-        let (name, group) = &groups[0];
-        exec::Exec::spawn(
-            settings.command.clone(),
-            name.clone(),
-            group.clone(),
-            settings.node_id.clone(),
-            settings.grace,
-        )
-    });
-    tracing::info!(
-        node = %settings.node_id,
-        groups = ?settings.groups.iter().map(|g| &g.1).collect::<Vec<_>>(),
-        listen = %args.listen,
-        exec = command.is_some(),
-        "agent started"
-    );
+impl Agent {
+    /// Checks what can be checked before anything starts (Redis flags, the
+    /// listen address, the role directory), then starts the node, joins
+    /// the groups and starts the API server, the role files and the command.
+    async fn start(args: &AgentArgs, settings: Settings) -> Result<Self, AgentError> {
+        let store = args.redis.connect()?;
+        let listener = http::bind(args.listen).await?;
+        let role_files = match &args.role_dir {
+            Some(dir) => Some(role_file::RoleFiles::create(dir.clone())?),
+            None => None,
+        };
+        let mut metadata = vec![
+            ("agent".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+            ("namespace".to_owned(), args.namespace.clone()),
+        ];
+        if let Some(pod) = &args.pod_name {
+            metadata.push(("pod".to_owned(), pod.clone()));
+        }
+        let (deferred_tx, deferred) = mpsc::unbounded_channel();
+        let mut registry = leasehold_daemon::metrics::new_registry();
+        let options = NodeOptions {
+            metadata,
+            step_down_requests: Some(deferred_tx),
+            observer: Some(leasehold_daemon::metrics::EngineMetrics::register(
+                &mut registry,
+            )),
+            ..Default::default()
+        };
+        let agent_metrics = metrics::AgentMetrics::register(&mut registry);
+        let node = Node::start_with(store.clone(), &settings.node_id, settings.node, options)
+            .await
+            .map_err(StartError::from)?;
+        let events = node.events();
+        let joined = node
+            .join_all(
+                settings.groups.iter().map(|(_, full)| full.as_str()),
+                settings.election,
+            )
+            .map_err(|e| FlagError::new("--group", e))?;
+        let groups: Vec<(String, Group)> = settings
+            .groups
+            .iter()
+            .map(|(name, _)| name.clone())
+            .zip(joined)
+            .collect();
 
-    tokio::pin!(shutdown);
-    let exit = loop {
-        tokio::select! {
-            _ = &mut shutdown => break Exit::Signal,
-            Some(request) = requests.recv() => {
-                let full = NamespacedName::new(&args.namespace, &request.group).to_string();
-                let result = step_down(&node, command.as_ref(), &settings, &full).await;
-                tracing::info!(group = %full, ?result, "step-down asked through the API");
-                let _ = request.reply.send(result);
-            }
-            Some(request) = deferred.recv() => {
-                let result = step_down(&node, command.as_ref(), &settings, &request.group).await;
-                tracing::info!(group = %request.group, from = %request.from, ?result, "step-down asked by the controller");
-            }
-            ended = async { command.as_mut().expect("guarded").ended().await }, if command.is_some() => {
-                command = None;
-                break match ended {
-                    Ok(code) => Exit::Command(code),
-                    Err(e) => Exit::Failed(e.into()),
-                };
-            }
-            event = events.recv() => match event {
-                Ok(Event::Displaced { by_incarnation, .. }) => {
-                    tracing::error!(%by_incarnation, "another process took over this node id");
-                    break Exit::Displaced;
-                }
-                Err(broadcast::error::RecvError::Closed) => break Exit::Failed(AgentError::EventsEnded),
-                _ => {}
+        let (step_downs, requests) = mpsc::channel::<StepDown>(16);
+        let inbox = Arc::new(api::InboxCounts::default());
+        let inbox_reader = count_inbox(&node, inbox.clone());
+        let state = Arc::new(api::State {
+            inbox,
+            node_id: settings.node_id.clone(),
+            namespace: args.namespace.clone(),
+            groups: groups.clone(),
+            store,
+            step_downs,
+            registry: Arc::new(registry),
+            metrics: agent_metrics,
+        });
+        let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(http::serve(
+            listener,
+            move |method, path| api::respond(state.clone(), method, path),
+            async {
+                let _ = server_stopped.await;
             },
-        }
-    };
+        ));
+        let role_watchers = role_files.as_ref().map(|files| files.watch(&groups));
+        let command = (!settings.command.is_empty()).then(|| {
+            let (name, group) = &groups[0];
+            exec::Exec::spawn(
+                settings.command.clone(),
+                name.clone(),
+                group.clone(),
+                settings.node_id.clone(),
+                settings.grace,
+            )
+        });
+        tracing::info!(
+            node = %settings.node_id,
+            groups = ?settings.groups.iter().map(|g| &g.1).collect::<Vec<_>>(),
+            listen = %args.listen,
+            exec = command.is_some(),
+            "agent started"
+        );
+        Ok(Self {
+            settings,
+            namespace: args.namespace.clone(),
+            node,
+            groups,
+            events,
+            requests,
+            deferred,
+            server,
+            stop_server,
+            inbox_reader,
+            role_files,
+            role_watchers,
+            command,
+        })
+    }
 
-    // The command first: nothing may run as leader once the lease is free.
-    if let Some(command) = command {
-        command.stop().await;
-    }
-    // Every task of the agent ends here: nothing outlives `run`.
-    let _ = stop_server.send(());
-    let _ = server.await;
-    if let Some(reader) = reader {
-        reader.abort();
-        let _ = reader.await;
-    }
-    // Files say `stopped` before the leases go, so no reader can see
-    // `leader` while another pod already leads.
-    // (Each watcher is awaited: one that is mid-write on another thread
-    // must not land after `stopped`.)
-    if let Some(mut watchers) = watchers {
-        watchers.shutdown().await;
-    }
-    if let Some(files) = &role_files {
-        files.write_stopped(&groups);
-    }
-    let closed = node.close().await;
-    match exit {
-        Exit::Signal => {
-            if let Err(e) = closed {
-                tracing::warn!(error = %e, "leases released; removing the registration failed (it expires on its own)");
+    /// Carries out step-downs until `shutdown`, the command's own end, or
+    /// the node's displacement.
+    async fn run_until(&mut self, shutdown: impl std::future::Future<Output = ()>) -> Exit {
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => return Exit::Signal,
+                Some(request) = self.requests.recv() => {
+                    let full = NamespacedName::new(&self.namespace, &request.group).to_string();
+                    let result = step_down(&self.node, self.command.as_ref(), &self.settings, &full).await;
+                    tracing::info!(group = %full, ?result, "step-down asked through the API");
+                    let _ = request.reply.send(result);
+                }
+                Some(request) = self.deferred.recv() => {
+                    let result = step_down(&self.node, self.command.as_ref(), &self.settings, &request.group).await;
+                    tracing::info!(group = %request.group, from = %request.from, ?result, "step-down asked by the controller");
+                }
+                ended = async { self.command.as_mut().expect("guarded").ended().await }, if self.command.is_some() => {
+                    self.command = None;
+                    return match ended {
+                        Ok(code) => Exit::Command(code),
+                        Err(e) => Exit::Failed(e.into()),
+                    };
+                }
+                event = self.events.recv() => match event {
+                    Ok(Event::Displaced { by_incarnation, .. }) => {
+                        tracing::error!(%by_incarnation, "another process took over this node id");
+                        return Exit::Displaced;
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return Exit::Failed(AgentError::EventsEnded),
+                    _ => {}
+                },
             }
-            tracing::info!("agent stopped");
-            Ok(0)
         }
-        Exit::Command(code) => {
-            tracing::info!(
-                code,
-                "the command ended by itself; the agent stops with its exit code"
-            );
-            Ok(code)
-        }
-        Exit::Displaced => Err(AgentError::Displaced(settings.node_id)),
-        Exit::Failed(e) => Err(e),
     }
+
+    /// Ends every task of the agent, in the order that keeps a single
+    /// leader: the command first (nothing may run as leader once the lease
+    /// is free), role files `stopped` before the leases go, the node last.
+    async fn stop(self, exit: Exit) -> Result<u8, AgentError> {
+        if let Some(command) = self.command {
+            command.stop().await;
+        }
+        let _ = self.stop_server.send(());
+        let _ = self.server.await;
+        if let Some(reader) = self.inbox_reader {
+            reader.abort();
+            let _ = reader.await;
+        }
+        // Each watcher is awaited: one that is mid-write on another thread
+        // must not land after `stopped`.
+        if let Some(mut watchers) = self.role_watchers {
+            watchers.shutdown().await;
+        }
+        if let Some(files) = &self.role_files {
+            files.write_stopped(&self.groups);
+        }
+        let closed = self.node.close().await;
+        match exit {
+            Exit::Signal => {
+                if let Err(e) = closed {
+                    tracing::warn!(error = %e, "leases released; removing the registration failed (it expires on its own)");
+                }
+                tracing::info!("agent stopped");
+                Ok(0)
+            }
+            Exit::Command(code) => {
+                tracing::info!(
+                    code,
+                    "the command ended by itself; the agent stops with its exit code"
+                );
+                Ok(code)
+            }
+            Exit::Displaced => Err(AgentError::Displaced(self.settings.node_id)),
+            Exit::Failed(e) => Err(e),
+        }
+    }
+}
+
+/// Reads the node's inbox so it never fills up, and counts what arrives
+/// (the agent does not hand messages on yet).
+fn count_inbox(node: &Node, counts: Arc<api::InboxCounts>) -> Option<tokio::task::JoinHandle<()>> {
+    let mut messages = node.inbox()?;
+    Some(tokio::spawn(async move {
+        use std::sync::atomic::Ordering::Relaxed;
+        while let Some(delivery) = messages.recv().await {
+            match delivery {
+                leasehold_engine::Delivery::Message(_) => counts.received.fetch_add(1, Relaxed),
+                leasehold_engine::Delivery::Recovered => counts.recoveries.fetch_add(1, Relaxed),
+            };
+        }
+    }))
 }

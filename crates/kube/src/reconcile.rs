@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::crd::LeaderGroup;
 use crate::metrics::ControllerMetrics;
-use crate::plan::{plan, Observed, OtherGroup, PodView, StoreView};
+use crate::plan::{plan, Observed, OtherGroup, Plan, PodView, StoreView};
 use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::store::bounded;
 use leasehold_engine::{Group, Node};
@@ -95,6 +95,10 @@ impl Drop for Timer<'_> {
     }
 }
 
+/// Read, decide, write: the group's world is read, [`plan`] decides, and
+/// its writes are applied in order, each behind a check that this replica
+/// still leads.
+#[tracing::instrument(skip_all, fields(group = %group.name_any(), namespace = group.namespace().unwrap_or_default()))]
 pub async fn reconcile(
     group: Arc<LeaderGroup>,
     ctx: Arc<Context>,
@@ -105,69 +109,110 @@ pub async fn reconcile(
         return Ok(Action::requeue(ctx.resync));
     }
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
-    let name = group.name_any();
-    let redis_group = NamespacedName::new(&namespace, &name).to_string();
-
-    // Read.
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), &namespace);
-    let pods: Vec<PodView> = pods_api
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| ReconcileError::ListPods {
-            namespace: namespace.clone(),
-            source,
-        })?
-        .items
-        .iter()
-        .map(pod_view)
-        .collect();
-    let others: Vec<OtherGroup> = ctx
-        .groups
-        .state()
-        .iter()
-        .filter(|g| g.namespace().as_deref() == Some(namespace.as_str()) && g.name_any() != name)
-        .map(|g| OtherGroup {
-            name: g.name_any(),
-            role_label: g.spec.role_label.clone(),
-            selector: g.spec.selector.clone(),
-        })
-        .collect();
-    let store = ctx.node.store();
-    let view = match bounded(STORE_READ, store.group_state(&redis_group)).await {
-        Ok(state) => StoreView::Available(state),
-        Err(e) => StoreView::Unavailable(e.to_string()),
-    };
-    let swept = ctx.swept.lock().map(|s| s.clone()).unwrap_or_default();
-
-    // Decide.
+    let redis_group = NamespacedName::new(&namespace, group.name_any()).to_string();
+    let world = World::read(&group, &namespace, &redis_group, &ctx).await?;
     let plan = plan(&Observed {
         group: &group,
-        pods: &pods,
-        others: &others,
-        store: &view,
-        swept: &swept,
+        pods: &world.pods,
+        others: &world.others,
+        store: &world.store,
+        swept: &world.swept,
         local_now_ms: wall_ms(),
     });
+    apply_to_redis(&plan, &redis_group, &ctx).await;
+    if !apply_labels(&plan, &namespace, &ctx).await? {
+        // No longer the active replica: the rest is the new one's to write.
+        return Ok(Action::requeue(ctx.resync));
+    }
+    if let Some(holder) = &plan.step_down {
+        if let Err(e) = ctx.node.ask_to_step_down(holder, &redis_group).await {
+            tracing::warn!(%holder, error = %e, "could not send the step-down command");
+        }
+    }
+    record_events(&plan, &group, &ctx).await;
+    write_status(&plan, &group, &namespace, &ctx).await?;
+    ctx.metrics
+        .set_leader(redis_group, plan.status.leader.is_some());
+    Ok(Action::requeue(ctx.resync))
+}
 
-    // Apply, in order; each write re-checks that this replica still leads.
+/// What the plan needs, read from the API server, the reflector and Redis.
+struct World {
+    pods: Vec<PodView>,
+    others: Vec<OtherGroup>,
+    store: StoreView,
+    swept: Vec<(String, u64)>,
+}
+
+impl World {
+    async fn read(
+        group: &LeaderGroup,
+        namespace: &str,
+        redis_group: &str,
+        ctx: &Context,
+    ) -> Result<Self, ReconcileError> {
+        let name = group.name_any();
+        let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+        let pods: Vec<PodView> = pods_api
+            .list(&ListParams::default())
+            .await
+            .map_err(|source| ReconcileError::ListPods {
+                namespace: namespace.to_owned(),
+                source,
+            })?
+            .items
+            .iter()
+            .map(pod_view)
+            .collect();
+        let others: Vec<OtherGroup> = ctx
+            .groups
+            .state()
+            .iter()
+            .filter(|g| g.namespace().as_deref() == Some(namespace) && g.name_any() != name)
+            .map(|g| OtherGroup {
+                name: g.name_any(),
+                role_label: g.spec.role_label.clone(),
+                selector: g.spec.selector.clone(),
+            })
+            .collect();
+        let store = match bounded(STORE_READ, ctx.node.store().group_state(redis_group)).await {
+            Ok(state) => StoreView::Available(state),
+            Err(e) => StoreView::Unavailable(e.to_string()),
+        };
+        let swept = ctx.swept.lock().map(|s| s.clone()).unwrap_or_default();
+        Ok(Self {
+            pods,
+            others,
+            store,
+            swept,
+        })
+    }
+}
+
+/// The group's timings and a lost term go back into Redis; a failure is
+/// logged and retried at the next reconcile.
+async fn apply_to_redis(plan: &Plan, redis_group: &str, ctx: &Context) {
+    let store = ctx.node.store();
     if let Some(config) = &plan.config {
-        if let Err(e) = bounded(STORE_READ, store.write_group_config(&redis_group, config)).await {
-            tracing::warn!(group = %redis_group, error = %e, "could not write the group's timings");
+        if let Err(e) = bounded(STORE_READ, store.write_group_config(redis_group, config)).await {
+            tracing::warn!(error = %e, "could not write the group's timings");
         }
     }
     if let Some(term) = plan.restore_term {
-        match bounded(STORE_READ, store.restore_term(&redis_group, term)).await {
-            Ok(raised) => {
-                tracing::info!(group = %redis_group, term, raised, "restored the term redis lost")
-            }
-            Err(e) => {
-                tracing::warn!(group = %redis_group, error = %e, "could not restore the term")
-            }
+        match bounded(STORE_READ, store.restore_term(redis_group, term)).await {
+            Ok(raised) => tracing::info!(term, raised, "restored the term redis lost"),
+            Err(e) => tracing::warn!(error = %e, "could not restore the term"),
         }
     }
+}
+
+/// The label changes in the plan's order, stopping at the first failure
+/// or as soon as this replica no longer leads (then it returns false).
+async fn apply_labels(plan: &Plan, namespace: &str, ctx: &Context) -> Result<bool, ReconcileError> {
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     for change in &plan.labels {
         if !ctx.leadership.is_leader() {
-            return Ok(Action::requeue(ctx.resync));
+            return Ok(false);
         }
         // A merge patch of one label: other labels are never touched, and
         // `null` removes the key.
@@ -181,11 +226,10 @@ pub async fn reconcile(
             })?;
         ctx.metrics.label_patched();
     }
-    if let Some(holder) = &plan.step_down {
-        if let Err(e) = ctx.node.ask_to_step_down(holder, &redis_group).await {
-            tracing::warn!(group = %redis_group, %holder, error = %e, "could not send the step-down command");
-        }
-    }
+    Ok(true)
+}
+
+async fn record_events(plan: &Plan, group: &LeaderGroup, ctx: &Context) {
     let reference = group.object_ref(&());
     for event in &plan.events {
         let event = KubeEvent {
@@ -200,28 +244,37 @@ pub async fn reconcile(
             secondary: None,
         };
         if let Err(e) = ctx.recorder.publish(&event, &reference).await {
-            tracing::warn!(group = %redis_group, error = %e, "could not record an event");
+            tracing::warn!(error = %e, "could not record an event");
         }
     }
-    if plan.write_status && ctx.leadership.is_leader() {
-        let groups: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), &namespace);
-        let status = json!({
-            "apiVersion": LeaderGroup::api_version(&()),
-            "kind": LeaderGroup::kind(&()),
-            "status": plan.status,
-        });
-        groups
-            .patch_status(
-                &name,
-                &PatchParams::apply(MANAGER).force(),
-                &Patch::Apply(&status),
-            )
-            .await
-            .map_err(ReconcileError::Status)?;
+}
+
+/// Server-side apply of the status, only when the plan says it changed and
+/// only while this replica leads.
+async fn write_status(
+    plan: &Plan,
+    group: &LeaderGroup,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<(), ReconcileError> {
+    if !plan.write_status || !ctx.leadership.is_leader() {
+        return Ok(());
     }
-    ctx.metrics
-        .set_leader(redis_group, plan.status.leader.is_some());
-    Ok(Action::requeue(ctx.resync))
+    let groups: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), namespace);
+    let status = json!({
+        "apiVersion": LeaderGroup::api_version(&()),
+        "kind": LeaderGroup::kind(&()),
+        "status": plan.status,
+    });
+    groups
+        .patch_status(
+            &group.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&status),
+        )
+        .await
+        .map_err(ReconcileError::Status)?;
+    Ok(())
 }
 
 /// Requeue delay by what went wrong: a conflict or a missing pod clears up

@@ -103,41 +103,14 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), ControllerError> {
     let shutdown = shutdown.boxed().shared();
-    let replicas = election_config(
-        "--replica-ttl-ms/--replica-renew-interval-ms/--replica-retry-interval-ms",
-        args.replica_ttl_ms,
-        args.replica_renew_interval_ms,
-        args.replica_retry_interval_ms,
-    )?;
-    let node_id = NamespacedName::new(&args.namespace, &args.pod_name).to_string();
-    validate_name("node id", &node_id).map_err(|e| FlagError::new("--namespace/--pod-name", e))?;
     let store = args.redis.connect()?;
     let listener = http::bind(args.listen).await?;
     let mut registry = metrics::new_registry();
-    let engine_metrics = EngineMetrics::register(&mut registry);
+    let (node, leadership) = start_replica(&args, &store, &mut registry).await?;
     let controller_metrics = ControllerMetrics::register(&mut registry);
     let registry = Arc::new(registry);
-    let options = NodeOptions {
-        metadata: vec![("role".into(), "controller".into())],
-        observer: Some(engine_metrics),
-        ..Default::default()
-    };
-    let node = Arc::new(
-        Node::start_with(store.clone(), &node_id, NodeConfig::default(), options)
-            .await
-            .map_err(StartError::from)?,
-    );
-    let leadership = node
-        .join(
-            &NamespacedName::new(&args.namespace, CONTROLLER_GROUP).to_string(),
-            replicas,
-        )
-        .map_err(StartError::from)?;
 
-    let groups: Api<LeaderGroup> = match &args.watch_namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let groups: Api<LeaderGroup> = watched(&client, &args);
     let controller = Controller::new(groups, watcher::Config::default());
     let reflector = controller.store();
     let ctx = Arc::new(Context {
@@ -166,47 +139,14 @@ pub async fn run_with(
     );
     let (became_active_tx, became_active) = mpsc::unbounded_channel::<()>();
     let activity = follow_activity(leadership.role(), became_active_tx, controller_metrics);
-    let probe_store = store.clone();
-    let server = http::serve(
-        listener,
-        move |method, path| {
-            let store = probe_store.clone();
-            let registry = registry.clone();
-            async move {
-                match (method.as_str(), path.as_str()) {
-                    ("GET", "/healthz") => Response::text(200, "ok\n"),
-                    ("GET", "/readyz") => http::readiness(&store).await,
-                    ("GET", "/metrics") => {
-                        Response::with_type(200, metrics::CONTENT_TYPE, metrics::render(&registry))
-                    }
-                    _ => Response::text(404, "not found\n"),
-                }
-            }
-        },
-        shutdown.clone(),
-    );
-
-    let pods: Api<Pod> = match &args.watch_namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let pod_reflector = reflector.clone();
-    tracing::info!(node = %node_id, listen = %args.listen, "controller started");
+    let server = probe_server(listener, store, registry, shutdown.clone());
+    tracing::info!(node = %node.id(), listen = %args.listen, "controller started");
     let controller = controller
-        .watches(pods, watcher::Config::default(), move |pod| {
-            let ns = pod.namespace().unwrap_or_default();
-            let labels = pod.metadata.labels.clone().unwrap_or_default();
-            pod_reflector
-                .state()
-                .into_iter()
-                .filter(|g| g.namespace().as_deref() == Some(ns.as_str()))
-                .filter(|g| {
-                    labels.contains_key(&g.spec.role_label)
-                        || selector::matches(&g.spec.selector, &labels)
-                })
-                .map(|g| ObjectRef::from_obj(&*g))
-                .collect::<Vec<_>>()
-        })
+        .watches(
+            watched::<Pod>(&client, &args),
+            watcher::Config::default(),
+            groups_of_pod(reflector),
+        )
         .reconcile_on(UnboundedReceiverStream(triggers))
         .reconcile_all_on(UnboundedReceiverStream(became_active))
         .graceful_shutdown_on(shutdown.clone())
@@ -226,6 +166,98 @@ pub async fn run_with(
     // registration itself expires (other tasks still hold the node).
     node.shutdown().await;
     Ok(())
+}
+
+/// This replica's engine node, and its candidacy in the replicas' own
+/// election of the active one.
+async fn start_replica(
+    args: &ControllerArgs,
+    store: &leasehold_engine::Store,
+    registry: &mut prometheus_client::registry::Registry,
+) -> Result<(Arc<Node>, leasehold_engine::Group), ControllerError> {
+    let replicas = election_config(
+        "--replica-ttl-ms/--replica-renew-interval-ms/--replica-retry-interval-ms",
+        args.replica_ttl_ms,
+        args.replica_renew_interval_ms,
+        args.replica_retry_interval_ms,
+    )?;
+    let node_id = NamespacedName::new(&args.namespace, &args.pod_name).to_string();
+    validate_name("node id", &node_id).map_err(|e| FlagError::new("--namespace/--pod-name", e))?;
+    let options = NodeOptions {
+        metadata: vec![("role".into(), "controller".into())],
+        observer: Some(EngineMetrics::register(registry)),
+        ..Default::default()
+    };
+    let node = Arc::new(
+        Node::start_with(store.clone(), &node_id, NodeConfig::default(), options)
+            .await
+            .map_err(StartError::from)?,
+    );
+    let leadership = node
+        .join(
+            &NamespacedName::new(&args.namespace, CONTROLLER_GROUP).to_string(),
+            replicas,
+        )
+        .map_err(StartError::from)?;
+    Ok((node, leadership))
+}
+
+/// The API of resources of kind `K` the controller watches: one namespace
+/// or all.
+fn watched<K>(client: &kube::Client, args: &ControllerArgs) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope>,
+    <K as kube::Resource>::DynamicType: Default,
+{
+    match &args.watch_namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The groups a pod change concerns: those of its namespace that select it
+/// or whose label key it carries.
+fn groups_of_pod(
+    groups: kube::runtime::reflector::Store<LeaderGroup>,
+) -> impl Fn(Pod) -> Vec<ObjectRef<LeaderGroup>> {
+    move |pod| {
+        let ns = pod.namespace().unwrap_or_default();
+        let labels = pod.metadata.labels.clone().unwrap_or_default();
+        groups
+            .state()
+            .into_iter()
+            .filter(|g| g.namespace().as_deref() == Some(ns.as_str()))
+            .filter(|g| {
+                labels.contains_key(&g.spec.role_label)
+                    || selector::matches(&g.spec.selector, &labels)
+            })
+            .map(|g| ObjectRef::from_obj(&*g))
+            .collect()
+    }
+}
+
+/// `/healthz`, `/readyz` (Redis answers) and `/metrics` until `stop`.
+async fn probe_server(
+    listener: tokio::net::TcpListener,
+    store: leasehold_engine::Store,
+    registry: Arc<prometheus_client::registry::Registry>,
+    stop: impl Future<Output = ()>,
+) {
+    let handler = move |method: String, path: String| {
+        let store = store.clone();
+        let registry = registry.clone();
+        async move {
+            match (method.as_str(), path.as_str()) {
+                ("GET", "/healthz") => Response::text(200, "ok\n"),
+                ("GET", "/readyz") => http::readiness(&store).await,
+                ("GET", "/metrics") => {
+                    Response::with_type(200, metrics::CONTENT_TYPE, metrics::render(&registry))
+                }
+                _ => Response::text(404, "not found\n"),
+            }
+        }
+    };
+    http::serve(listener, handler, stop).await
 }
 
 /// Runs `work` until `stop` resolves.
