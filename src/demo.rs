@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use leasehold_daemon::election_args::{election_config, FLAGS};
 use leasehold_engine::{Group, Node, NodeConfig, Store};
 
-use crate::local_redis::LocalRedis;
+use leasehold::local_redis::LocalRedis;
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {

@@ -1,76 +1,141 @@
 //! A throwaway `redis-server` for commands that need one and were not given
-//! a URL (`demo`, `bench`): free loopback port, no persistence, killed
-//! when dropped.
+//! a URL (`demo`, `bench`), and for the tests: a free loopback port, no
+//! persistence, killed when dropped. It can be paused (SIGSTOP), killed and
+//! restarted empty on the same port, which is how the fault tests and the
+//! bench's Redis-stall scenarios break it.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+/// A free TCP port on 127.0.0.1 (free when asked; bind it soon).
+pub fn free_port() -> Result<u16, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
+}
+
 pub struct LocalRedis {
-    child: Child,
+    child: Option<Child>,
     pub port: u16,
+    password: Option<String>,
+    /// Set while SIGSTOPped, so a kill resumes it first.
+    paused: AtomicBool,
 }
 
 impl LocalRedis {
     pub fn start() -> Result<Self, String> {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .map(|a| a.port())
-            .map_err(|e| format!("no free port on 127.0.0.1: {e}"))?;
-        let child = Command::new("redis-server")
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no"])
+        Self::start_with_password(None)
+    }
+
+    /// With `password`, the server requires it (`requirepass`).
+    pub fn start_with_password(password: Option<&str>) -> Result<Self, String> {
+        let mut redis = Self {
+            child: None,
+            port: free_port()?,
+            password: password.map(str::to_owned),
+            paused: AtomicBool::new(false),
+        };
+        redis.spawn()?;
+        Ok(redis)
+    }
+
+    fn spawn(&mut self) -> Result<(), String> {
+        let mut cmd = Command::new("redis-server");
+        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| {
-                format!(
-                    "could not start redis-server ({e}); install it (Debian: apt-get install redis-server) \
-                     or pass --redis-url redis://HOST:PORT"
-                )
-            })?;
-        let mut redis = Self { child, port };
+            .stderr(Stdio::null());
+        if let Some(p) = &self.password {
+            cmd.args(["--requirepass", p]);
+        }
+        let child = cmd.spawn().map_err(|e| {
+            format!(
+                "could not start redis-server ({e}); install it (Debian: apt-get install redis-server) \
+                 or pass --redis-url redis://HOST:PORT"
+            )
+        })?;
+        self.child = Some(child);
         let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Ok(Some(status)) = redis.child.try_wait() {
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
                 return Err(format!("redis-server exited at start ({status})"));
             }
             if Instant::now() > deadline {
                 return Err(format!(
-                    "redis-server did not listen on port {port} within 10 s"
+                    "redis-server did not listen on port {} within 10 s",
+                    self.port
                 ));
             }
             std::thread::sleep(Duration::from_millis(10));
         }
-        Ok(redis)
+        Ok(())
     }
 
     /// SIGSTOP: connections stay open and nothing answers, like a stalled
     /// server; [`LocalRedis::resume`] sends SIGCONT.
     pub fn pause(&self) {
         self.signal(libc::SIGSTOP);
+        self.paused.store(true, Ordering::SeqCst);
     }
 
     pub fn resume(&self) {
         self.signal(libc::SIGCONT);
+        self.paused.store(false, Ordering::SeqCst);
     }
 
     fn signal(&self, signal: libc::c_int) {
-        // SAFETY: a plain syscall on our own child.
-        unsafe {
-            libc::kill(self.child.id() as libc::pid_t, signal);
+        if let Some(child) = &self.child {
+            // SAFETY: a plain syscall on our own child.
+            unsafe {
+                libc::kill(child.id() as libc::pid_t, signal);
+            }
         }
     }
 
+    /// SIGKILL; the data is gone (no persistence).
+    pub fn kill(&mut self) {
+        if self.paused.load(Ordering::SeqCst) {
+            self.resume();
+        }
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Kill and start again on the same port, empty.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.kill();
+        self.spawn()
+    }
+
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        match &self.password {
+            Some(p) => format!("redis://:{p}@127.0.0.1:{}", self.port),
+            None => format!("redis://127.0.0.1:{}", self.port),
+        }
+    }
+
+    /// A plain synchronous `redis-cli` command; its output, trimmed.
+    pub fn cli(&self, args: &[&str]) -> Result<String, String> {
+        let mut cmd = Command::new("redis-cli");
+        cmd.args(["-p", &self.port.to_string()]);
+        if let Some(p) = &self.password {
+            cmd.args(["-a", p, "--no-auth-warning"]);
+        }
+        let out = cmd
+            .args(args)
+            .output()
+            .map_err(|e| format!("redis-cli: {e} (Debian: apt-get install redis-tools)"))?;
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 }
 
 impl Drop for LocalRedis {
     fn drop(&mut self) {
-        self.resume();
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.kill();
     }
 }

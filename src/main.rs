@@ -2,7 +2,6 @@
 
 mod bench;
 mod demo;
-mod local_redis;
 
 use clap::{Parser, Subcommand};
 

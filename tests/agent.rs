@@ -6,7 +6,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::agent::{args, free_port, get, post, run_to_end, Agent, RETRY_MS, TTL_MS};
+use support::agent::{args, get, post, run_to_end, Agent, RETRY_MS, TTL_MS};
+use support::free_port;
 use support::proxy::Proxy;
 use support::RedisServer;
 

@@ -29,7 +29,8 @@ use std::time::{Duration, Instant};
 
 use leasehold_agent::Status;
 use leasehold_engine::{Node, NodeConfig};
-use support::agent::{free_port, get, post, Agent};
+use support::agent::{get, post, Agent};
+use support::free_port;
 use support::proxy::Proxy;
 use support::RedisServer;
 

@@ -246,7 +246,7 @@ async fn a_crashed_leader_loses_its_label_before_a_successor_exists() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_unavailable_touches_no_label_and_reports_it() {
-    let mut redis = RedisServer::start();
+    let redis = RedisServer::start();
     let (a, ga) = elect(&redis, "shop/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
     // The controllers' own lease outlasts the outage, so this replica stays
@@ -507,7 +507,7 @@ fn leader_patched(seen: &Seen, pod: &str) -> bool {
 /// resync interval is an hour: only the engine's event can have triggered it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_running_controller_follows_engine_events_without_a_resync() {
-    use leasehold_kube::run::{run_with, ControllerArgs};
+    use leasehold_kube::run::run_with;
     let redis = RedisServer::start();
     let (a, ga) = elect(&redis, "shop/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
@@ -520,26 +520,8 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
         vec![pod_json("a", None), pod_json("b", None)],
         seen.clone(),
     );
-    let listen = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
-    let args = ControllerArgs {
-        redis: leasehold_daemon::redis_args::RedisArgs {
-            redis_url: redis.url(),
-            redis_password_file: None,
-            redis_ca_file: None,
-            prefix: "lh".into(),
-        },
-        pod_name: "controller-0".into(),
-        namespace: "ops".into(),
-        listen,
-        resync_seconds: 3_600,
-        watch_namespace: None,
-        replica_ttl_ms: 1000,
-        replica_renew_interval_ms: 300,
-        replica_retry_interval_ms: 100,
-    };
+    let listen = support::free_addr();
+    let args = support::controller_args(&redis, "lh", "ops", listen);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run_with(client, args, async move {
         let _ = stopped.await;
@@ -557,9 +539,9 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Probes answer.
-    let (status, health) = http_get(listen, "/healthz").await;
+    let (status, health) = support::http(listen, "GET", "/healthz").await;
     assert_eq!(status, 200, "{health}");
-    let (_, metrics) = http_get(listen, "/metrics").await;
+    let (_, metrics) = support::http(listen, "GET", "/metrics").await;
     assert!(
         metrics.contains("leasehold_label_patches_total")
             && metrics.contains("leasehold_controller_active 1"),
@@ -588,10 +570,4 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
     );
     a.close().await.unwrap();
     b.close().await.unwrap();
-}
-
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> (u16, String) {
-    leasehold_daemon::http::request(addr, "GET", path, Duration::from_secs(2))
-        .await
-        .unwrap()
 }

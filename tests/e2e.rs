@@ -18,19 +18,7 @@ use leasehold_engine::{ElectionConfig, Node, NodeConfig, Store};
 use leasehold_kube::crd::LeaderGroup;
 use leasehold_kube::run::ControllerArgs;
 use serde_json::json;
-use support::RedisServer;
-
-async fn wait_for<F, Fut>(what: &str, limit: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let start = std::time::Instant::now();
-    while !check().await {
-        assert!(start.elapsed() < limit, "e2e: not within {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
+use support::{eventually_async, RedisServer};
 
 async fn role_of(pods: &Api<Pod>, name: &str) -> Option<String> {
     let pod = pods.get(name).await.ok()?;
@@ -125,30 +113,16 @@ async fn e2e_labels_follow_the_leader_in_a_real_cluster() {
         let g = node.join(&format!("{ns}/web"), cfg).unwrap();
         nodes.push((name, node, g));
     }
-    let listen = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap();
     let args = ControllerArgs {
-        redis: leasehold_daemon::redis_args::RedisArgs {
-            redis_url: redis.url(),
-            redis_password_file: None,
-            redis_ca_file: None,
-            prefix: prefix.into(),
-        },
         pod_name: "controller-e2e".into(),
-        namespace: ns.clone(),
-        listen,
         resync_seconds: 5,
         watch_namespace: Some(ns.clone()),
-        replica_ttl_ms: 1000,
-        replica_renew_interval_ms: 300,
-        replica_retry_interval_ms: 100,
+        ..support::controller_args(&redis, prefix, &ns, support::free_addr())
     };
     let controller = tokio::spawn(leasehold_kube::run::run(args));
 
     let limit = Duration::from_secs(30);
-    wait_for("one pod labelled leader, the other follower", limit, || {
+    eventually_async(limit, "one pod labelled leader, the other follower", || {
         let pods = pods.clone();
         async move {
             let (a, b) = (role_of(&pods, "web-0").await, role_of(&pods, "web-1").await);
@@ -165,7 +139,7 @@ async fn e2e_labels_follow_the_leader_in_a_real_cluster() {
         .expect("a leader node");
     let leader_pod = nodes[leader_index].0;
     assert_eq!(role_of(&pods, leader_pod).await.as_deref(), Some("leader"));
-    wait_for("status shows the leader", limit, || {
+    eventually_async(limit, "status shows the leader", || {
         let groups = groups.clone();
         async move {
             let g = groups.get("web").await.ok();
@@ -178,7 +152,7 @@ async fn e2e_labels_follow_the_leader_in_a_real_cluster() {
     let (_, crashed, _) = nodes.remove(leader_index);
     drop(crashed);
     let survivor = nodes[0].0;
-    wait_for("the label moved to the other pod", limit, || {
+    eventually_async(limit, "the label moved to the other pod", || {
         let pods = pods.clone();
         async move {
             role_of(&pods, survivor).await.as_deref() == Some("leader")

@@ -237,7 +237,7 @@ async fn unclean_restart_with_stable_id_reclaims_at_boot() {
 /// renewal, then re-claims its still-held lease when Redis is back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_briefly_unavailable_demotes_then_reclaims() {
-    let mut redis = RedisServer::start();
+    let redis = RedisServer::start();
     let cfg = ElectionConfig {
         ttl_ms: 3_000,
         renew_interval_ms: 200,
@@ -299,7 +299,7 @@ async fn redis_briefly_unavailable_demotes_then_reclaims() {
 /// ttl, it stops leading when its local lease runs out, before Redis's expiry.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leader_stops_leading_when_its_local_lease_runs_out() {
-    let mut redis = RedisServer::start();
+    let redis = RedisServer::start();
     let cfg = ElectionConfig {
         ttl_ms: 500,
         renew_interval_ms: 100,
@@ -336,7 +336,7 @@ async fn leader_stops_leading_when_its_local_lease_runs_out() {
 /// three retry intervals, whatever the number of groups.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_hung_connection_is_bounded() {
-    let mut redis = RedisServer::start();
+    let redis = RedisServer::start();
     let cfg = ElectionConfig {
         ttl_ms: 5_000,
         renew_interval_ms: 1_000,
@@ -363,7 +363,7 @@ async fn shutdown_with_hung_connection_is_bounded() {
 /// the group is not blocked for the rest of its ttl.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_clears_a_lease_left_by_fail_safe_demotion() {
-    let mut redis = RedisServer::start();
+    let redis = RedisServer::start();
     let cfg = ElectionConfig {
         ttl_ms: 8_000,
         renew_interval_ms: 200,

@@ -242,7 +242,7 @@ async fn paused_longer_than_lease_is_swept_then_recovers() {
 /// (here its own sweeper may get there first; no other node runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn expired_but_unswept_node_recovers_on_next_heartbeat() {
-    let mut redis = RedisServer::start();
+    let redis = RedisServer::start();
     let a = node(&redis, "test/a").await;
     let mut events = a.events();
     // Pausing Redis stops every clock-driven action but Redis's own clock.

@@ -86,7 +86,7 @@ async fn run(seed: u64, steps: usize) {
     let config = cfg(seed % 2 == 1);
     println!("split-brain run: LEASEHOLD_SEED={seed} {config:?}");
     let mut rng = fastrand::Rng::with_seed(seed);
-    let mut redis = RedisServer::start();
+    let redis = RedisServer::start();
     let watched: Watched = Arc::new(Mutex::new((0..SLOTS).map(|_| None).collect()));
     let mut slots = Vec::new();
     for i in 0..SLOTS {

@@ -22,9 +22,7 @@ pub struct AgentProcess {
 }
 
 fn free_addr() -> Result<SocketAddr, String> {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
+    leasehold::local_redis::free_port().map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
 impl AgentProcess {

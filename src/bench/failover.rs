@@ -14,7 +14,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use super::agents::{wait_agreed, AgentProcess, GROUP, NAMESPACE};
 use super::report::Series;
 use super::{progress, BenchArgs};
-use crate::local_redis::LocalRedis;
+use leasehold::local_redis::LocalRedis;
 
 const AGENTS: usize = 3;
 

@@ -22,7 +22,7 @@ use std::time::Duration;
 use leasehold_daemon::election_args::{election_config, FLAGS};
 use leasehold_engine::ElectionConfig;
 
-use crate::local_redis::LocalRedis;
+use leasehold::local_redis::LocalRedis;
 pub use report::Row;
 
 /// Most groups one cost step joins: their names go through one environment

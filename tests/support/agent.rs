@@ -44,13 +44,6 @@ pub fn args(id: &str, redis_url: &str, port: u16, group: &str) -> Vec<String> {
     .collect()
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on loopback")
-}
-
 /// Runs the binary with `args` and returns its exit status and stderr, for
 /// flags that must be refused before anything starts.
 pub fn run_to_end(args: &[&str]) -> (ExitStatus, String) {
@@ -155,12 +148,14 @@ impl Drop for Agent {
     }
 }
 
-/// One HTTP/1.1 request; `(0, "")` when nothing answers within a second.
+/// One request to the agent on `port`; `(0, "")` when nothing answers.
 pub async fn request(port: u16, method: &str, path: &str) -> (u16, String) {
-    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    leasehold_daemon::http::request(addr, method, path, Duration::from_secs(1))
-        .await
-        .unwrap_or((0, String::new()))
+    super::http(
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        method,
+        path,
+    )
+    .await
 }
 
 pub async fn get(port: u16, path: &str) -> (u16, String) {

@@ -1,30 +1,43 @@
 //! Test support: real `redis-server` processes on free ports, one per test,
-//! that a test can kill, pause (SIGSTOP/SIGCONT) and restart, plus small
+//! that a test can kill, pause (SIGSTOP/SIGCONT) and restart (the project's
+//! own launcher, `leasehold::local_redis`), plus small
 //! waiting helpers with explicit bounds.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod agent;
 pub mod proxy;
 
-use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use leasehold_engine::{ElectionConfig, Event, Group, Node, NodeConfig, Role, Store};
 use tokio::sync::broadcast;
 
-pub struct RedisServer {
-    pub port: u16,
-    child: Option<Child>,
-    password: Option<String>,
-    paused: bool,
+pub use leasehold::local_redis::LocalRedis;
+
+/// A free port on 127.0.0.1.
+pub fn free_port() -> u16 {
+    leasehold::local_redis::free_port().expect("a free port on loopback")
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port on loopback")
+/// The project's throwaway `redis-server` (the one the demo starts), as an
+/// established store: tests start where a deployment runs, past the first
+/// ttl after the store's birth, when no lease is handed out (see
+/// claim.lua). A restart loses this, as a real one would; the tests of the
+/// birth restart Redis.
+pub struct RedisServer(LocalRedis);
+
+impl std::ops::Deref for RedisServer {
+    type Target = LocalRedis;
+    fn deref(&self) -> &LocalRedis {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for RedisServer {
+    fn deref_mut(&mut self) -> &mut LocalRedis {
+        &mut self.0
+    }
 }
 
 impl RedisServer {
@@ -33,119 +46,27 @@ impl RedisServer {
     }
 
     pub fn start_with_password(password: &str) -> Self {
-        Self::start_with(Some(password.to_owned()))
+        Self::start_with(Some(password))
     }
 
-    fn start_with(password: Option<String>) -> Self {
-        let mut server = Self {
-            port: free_port(),
-            child: None,
-            password,
-            paused: false,
-        };
-        server.spawn();
-        // An established store: tests start where a deployment runs, past
-        // the first ttl after the store's birth, when no lease is handed
-        // out (see claim.lua). A restart loses this, as a real one would;
-        // the tests of the birth restart Redis.
+    fn start_with(password: Option<&str>) -> Self {
+        let server = Self(LocalRedis::start_with_password(password).expect("redis-server"));
         server.cli(&["SET", "lh:born", "0"]);
         server
-    }
-
-    fn spawn(&mut self) {
-        let mut cmd = Command::new("redis-server");
-        cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
-            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        if let Some(p) = &self.password {
-            cmd.args(["--requirepass", p]);
-        }
-        let child = cmd
-            .spawn()
-            .expect("redis-server must be installed (Debian package redis-server)");
-        self.child = Some(child);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not start on port {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(10));
-        }
-    }
-
-    pub fn url(&self) -> String {
-        match &self.password {
-            Some(p) => format!("redis://:{p}@127.0.0.1:{}", self.port),
-            None => format!("redis://127.0.0.1:{}", self.port),
-        }
     }
 
     pub fn store(&self) -> Store {
         Store::connect(&self.url(), "lh").expect("store")
     }
 
-    fn pid(&self) -> u32 {
-        self.child.as_ref().expect("running").id()
-    }
-
-    fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.pid().to_string()])
-            .status()
-            .map(|s| s.success())
-            .unwrap_or(false);
-        assert!(ok, "kill {sig} failed");
-    }
-
-    /// SIGSTOP: connections stay open, nothing answers.
-    pub fn pause(&mut self) {
-        self.signal("-STOP");
-        self.paused = true;
-    }
-
-    pub fn resume(&mut self) {
-        self.signal("-CONT");
-        self.paused = false;
-    }
-
-    /// SIGKILL; the data is gone (no persistence).
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            if self.paused {
-                let _ = Command::new("kill")
-                    .args(["-CONT", &child.id().to_string()])
-                    .status();
-                self.paused = false;
-            }
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
     /// Kill and start again on the same port, empty.
     pub fn restart(&mut self) {
-        self.kill();
-        self.spawn();
+        self.0.restart().expect("redis-server restarts");
     }
 
     /// A plain synchronous command, for inspecting state from the test.
     pub fn cli(&self, args: &[&str]) -> String {
-        let mut cmd = Command::new("redis-cli");
-        cmd.args(["-p", &self.port.to_string()]);
-        if let Some(p) = &self.password {
-            cmd.args(["-a", p, "--no-auth-warning"]);
-        }
-        let out = cmd.args(args).output().expect("redis-cli");
-        String::from_utf8_lossy(&out.stdout).trim().to_owned()
-    }
-}
-
-impl Drop for RedisServer {
-    fn drop(&mut self) {
-        self.kill();
+        self.0.cli(args).expect("redis-cli")
     }
 }
 
@@ -180,20 +101,63 @@ pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> 
     }
 }
 
-/// Like [`eventually`], for a check that has to await.
+/// Like [`eventually`], for a check that has to await (a request to an
+/// agent or an API server): the pause between checks doubles from 2 ms to
+/// 100 ms, so a slow condition does not turn into a request flood.
 pub async fn eventually_async<F, Fut>(limit: Duration, what: &str, mut check: F) -> Duration
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
     let start = Instant::now();
+    let mut pause = Duration::from_millis(2);
     loop {
         if check().await {
             return start.elapsed();
         }
         assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
-        tokio::time::sleep(Duration::from_millis(2)).await;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
     }
+}
+
+/// Controller flags for a test: this Redis under prefix `prefix`, replica
+/// timings of 1000/300/100 ms, no resync to speak of, probes on `listen`.
+pub fn controller_args(
+    redis: &RedisServer,
+    prefix: &str,
+    namespace: &str,
+    listen: std::net::SocketAddr,
+) -> leasehold_kube::run::ControllerArgs {
+    leasehold_kube::run::ControllerArgs {
+        redis: leasehold_daemon::redis_args::RedisArgs {
+            redis_url: redis.url(),
+            redis_password_file: None,
+            redis_ca_file: None,
+            prefix: prefix.into(),
+        },
+        pod_name: "controller-0".into(),
+        namespace: namespace.into(),
+        listen,
+        resync_seconds: 3_600,
+        watch_namespace: None,
+        replica_ttl_ms: 1000,
+        replica_renew_interval_ms: 300,
+        replica_retry_interval_ms: 100,
+    }
+}
+
+/// One HTTP request with the project's own client; `(0, "")` when nothing
+/// answers within a second.
+pub async fn http(addr: std::net::SocketAddr, method: &str, path: &str) -> (u16, String) {
+    leasehold_daemon::http::request(addr, method, path, Duration::from_secs(1))
+        .await
+        .unwrap_or((0, String::new()))
+}
+
+/// A free loopback address to listen on.
+pub fn free_addr() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], free_port()))
 }
 
 /// Index of the one group handle that leads, once exactly one does.

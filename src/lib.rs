@@ -1,0 +1,5 @@
+//! The `leasehold` command's library side: what the demo, the bench and the
+//! project's tests share beyond the crates they run, namely a throwaway
+//! `redis-server` ([`local_redis`]).
+
+pub mod local_redis;
