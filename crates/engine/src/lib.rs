@@ -30,6 +30,13 @@ pub mod node;
 pub mod store;
 
 mod task;
+
+/// The engine's one policy for a poisoned mutex: go on with the data. Every
+/// critical section leaves it consistent (plain assignments), so a panic in
+/// another task must not take the node down with it.
+pub(crate) fn locked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 

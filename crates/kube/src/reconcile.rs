@@ -179,7 +179,7 @@ impl World {
             Ok(state) => StoreView::Available(state),
             Err(e) => StoreView::Unavailable(e.to_string()),
         };
-        let swept = ctx.swept.lock().map(|s| s.clone()).unwrap_or_default();
+        let swept = ctx.swept.lock().unwrap_or_else(|p| p.into_inner()).clone();
         Ok(Self {
             pods,
             others,

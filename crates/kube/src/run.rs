@@ -304,7 +304,8 @@ async fn bridge_engine_events(
                     let now = std::time::SystemTime::now()
                         .duration_since(std::time::UNIX_EPOCH)
                         .map_or(0, |d| d.as_millis() as u64);
-                    if let Ok(mut swept) = ctx.swept.lock() {
+                    {
+                        let mut swept = ctx.swept.lock().unwrap_or_else(|p| p.into_inner());
                         swept.retain(|(_, at)| now.saturating_sub(*at) < SWEEP_MEMORY.as_millis() as u64);
                         swept.extend(nodes.iter().map(|n| (n.clone(), now)));
                     }

@@ -104,7 +104,7 @@ impl Campaign {
     fn set_lease(&self, st: &mut State, leading: Option<(u64, Instant)>, held: Option<u64>) {
         st.leading = leading;
         st.held = held;
-        *self.lease.lock().unwrap_or_else(|p| p.into_inner()) = LocalLease { leading, held };
+        *crate::locked(&self.lease) = LocalLease { leading, held };
         if let Some((term, _)) = leading {
             self.set_role(Role::Leader { term });
         }

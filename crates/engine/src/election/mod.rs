@@ -82,7 +82,7 @@ impl Group {
     /// turns false the instant the local lease runs out, even if the campaign
     /// task has not yet been scheduled to notice.
     pub fn leader_term(&self) -> Option<u64> {
-        let lease = *self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        let lease = *crate::locked(&self.lease);
         lease
             .leading
             .and_then(|(term, valid_until)| (Instant::now() < valid_until).then_some(term))
@@ -92,7 +92,7 @@ impl Group {
     /// leads. For work that must end *before* the lease could pass to another
     /// node: stop once the time left is shorter than the work takes to stop.
     pub fn leader_lease(&self) -> Option<(u64, std::time::Duration)> {
-        let lease = *self.lease.lock().unwrap_or_else(|p| p.into_inner());
+        let lease = *crate::locked(&self.lease);
         let now = Instant::now();
         lease
             .leading
@@ -129,7 +129,7 @@ impl Campaigns {
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        self.entries.lock().unwrap_or_else(|p| p.into_inner())
+        crate::locked(&self.entries)
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -258,12 +258,7 @@ async fn stop(shared: impl AsRef<Incarnation>, name: String, entry: Entry) {
         return;
     }
     entry.task.abort();
-    let held = entry
-        .group
-        .lease
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .held;
+    let held = crate::locked(&entry.group.lease).held;
     let keys = shared.store.keys().group(&name);
     let released = bounded(
         limit,

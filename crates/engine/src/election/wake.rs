@@ -72,9 +72,7 @@ impl Wake {
 }
 
 fn lock(routes: &Routes) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
-    routes
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    crate::locked(routes)
 }
 
 fn text(v: &Value) -> Option<String> {

@@ -107,9 +107,7 @@ pub struct Node {
 
 type Subscriptions = Arc<Mutex<BTreeSet<String>>>;
 
-fn locked<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(super) use crate::locked;
 
 fn new_incarnation() -> String {
     format!("{:016x}", fastrand::u64(..))
