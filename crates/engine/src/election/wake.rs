@@ -1,4 +1,4 @@
-//! Wake-ups for followers: one pub/sub connection per process that listens on
+//! Wake-ups for followers: one pub/sub connection per node that listens on
 //! the release channel of every joined group and pokes that group's campaign
 //! the moment its lease is released. A message lost while the connection was
 //! down is followed by a resubscription, which pokes every group too.
