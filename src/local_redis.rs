@@ -76,29 +76,38 @@ impl LocalRedis {
 
     /// SIGSTOP: connections stay open and nothing answers, like a stalled
     /// server; [`LocalRedis::resume`] sends SIGCONT.
-    pub fn pause(&self) {
-        self.signal(libc::SIGSTOP);
+    pub fn pause(&self) -> Result<(), String> {
+        self.signal(libc::SIGSTOP)?;
         self.paused.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
-    pub fn resume(&self) {
-        self.signal(libc::SIGCONT);
+    pub fn resume(&self) -> Result<(), String> {
+        self.signal(libc::SIGCONT)?;
         self.paused.store(false, Ordering::SeqCst);
+        Ok(())
     }
 
-    fn signal(&self, signal: libc::c_int) {
-        if let Some(child) = &self.child {
-            // SAFETY: a plain syscall on our own child.
-            unsafe {
-                libc::kill(child.id() as libc::pid_t, signal);
-            }
+    fn signal(&self, signal: libc::c_int) -> Result<(), String> {
+        let child = self
+            .child
+            .as_ref()
+            .ok_or("redis-server is not running (killed)")?;
+        // SAFETY: a plain syscall on our own child.
+        if unsafe { libc::kill(child.id() as libc::pid_t, signal) } == 0 {
+            Ok(())
+        } else {
+            Err(format!(
+                "signal {signal} to redis-server: {}",
+                std::io::Error::last_os_error()
+            ))
         }
     }
 
     /// SIGKILL; the data is gone (no persistence).
     pub fn kill(&mut self) {
         if self.paused.load(Ordering::SeqCst) {
-            self.resume();
+            let _ = self.resume();
         }
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();

@@ -165,9 +165,9 @@ impl Bench<'_> {
         series: &mut Series,
     ) -> Result<(), String> {
         self.steady().await?;
-        redis.pause();
+        redis.pause()?;
         tokio::time::sleep(pause).await;
-        redis.resume();
+        redis.resume()?;
         let resumed = Instant::now();
         // Exactly one agent leads (the takeover docs/behaviour.md E6 bounds); the others
         // learning who it is comes after, and is waited for by `steady`.

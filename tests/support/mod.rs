@@ -59,6 +59,16 @@ impl RedisServer {
         Store::connect(&self.url(), "lh").expect("store")
     }
 
+    /// SIGSTOP: connections stay open, nothing answers. Panics if the
+    /// server is not running, so a fault test cannot pass without its fault.
+    pub fn pause(&self) {
+        self.0.pause().expect("SIGSTOP to redis-server");
+    }
+
+    pub fn resume(&self) {
+        self.0.resume().expect("SIGCONT to redis-server");
+    }
+
     /// Kill and start again on the same port, empty.
     pub fn restart(&mut self) {
         self.0.restart().expect("redis-server restarts");

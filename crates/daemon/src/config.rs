@@ -10,9 +10,6 @@ pub const HTTP_MAX_CONNECTIONS: usize = 64;
 /// half-sent connections are closed instead of held.
 pub const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// No connection lives longer than this, whatever it is doing.
-pub const HTTP_CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
-
 /// Pause after a failed accept (e.g. out of file descriptors), so the
 /// accept loop does not spin a core.
 pub const HTTP_ACCEPT_BACKOFF: Duration = Duration::from_millis(100);

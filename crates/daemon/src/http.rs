@@ -1,9 +1,11 @@
 //! The HTTP server behind the controller's probes and metrics and the
 //! agent's local API, on hyper: one request per connection, with a bound on
-//! the time a client may take to send its request head, on the life of a
-//! connection, and on the number of open connections, so idle or slow
-//! clients cannot hold the process's memory or file descriptors. Also the
-//! small client the bench and the tests ask agents with.
+//! the time a client may take to send its request head and on the number of
+//! open connections, so idle or slow clients cannot hold the process's
+//! memory or file descriptors. A request that arrived is answered however
+//! long its handler takes (an exec-mode step-down waits for the command's
+//! grace period). Also the small client the bench and the tests ask agents
+//! with.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -21,9 +23,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::config::{
-    HTTP_ACCEPT_BACKOFF, HTTP_CONNECTION_LIFETIME, HTTP_HEADER_TIMEOUT, HTTP_MAX_CONNECTIONS,
-};
+use crate::config::{HTTP_ACCEPT_BACKOFF, HTTP_HEADER_TIMEOUT, HTTP_MAX_CONNECTIONS};
 
 /// A response: status code, content type, body.
 pub struct Response {
@@ -140,8 +140,11 @@ where
                 .timer(TokioTimer::new())
                 .header_read_timeout(HTTP_HEADER_TIMEOUT)
                 .keep_alive(false)
+                // A client that shuts its side after the request still
+                // gets the answer.
+                .half_close(true)
                 .serve_connection(TokioIo::new(socket), service);
-            let _ = tokio::time::timeout(HTTP_CONNECTION_LIFETIME, connection).await;
+            let _ = connection.await;
         });
     }
     connections.shutdown().await;
@@ -163,7 +166,8 @@ pub async fn request(
         let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| failed(&e))?;
-        let driver = tokio::spawn(connection);
+        // Aborted however this future ends, a timeout included.
+        let driver = AbortOnDrop(tokio::spawn(connection));
         let request = hyper::Request::builder()
             .method(method)
             .uri(path)
@@ -182,10 +186,19 @@ pub async fn request(
             Ok((status, String::from_utf8_lossy(&body).into_owned()))
         }
         .await;
-        driver.abort();
+        drop(driver);
         answer
     };
     tokio::time::timeout(limit, exchange)
         .await
         .map_err(|_| format!("{addr} did not answer {method} {path} within {limit:?}"))?
+}
+
+/// A spawned task that ends with its handle.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

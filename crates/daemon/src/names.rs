@@ -54,11 +54,12 @@ impl NamespacedName {
         }
     }
 
-    /// `(namespace, name)` of an id, if it has that shape (both sides
-    /// non-empty; the name holds no further '/').
+    /// `(namespace, name)` of an id, split at its first '/', if both sides
+    /// are non-empty. The engine allows more '/' in an id; they stay in the
+    /// name (which then names no pod, and is reported so).
     pub fn split(id: &str) -> Option<(&str, &str)> {
         id.split_once('/')
-            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty() && !name.contains('/'))
+            .filter(|(ns, name)| !ns.is_empty() && !name.is_empty())
     }
 
     pub fn parse(id: &str) -> Option<Self> {
@@ -88,9 +89,10 @@ mod tests {
         let n = NamespacedName::new("shop", "web-0");
         assert_eq!(n.to_string(), "shop/web-0");
         assert_eq!(NamespacedName::parse("shop/web-0"), Some(n));
-        for bad in ["noslash", "/a", "a/", "a/b/c"] {
+        for bad in ["noslash", "/a", "a/"] {
             assert_eq!(NamespacedName::split(bad), None, "{bad}");
         }
+        assert_eq!(NamespacedName::split("a/b/c"), Some(("a", "b/c")));
         assert_eq!(NamespacedName::name_in("shop/a", "shop"), Some("a"));
         assert_eq!(NamespacedName::name_in("other/a", "shop"), None);
     }

@@ -184,7 +184,7 @@ impl<F: Fn(&Event) + Send + Sync + 'static> Observer for F {
 
 /// Fans events out to the observer, in-process subscribers and Redis.
 #[derive(Clone)]
-pub struct EventBus {
+pub(crate) struct EventBus {
     local: broadcast::Sender<Event>,
     remote: mpsc::UnboundedSender<Event>,
     observer: Option<Arc<dyn Observer>>,

@@ -196,7 +196,7 @@ pub struct LeaderGroupStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_sweep: Option<LastSweep>,
     /// `SpecValid`, `StoreAvailable`, `LeaderElected`, `LabelConflict` and
-    /// `Ready` (see the conditions module).
+    /// `Ready`.
     #[serde(default)]
     #[x_kube(merge_strategy = ListMerge::Map(vec!["type".into()]))]
     pub conditions: Vec<Condition>,

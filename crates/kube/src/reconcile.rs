@@ -1,7 +1,8 @@
 //! The I/O around [`plan`](crate::plan): read the LeaderGroup's world, ask
 //! the plan, apply what it says in order. Only the replica that holds the
-//! controllers' own lease writes, and it checks the lease again right before
-//! every write.
+//! controllers' own lease writes: it checks the lease when the reconcile
+//! starts, and again right before every label patch and the status write
+//! (the Kubernetes writes a stale replica could get wrong).
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};

@@ -103,10 +103,20 @@ pub async fn run_with(
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) -> Result<(), ControllerError> {
     let shutdown = shutdown.boxed().shared();
+    // Every flag is checked before anything connects or listens.
+    let replicas = election_config(
+        "--replica-ttl-ms/--replica-renew-interval-ms/--replica-retry-interval-ms",
+        args.replica_ttl_ms,
+        args.replica_renew_interval_ms,
+        args.replica_retry_interval_ms,
+    )?;
+    let node_id = NamespacedName::new(&args.namespace, &args.pod_name).to_string();
+    validate_name("node id", &node_id).map_err(|e| FlagError::new("--namespace/--pod-name", e))?;
     let store = args.redis.connect()?;
     let listener = http::bind(args.listen).await?;
     let mut registry = metrics::new_registry();
-    let (node, leadership) = start_replica(&args, &store, &mut registry).await?;
+    let (node, leadership) =
+        start_replica(&args, &node_id, replicas, &store, &mut registry).await?;
     let controller_metrics = ControllerMetrics::register(&mut registry);
     let registry = Arc::new(registry);
 
@@ -139,7 +149,11 @@ pub async fn run_with(
     );
     let (became_active_tx, became_active) = mpsc::unbounded_channel::<()>();
     let activity = follow_activity(leadership.role(), became_active_tx, controller_metrics);
-    let server = probe_server(listener, store, registry, shutdown.clone());
+    // Probes answer until the rest has stopped and the lease is handed over.
+    let (stop_probes, probes_stopped) = tokio::sync::oneshot::channel::<()>();
+    let server = probe_server(listener, store, registry, async {
+        let _ = probes_stopped.await;
+    });
     tracing::info!(node = %node.id(), listen = %args.listen, "controller started");
     let controller = controller
         .watches(
@@ -156,15 +170,18 @@ pub async fn run_with(
                 tracing::debug!(error = %e, "controller stream");
             }
         });
-    tokio::join!(
-        controller,
-        server,
-        until(shutdown.clone(), bridge),
-        until(shutdown, activity),
-    );
-    // Graceful: hand the controllers' lease to a standby at once. The
-    // registration itself expires (other tasks still hold the node).
-    node.shutdown().await;
+    let work = async {
+        tokio::join!(
+            controller,
+            until(shutdown.clone(), bridge),
+            until(shutdown, activity),
+        );
+        // Graceful: hand the controllers' lease to a standby at once. The
+        // registration itself expires (other tasks still hold the node).
+        node.shutdown().await;
+        let _ = stop_probes.send(());
+    };
+    tokio::join!(work, server);
     Ok(())
 }
 
@@ -172,24 +189,18 @@ pub async fn run_with(
 /// election of the active one.
 async fn start_replica(
     args: &ControllerArgs,
+    node_id: &str,
+    replicas: ElectionConfig,
     store: &leasehold_engine::Store,
     registry: &mut prometheus_client::registry::Registry,
 ) -> Result<(Arc<Node>, leasehold_engine::Group), ControllerError> {
-    let replicas = election_config(
-        "--replica-ttl-ms/--replica-renew-interval-ms/--replica-retry-interval-ms",
-        args.replica_ttl_ms,
-        args.replica_renew_interval_ms,
-        args.replica_retry_interval_ms,
-    )?;
-    let node_id = NamespacedName::new(&args.namespace, &args.pod_name).to_string();
-    validate_name("node id", &node_id).map_err(|e| FlagError::new("--namespace/--pod-name", e))?;
     let options = NodeOptions {
         metadata: vec![("role".into(), "controller".into())],
         observer: Some(EngineMetrics::register(registry)),
         ..Default::default()
     };
     let node = Arc::new(
-        Node::start_with(store.clone(), &node_id, NodeConfig::default(), options)
+        Node::start_with(store.clone(), node_id, NodeConfig::default(), options)
             .await
             .map_err(StartError::from)?,
     );

@@ -14,8 +14,9 @@ use kube::core::{Selector, SelectorExt};
 pub struct PodSelector(Option<Selector>);
 
 impl PodSelector {
-    /// A selector with an unknown operator picks nothing, as the API server
-    /// refuses it.
+    /// A selector the API server would refuse (an unknown operator, or `In`
+    /// or `NotIn` without values) picks nothing: labelling on a guess could
+    /// move the leader label.
     pub fn new(selector: &LabelSelector) -> Self {
         Self(
             Selector::try_from(selector.clone())
@@ -82,6 +83,18 @@ mod tests {
         assert!(matches(&s(expr("app", "Exists", &[])), &pod));
         assert!(!matches(&s(expr("app", "DoesNotExist", &[])), &pod));
         assert!(!matches(&s(expr("app", "Bogus", &[])), &pod));
+    }
+
+    #[test]
+    fn a_selector_the_api_server_would_refuse_selects_nothing() {
+        let s = |e| LabelSelector {
+            match_labels: Some(labels(&[("app", "web")])),
+            match_expressions: Some(vec![e]),
+        };
+        let pod = labels(&[("app", "web")]);
+        assert!(!matches(&s(expr("tier", "NotIn", &[])), &pod));
+        assert!(!matches(&s(expr("tier", "In", &[])), &pod));
+        assert!(matches(&s(expr("tier", "NotIn", &["db"])), &pod));
     }
 
     #[test]

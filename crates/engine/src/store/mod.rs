@@ -166,10 +166,14 @@ fn tcp_settings() -> redis::io::tcp::TcpSettings {
     let keepalive = socket2::TcpKeepalive::new()
         .with_time(config::TCP_KEEPALIVE)
         .with_interval(config::TCP_KEEPALIVE / 2);
-    redis::io::tcp::TcpSettings::default()
+    let settings = redis::io::tcp::TcpSettings::default()
         .set_nodelay(true)
-        .set_keepalive(keepalive)
-        .set_user_timeout(config::TCP_USER_TIMEOUT)
+        .set_keepalive(keepalive);
+    // TCP_USER_TIMEOUT exists on Linux only; elsewhere keepalive and the
+    // engine's own call bounds retire a dead connection.
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    let settings = settings.set_user_timeout(config::TCP_USER_TIMEOUT);
+    settings
 }
 
 impl Store {

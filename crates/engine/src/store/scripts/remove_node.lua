@@ -1,5 +1,6 @@
 -- Shared by sweep and unregister: delete a node and everything hanging off it.
--- Key names are built here from the prefix; src/store/keys.rs builds the same.
+-- Key names are built here from the prefix, in the shapes store/keys.rs and
+-- docs/architecture.md give.
 -- Needs topics.lua.
 local function remove_node(prefix, id)
   local node_key = prefix .. ':node:' .. id

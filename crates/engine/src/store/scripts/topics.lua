@@ -1,5 +1,6 @@
 -- Shared by the messaging scripts: subscription bookkeeping and the topic
--- matching rule (kept identical to src/inbox/topic.rs).
+-- matching rule, the only copy of it (inbox/topic.rs validates names;
+-- tests/messaging.rs pins the matching).
 local function is_pattern(sub)
   return string.find(sub, '[*>]') ~= nil
 end
