@@ -262,6 +262,75 @@ async fn fan_out_reaches_100_subscribers_in_order() {
     p.close().await.unwrap();
 }
 
+/// A retain ttl Redis would refuse is refused with a typed error before
+/// anything is queued; the good messages around it are written, and message
+/// ids only ever increase (none is handed out twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_out_of_range_retain_ttl_is_refused_before_anything_is_written() {
+    let redis = RedisServer::start();
+    let store = silent_node(&redis, "test/silent", 1000, "t").await;
+    let p = node(&redis, "test/pub").await;
+    let first = p.publish("t", b"first").await.unwrap().id;
+    let forever_and_more = Duration::from_secs(u64::MAX);
+    let publishes = (0..9).map(|i| {
+        let p = &p;
+        async move {
+            if i == 4 {
+                p.publish_retained("t", b"bad", Some(forever_and_more))
+                    .await
+            } else {
+                p.publish("t", &[i]).await
+            }
+        }
+    });
+    let results = futures::future::join_all(publishes).await;
+    let err = results[4].as_ref().unwrap_err();
+    assert!(
+        matches!(err, Error::Config(leasehold_engine::ConfigError::OutOfBounds { option, .. }) if option.contains("retain ttl")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("from 1 to"), "{err}");
+    let mut ids: Vec<u64> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().map(|p| p.id))
+        .collect();
+    assert_eq!(ids.len(), 8, "{results:?}");
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 8, "an id was handed out twice: {results:?}");
+    assert!(ids[0] > first);
+    assert_eq!(redis.cli(&["EXISTS", "lh:topic:t:retained"]), "0");
+    assert_eq!(store.inbox_state("test/silent").await.unwrap(), (9, 0));
+    let next = p.publish("t", b"next").await.unwrap().id;
+    assert!(next > ids[7], "id {next} after {}", ids[7]);
+    p.close().await.unwrap();
+}
+
+/// A retained message handed to a new subscriber whose inbox is full drops
+/// the oldest unread message like any publish does, and counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retained_messages_into_a_full_inbox_count_their_drops() {
+    let redis = RedisServer::start();
+    let store = silent_node(&redis, "test/silent", 3, "t").await;
+    let p = node(&redis, "test/pub").await;
+    for i in 0..3u8 {
+        p.publish("t", &[i]).await.unwrap();
+    }
+    p.publish_retained("r.one", b"1", None).await.unwrap();
+    p.publish_retained("r.two", b"2", None).await.unwrap();
+    assert_eq!(store.inbox_state("test/silent").await.unwrap(), (3, 0));
+    let delivered = test_hooks::subscribe_node(&store, "test/silent", "r.*", 3)
+        .await
+        .unwrap();
+    assert_eq!(delivered, 2);
+    assert_eq!(
+        store.inbox_state("test/silent").await.unwrap(),
+        (3, 2),
+        "two retained messages into a full inbox: two dropped, both counted"
+    );
+    p.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_inbox_drops_its_oldest_messages_and_counts_each_drop() {
     let redis = RedisServer::start();

@@ -374,6 +374,47 @@ async fn expiry_uses_the_redis_clock_not_the_local_one() {
     b.close().await.unwrap();
 }
 
+/// An older incarnation never takes the lease from a newer live one: the
+/// older process claims while the newer one leads (it stepped down before
+/// the newer one started, and its long heartbeat has not told it yet); the
+/// claim tells it that it is displaced, and the newer one keeps leading.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_incarnation_never_takes_the_lease_from_a_newer_one() {
+    let redis = RedisServer::start();
+    // Heartbeats every 10 s: the older node learns of the newer one only
+    // through its claim.
+    let slow = NodeConfig::with_lease(30_000);
+    let older = Node::start(redis.store(), "test/same", slow).await.unwrap();
+    let g_old = older.join("test/g", fast()).unwrap();
+    eventually(Duration::from_secs(2), "older leads", || g_old.is_leader()).await;
+    older.step_down("test/g").await.unwrap();
+    let newer = Node::start(redis.store(), "test/same", slow).await.unwrap();
+    let mut newer_events = newer.events();
+    let g_new = newer.join("test/g", fast()).unwrap();
+    eventually(Duration::from_secs(2), "newer leads", || g_new.is_leader()).await;
+    // The older one's abstention (one ttl) ends and it claims.
+    eventually(
+        Duration::from_secs(3),
+        "older is told it is displaced",
+        || older.displaced(),
+    )
+    .await;
+    for _ in 0..60 {
+        assert!(!g_old.is_leader(), "the older incarnation took the lease");
+        assert!(g_new.is_leader(), "the newer incarnation lost the lease");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(!newer.displaced());
+    while let Ok(e) = newer_events.try_recv() {
+        assert!(
+            !matches!(e, Event::Displaced { .. } | Event::Lost { .. }),
+            "the newer node saw {e:?}"
+        );
+    }
+    older.close().await.unwrap();
+    newer.close().await.unwrap();
+}
+
 /// Two live processes with one node id: the newer takes over (a restart must
 /// not wait), the older is told on its next heartbeat, emits Displaced and
 /// stops campaigning instead of sharing the lease.

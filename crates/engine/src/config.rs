@@ -81,6 +81,10 @@ pub const PUBLISH_BATCH: usize = 128;
 /// A batch stops growing past this many payload bytes.
 pub const PUBLISH_BATCH_BYTES: usize = 1024 * 1024;
 
+/// Longest retain ttl a publish accepts: 100 years. Redis refuses an expiry
+/// past 2^63 ms; a bound far inside it keeps every batch writable.
+pub const MAX_RETAIN_MS: u64 = 100 * 365 * 24 * 3_600_000;
+
 /// Bound on user-facing calls (publish, subscribe, introspection).
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 

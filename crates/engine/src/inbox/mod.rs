@@ -109,11 +109,25 @@ pub struct Published {
 }
 
 impl Retain {
-    pub(crate) fn as_ms(self) -> Option<u64> {
+    /// The retain ttl as the publish script takes it (`None`: not retained,
+    /// `0`: no expiry), or the error for a ttl longer than
+    /// [`MAX_RETAIN_MS`](crate::config::MAX_RETAIN_MS). A ttl under 1 ms is 1 ms.
+    pub(crate) fn as_ms(self) -> Result<Option<u64>, crate::ConfigError> {
         match self {
-            Retain::No => None,
-            Retain::Forever => Some(0),
-            Retain::For(d) => Some((d.as_millis() as u64).max(1)),
+            Retain::No => Ok(None),
+            Retain::Forever => Ok(Some(0)),
+            Retain::For(d) => {
+                let ms = u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+                if ms > crate::config::MAX_RETAIN_MS {
+                    return Err(crate::ConfigError::OutOfBounds {
+                        option: "retain ttl (ms)",
+                        value: ms,
+                        min: 1,
+                        max: crate::config::MAX_RETAIN_MS,
+                    });
+                }
+                Ok(Some(ms.max(1)))
+            }
         }
     }
 }

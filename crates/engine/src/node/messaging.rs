@@ -135,6 +135,9 @@ impl Node {
         payload: &[u8],
         options: PublishOptions,
     ) -> Result<Published, Error> {
+        // Everything is checked before the message is queued: a batch must
+        // not fail half-way in Redis.
+        let retain_ms = options.retain.as_ms()?;
         let max = self.inbox_config.max_message_size;
         if payload.len() as u64 > max {
             return Err(Error::DataTooLarge {
@@ -146,7 +149,7 @@ impl Node {
             destination,
             payload: payload.to_vec(),
             refuse_when_full: options.overflow == Overflow::Refuse,
-            retain_ms: options.retain.as_ms(),
+            retain_ms,
         };
         let (reply, answer) = oneshot::channel();
         let timeout = || Error::Store(crate::StoreError::Timeout(config::REQUEST_TIMEOUT));

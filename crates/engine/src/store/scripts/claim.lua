@@ -1,9 +1,12 @@
 -- Claim a group's lease.
--- KEYS: lease, term, members, config, born
+-- KEYS: lease, term, members, config, born, the claimant's node hash
 -- ARGV: node id, incarnation, ttl ms, highest term this node has seen, candidacy ms
 -- Returns {1, term, fresh, config} when this node holds the lease afterwards
 -- (fresh = 1 for a new acquisition, 0 when it kept a lease it already held),
--- or {0, term, pttl ms, holder id, config} when another node holds it.
+-- or {0, term, pttl ms, holder id, config} when another node holds it,
+-- or {-1, registered incarnation} when another incarnation of this node id
+-- holds it and is the one registered: this claimant is the older process,
+-- displaced, and must not take the lease from the newer one.
 -- config is {ttlMs, renewIntervalMs, retryIntervalMs} from the group's
 -- config hash (written by the controller), so nodes pick up new timings at
 -- their next claim without another call.
@@ -43,6 +46,15 @@ if seen > stored then
 end
 if current and holder_id(current) ~= ARGV[1] then
   return {0, stored, redis.call('PTTL', KEYS[1]), holder_id(current), config}
+end
+if current then
+  -- Held by another incarnation of this id. Only the registered (newest)
+  -- incarnation may take it over; an unregistered id (swept, or Redis lost
+  -- the registry) is an unclean restart and may too.
+  local registered = redis.call('HGET', KEYS[6], 'incarnation')
+  if registered and registered ~= ARGV[2] then
+    return {-1, registered}
+  end
 end
 if now - born < ttl then
   return {0, stored, born + ttl - now, '', config}

@@ -60,13 +60,21 @@ local function subscribers(topic)
   return cached
 end
 
-local seq_key = prefix .. ':msgseq'
-local seq = tonumber(redis.call('GET', seq_key) or '0')
-local first_seq = seq
-local out = {}
+-- Refuse a bad batch before writing anything (the engine checks first; this
+-- keeps a script error from leaving half a batch written).
 for m = 3, #ARGV, 5 do
-  local mode, target, payload, overflow = ARGV[m], ARGV[m + 1], ARGV[m + 2], ARGV[m + 3]
   local ttl = tonumber(ARGV[m + 4])
+  if not ttl or ttl < -1 or ttl > 3153600000000 then -- config::MAX_RETAIN_MS
+    return redis.error_reply('ERR retain ttl out of range: ' .. tostring(ARGV[m + 4]))
+  end
+end
+
+-- Pass 1: decide every message (refused, or the inboxes it reaches and
+-- what each must drop for it) before anything is written.
+local decided = {}
+local accepted = 0
+for m = 3, #ARGV, 5 do
+  local mode, target, overflow = ARGV[m], ARGV[m + 1], ARGV[m + 3]
   local ids, topic
   local direct = mode == 'direct' or mode == 'command'
   if direct then
@@ -84,6 +92,35 @@ for m = 3, #ARGV, 5 do
       if inbox[id][2] >= inbox[id][3] then refused = -1; target = id; break end
     end
   end
+  local drops = {}
+  if not refused then
+    accepted = accepted + 1
+    for i, id in ipairs(ids) do
+      local box = inbox[id]
+      if box[2] >= box[3] then
+        drops[i] = box[2] - box[3] + 1
+        box[2] = box[3]
+      else
+        drops[i] = 0
+        box[2] = box[2] + 1
+      end
+    end
+  end
+  decided[#decided + 1] = {refused, target, ids, topic, drops}
+end
+
+-- Ids for the accepted messages, reserved before any write, so they only
+-- ever increase whatever happens after.
+local seq_key = prefix .. ':msgseq'
+local seq = 0
+if accepted > 0 then seq = redis.call('INCRBY', seq_key, accepted) - accepted end
+
+-- Pass 2: write.
+local out = {}
+for n, d in ipairs(decided) do
+  local m = 3 + (n - 1) * 5
+  local mode, payload, ttl = ARGV[m], ARGV[m + 2], tonumber(ARGV[m + 4])
+  local refused, target, ids, topic, drops = d[1], d[2], d[3], d[4], d[5]
   if refused then
     out[#out + 1] = refused
     out[#out + 1] = target
@@ -95,22 +132,18 @@ for m = 3, #ARGV, 5 do
       if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
       redis.call('SADD', prefix .. ':retained', topic)
     end
-    for _, id in ipairs(ids) do
+    for i, id in ipairs(ids) do
       local box = inbox[id]
-      if box[2] >= box[3] then
+      if drops[i] > 0 then
         -- Drop the oldest unread to make room: counted, never silent.
-        local dropped = box[2] - box[3] + 1
-        redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', dropped)
+        redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', drops[i])
         redis.call('XADD', box[1], 'MAXLEN', box[3], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload, 'k', mode)
-        box[2] = box[3]
       else
         redis.call('XADD', box[1], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload, 'k', mode)
-        box[2] = box[2] + 1
       end
     end
     out[#out + 1] = seq
     out[#out + 1] = #ids
   end
 end
-if seq ~= first_seq then redis.call('SET', seq_key, seq) end
 return out

@@ -1,5 +1,6 @@
 -- Subscribe a node to a topic or pattern, and hand it the retained messages
--- the subscription covers, first in its inbox.
+-- the subscription covers, first in its inbox. A full inbox drops its oldest
+-- unread message for each, and counts the drops in the node's hash.
 -- KEYS: node inbox
 -- ARGV: prefix, node id, subscription, inbox max length
 -- Returns the number of retained messages delivered.
@@ -18,10 +19,18 @@ else
   topics[1] = sub
 end
 local delivered = 0
+local backlog = redis.call('XLEN', KEYS[1])
 for _, topic in ipairs(topics) do
   local packed = redis.call('GET', prefix .. ':topic:' .. topic .. ':retained')
   if packed then
     local m = cmsgpack.unpack(packed)
+    if backlog >= maxlen then
+      -- Drop the oldest unread to make room, counted as publish.lua does.
+      redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', backlog - maxlen + 1)
+      backlog = maxlen
+    else
+      backlog = backlog + 1
+    end
     redis.call('XADD', KEYS[1], 'MAXLEN', maxlen, '*', 'i', m[1], 't', topic, 'f', m[2], 'p', m[3], 'r', '1')
     delivered = delivered + 1
   elseif is_pattern(sub) then
