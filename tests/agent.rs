@@ -423,6 +423,11 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
             .collect()
     };
     let owned = |args: &[&str]| -> Vec<String> { args.iter().map(|a| a.to_string()).collect() };
+    let not_pem_file =
+        std::env::temp_dir().join(format!("leasehold-not-pem-{}", std::process::id()));
+    std::fs::write(&not_pem_file, "not a certificate\n").unwrap();
+    let not_pem = not_pem_file.display().to_string();
+    let tls_url = url.replacen("redis://", "rediss://", 1);
     let cases: Vec<(Vec<String>, &str)> = vec![
         (agent(&[]), "--group"),
         (
@@ -480,6 +485,24 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
             agent(&["--group", "g", "--redis-password-file", "/no/such/file"]),
             "--redis-password-file /no/such/file",
         ),
+        (
+            agent(&["--group", "g", "--redis-ca-file", &not_pem]),
+            "--redis-ca-file: a CA certificate was given for a plain redis:// URL",
+        ),
+        (
+            owned(&[
+                "agent",
+                "--redis-url",
+                &tls_url,
+                "--node-id",
+                "t/a",
+                "--group",
+                "g",
+                "--redis-ca-file",
+                &not_pem,
+            ]),
+            "--redis-ca-file: the CA certificate is not PEM",
+        ),
     ];
     for (args, expected) in cases {
         let started = Instant::now();
@@ -496,10 +519,55 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
             started.elapsed()
         );
     }
+    let _ = std::fs::remove_file(&not_pem_file);
     // Only the store's birth, which the test set up, is there.
     assert_eq!(
         redis.cli(&["KEYS", "*"]),
         "lh:born",
         "a refused start wrote to Redis"
     );
+}
+
+/// A graceful stop while Redis does not answer says the leases were not
+/// released (they run out on their own), never that they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_with_redis_away_does_not_claim_the_leases_were_released() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let log = std::env::temp_dir().join(format!("leasehold-agent-stop-{}.log", std::process::id()));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(args("t/a", &redis.url(), port, GROUP))
+        .env("RUST_LOG", "info")
+        .env_remove("POD_NAME")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    support::eventually_async(Duration::from_secs(5), "the agent leads", || async {
+        get(port, &format!("/v1/groups/{GROUP}/leader")).await.0 == 200
+    })
+    .await;
+    redis.pause();
+    let ok = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok);
+    // Every shutdown step is bounded: rendezvous and release by the call
+    // timeout, the unregistration by the connect timeout.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the agent did not stop");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    redis.resume();
+    assert!(status.success(), "{status:?}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    assert!(!text.contains("leases released"), "{text}");
+    assert!(text.contains("leases not released"), "{text}");
 }

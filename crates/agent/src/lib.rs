@@ -411,12 +411,17 @@ impl Agent {
         if let Some(files) = &self.role_files {
             files.write_stopped(&self.groups);
         }
-        let closed = self.node.close().await;
+        let unreleased = self.node.shutdown().await;
+        if unreleased.is_empty() {
+            tracing::info!("leases released");
+        } else {
+            tracing::warn!(groups = ?unreleased, "leases not released (Redis did not answer); they run out within their ttl");
+        }
+        if let Err(e) = self.node.close().await {
+            tracing::warn!(error = %e, "removing the registration failed (it expires on its own)");
+        }
         match exit {
             Exit::Signal => {
-                if let Err(e) = closed {
-                    tracing::warn!(error = %e, "leases released; removing the registration failed (it expires on its own)");
-                }
                 tracing::info!("agent stopped");
                 Ok(0)
             }

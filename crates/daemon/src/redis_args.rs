@@ -53,6 +53,8 @@ impl RedisArgs {
         )
         .map_err(|e| match e {
             leasehold_engine::ConnectError::Prefix(e) => FlagError::new("--prefix", e),
+            e @ (leasehold_engine::ConnectError::CaWithoutTls
+            | leasehold_engine::ConnectError::InvalidCa(_)) => FlagError::new("--redis-ca-file", e),
             e => FlagError::new("--redis-url", e),
         })
     }

@@ -26,7 +26,8 @@ use crate::store::{bounded, Claim, GroupKeys, Renewal, StoreError};
 
 pub(crate) enum Command {
     StepDown(oneshot::Sender<Result<bool, StoreError>>),
-    Shutdown(oneshot::Sender<()>),
+    /// Answered with whether the release reached Redis.
+    Shutdown(oneshot::Sender<bool>),
 }
 
 pub(crate) struct Campaign {
@@ -171,8 +172,8 @@ impl Campaign {
                         let _ = reply.send(result);
                     }
                     Some(Command::Shutdown(reply)) => {
-                        self.shutdown(&mut st).await;
-                        let _ = reply.send(());
+                        let released = self.shutdown(&mut st).await;
+                        let _ = reply.send(released);
                         return;
                     }
                     // The node was dropped without closing: act like a crash,
@@ -399,20 +400,29 @@ impl Campaign {
         }
     }
 
-    async fn shutdown(&self, st: &mut State) {
+    /// Stops leading and releases; false if the release did not reach
+    /// Redis (a held lease then runs out on its own).
+    async fn shutdown(&self, st: &mut State) -> bool {
         let term = st.leading.map(|(t, _)| t);
         let held = st.held;
         self.set_lease(st, None, held);
         self.set_role(Role::Candidate);
         // Release also a lease merely possibly held: one left behind by a
         // fail-safe demotion would block the group for the rest of its ttl.
-        match self.release(held, true).await {
-            Ok(_) => self.set_lease(st, None, None),
-            Err(e) => self.store_error(Operation::ShutdownRelease, &e),
-        }
+        let released = match self.release(held, true).await {
+            Ok(_) => {
+                self.set_lease(st, None, None);
+                true
+            }
+            Err(e) => {
+                self.store_error(Operation::ShutdownRelease, &e);
+                false
+            }
+        };
         if let Some(term) = term {
             self.report_lost(term, LostReason::Shutdown);
         }
+        released
     }
 
     /// Takes the group's timings from Redis (set through

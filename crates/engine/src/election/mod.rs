@@ -225,22 +225,34 @@ impl Campaigns {
     }
 
     /// Leaves every group at once; see the module docs for the bounds.
-    pub async fn shutdown(&self) {
+    /// Stops every campaign; returns the groups whose release did not
+    /// reach Redis, sorted.
+    pub async fn shutdown(&self) -> Vec<String> {
         let entries: Vec<(String, Entry)> = self.entries().drain().collect();
         let mut set = tokio::task::JoinSet::new();
         for (name, entry) in entries {
             self.wake
                 .remove(&self.shared.store.keys().group(&name).released);
-            set.spawn(stop(self.shared.clone(), name, entry));
+            let shared = self.shared.clone();
+            set.spawn(async move {
+                let released = stop(shared, name.clone(), entry).await;
+                (!released).then_some(name)
+            });
         }
-        while set.join_next().await.is_some() {}
+        let mut unreleased = Vec::new();
+        while let Some(joined) = set.join_next().await {
+            unreleased.extend(joined.ok().flatten());
+        }
+        unreleased.sort();
+        unreleased
     }
 }
 
 /// Stops one campaign: a bounded rendezvous in which the campaign releases its
 /// lease itself; if it does not answer in time, the task is aborted and the
-/// release is made from here, bounded the same way.
-async fn stop(shared: impl AsRef<Incarnation>, name: String, entry: Entry) {
+/// release is made from here, bounded the same way. True if the release
+/// reached Redis.
+async fn stop(shared: impl AsRef<Incarnation>, name: String, entry: Entry) -> bool {
     let shared = shared.as_ref();
     let limit = entry.config.call_timeout();
     let (tx, rx) = oneshot::channel();
@@ -248,14 +260,13 @@ async fn stop(shared: impl AsRef<Incarnation>, name: String, entry: Entry) {
         entry.commands.send(Command::Shutdown(tx)).await.ok()?;
         rx.await.ok()
     };
-    if tokio::time::timeout(limit * 2, rendezvous)
+    if let Some(released) = tokio::time::timeout(limit * 2, rendezvous)
         .await
         .ok()
         .flatten()
-        .is_some()
     {
         entry.task.join().await;
-        return;
+        return released;
     }
     entry.task.abort();
     let held = crate::locked(&entry.group.lease).held;
@@ -268,4 +279,5 @@ async fn stop(shared: impl AsRef<Incarnation>, name: String, entry: Entry) {
     )
     .await;
     tracing::warn!(group = %name, ?released, "campaign did not answer shutdown in time; released from outside");
+    released.is_ok()
 }

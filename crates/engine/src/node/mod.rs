@@ -289,15 +289,24 @@ impl Node {
     }
 
     /// Leaves every group, releasing held leases concurrently, each bounded
-    /// by its group's retry interval. The node stays registered.
-    pub async fn shutdown(&self) {
-        self.campaigns.shutdown().await;
+    /// by its group's retry interval. The node stays registered. Returns the
+    /// groups whose release did not reach Redis: a lease this node held there
+    /// runs out on its own, within its ttl.
+    pub async fn shutdown(&self) -> Vec<String> {
+        let unreleased = self.campaigns.shutdown().await;
+        self.publish_groups();
+        unreleased
     }
 
     /// Shuts down, stops the loops and removes the node from the registry at
-    /// once (bounded, so a hung connection cannot wedge it).
+    /// once (bounded, so a hung connection cannot wedge it). An error says
+    /// the registration could not be removed (it then expires on its own);
+    /// see [`Node::shutdown`] for the leases.
     pub async fn close(self) -> Result<(), Error> {
-        self.shutdown().await;
+        let unreleased = self.shutdown().await;
+        if !unreleased.is_empty() {
+            tracing::warn!(node = %self.shared.id, groups = ?unreleased, "leases not released (Redis did not answer); they run out within their ttl");
+        }
         for task in &self.loops {
             task.abort();
         }

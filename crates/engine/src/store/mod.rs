@@ -60,6 +60,27 @@ pub enum ConnectError {
     Prefix(#[from] ConfigError),
     #[error("could not set up the redis connection: {0}")]
     Setup(redis::RedisError),
+    /// A CA certificate only makes sense for a TLS (`rediss://`) URL.
+    #[error("a CA certificate was given for a plain redis:// URL; it is used only with rediss://")]
+    CaWithoutTls,
+    #[error("the CA certificate is not PEM ({0}); expected one or more -----BEGIN CERTIFICATE----- blocks")]
+    InvalidCa(String),
+}
+
+/// Checks that `pem` holds at least one PEM certificate, so a wrong file
+/// fails at start instead of as TLS errors later.
+fn check_ca(pem: &[u8]) -> Result<(), ConnectError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut found = 0;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        cert.map_err(|e| ConnectError::InvalidCa(e.to_string()))?;
+        found += 1;
+    }
+    if found == 0 {
+        return Err(ConnectError::InvalidCa("no certificate in it".into()));
+    }
+    Ok(())
 }
 
 /// Outcome of a claim attempt.
@@ -223,6 +244,12 @@ impl Store {
         if let Some(password) = password {
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
+        }
+        if let Some(pem) = ca_pem {
+            if !url.starts_with("rediss://") {
+                return Err(ConnectError::CaWithoutTls);
+            }
+            check_ca(pem)?;
         }
         let client = match ca_pem {
             None => redis::Client::open(info),
