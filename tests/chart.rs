@@ -40,8 +40,16 @@ fn helm_or_skip(test: &str) -> Option<PathBuf> {
 
 /// `helm template` with `--set` values; Ok(rendered) or Err(stderr).
 fn template(helm: &Path, sets: &[&str]) -> Result<String, String> {
+    template_for(helm, None, sets)
+}
+
+/// `helm template` as for a cluster of `kube_version`.
+fn template_for(helm: &Path, kube_version: Option<&str>, sets: &[&str]) -> Result<String, String> {
     let mut cmd = Command::new(helm);
     cmd.args(["template", "rel", CHART, "--namespace", "ops"]);
+    if let Some(v) = kube_version {
+        cmd.args(["--kube-version", v]);
+    }
     for s in sets {
         cmd.args(["--set", s]);
     }
@@ -381,4 +389,28 @@ fn every_value_is_commented() {
         uncommented.is_empty(),
         "values.yaml keys without a comment above them: {uncommented:#?}"
     );
+}
+
+/// Every Kubernetes version the chart's kubeVersion admits gets objects it
+/// serves: 1.20 has no policy/v1, so the PodDisruptionBudget is v1beta1
+/// there and v1 from 1.21 on.
+#[test]
+fn the_chart_renders_for_every_kubernetes_version_it_admits() {
+    let Some(helm) = helm_or_skip("the_chart_renders_for_every_kubernetes_version_it_admits") else {
+        return;
+    };
+    for (version, pdb) in [
+        ("1.20.0", "policy/v1beta1"),
+        ("1.21.0", "policy/v1"),
+        ("1.33.0", "policy/v1"),
+    ] {
+        let docs = docs(&template_for(&helm, Some(version), &[]).unwrap());
+        assert_eq!(
+            one(&docs, "PodDisruptionBudget")["apiVersion"],
+            pdb,
+            "Kubernetes {version}"
+        );
+    }
+    let refused = template_for(&helm, Some("1.19.0"), &[]).unwrap_err();
+    assert!(refused.contains("kubeVersion"), "{refused}");
 }

@@ -32,6 +32,10 @@ fn the_crd_has_names_columns_bounds_and_rules() {
         .map(|c| c["name"].as_str().unwrap())
         .collect();
     assert_eq!(columns, ["Leader", "Term", "Live", "Age", "Expires"]);
+    // kubectl renders a `date` column holding a future time as `<invalid>`;
+    // the lease expiry lies in the future while a leader holds it.
+    let expires = &version["additionalPrinterColumns"][4];
+    assert_eq!(expires["type"], "string", "{expires}");
     let schema = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
     for field in ["ttlMs", "renewIntervalMs", "retryIntervalMs"] {
         assert_eq!(

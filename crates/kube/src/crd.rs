@@ -74,12 +74,14 @@ fn default_role_label() -> String {
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
+    // A `date` column renders a future time as `<invalid>`: the expiry is
+    // shown as the timestamp itself.
     printcolumn(
         name = "Expires",
-        type_ = "date",
+        type_ = "string",
         json_path = ".status.leaseExpiresAt",
         priority = 1,
-        description = "When the current lease runs out unless renewed"
+        description = "When the current lease runs out unless renewed (UTC)"
     )
 )]
 #[x_kube(validation = Rule::new("self.renewIntervalMs < self.ttlMs").message("renewIntervalMs must be less than ttlMs"))]
