@@ -396,7 +396,8 @@ fn every_value_is_commented() {
 /// there and v1 from 1.21 on.
 #[test]
 fn the_chart_renders_for_every_kubernetes_version_it_admits() {
-    let Some(helm) = helm_or_skip("the_chart_renders_for_every_kubernetes_version_it_admits") else {
+    let Some(helm) = helm_or_skip("the_chart_renders_for_every_kubernetes_version_it_admits")
+    else {
         return;
     };
     for (version, pdb) in [

@@ -11,10 +11,11 @@ use std::time::Duration;
 use http::{Method, Request, Response};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::client::Body;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::store::Writer;
 use leasehold_engine::{ElectionConfig, Node};
 use leasehold_kube::crd::{LeaderGroup, LeaderGroupSpec, DEFAULT_ROLE_LABEL};
+use leasehold_kube::event_log::EventLog;
 use leasehold_kube::metrics::ControllerMetrics;
 use leasehold_kube::reconcile::{reconcile, Context};
 use serde_json::{json, Value};
@@ -96,7 +97,7 @@ async fn setup_with(redis: &RedisServer, pods: Vec<Value>, timings: ElectionConf
         client: client.clone(),
         node: controller,
         leadership,
-        recorder: Recorder::new(client, reporter),
+        events: EventLog::new(client, reporter),
         groups: Writer::<LeaderGroup>::default().as_reader(),
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(30),
@@ -127,6 +128,47 @@ async fn elect(redis: &RedisServer, id: &str) -> (Node, leasehold_engine::Group)
     };
     let g = n.join("shop/web", cfg).unwrap();
     (n, g)
+}
+
+/// Each change of leader is an Event of its own that names the new leader:
+/// `kubectl get events` tells the latest truth, not the first note of a
+/// series.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_change_of_leader_is_an_event_that_names_the_new_leader() {
+    let redis = RedisServer::start();
+    let (a, ga) = elect(&redis, "shop/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    let (b, gb) = elect(&redis, "shop/b").await;
+    let s = setup(&redis, vec![pod_json("a", None), pod_json("b", None)]).await;
+    let elected_notes = |s: &Setup| -> Vec<String> {
+        writes(&s.seen)
+            .into_iter()
+            .filter(|r| r.contains("/apis/events.k8s.io/v1/") && r.contains("LeaderElected"))
+            .collect()
+    };
+    reconcile(Arc::new(group()), s.ctx.clone()).await.unwrap();
+    let first = elected_notes(&s);
+    assert_eq!(first.len(), 1, "{first:#?}");
+    assert!(first[0].contains("pod a leads under term 1"), "{first:#?}");
+    a.step_down("shop/web").await.unwrap();
+    eventually(Duration::from_secs(3), "b leads", || gb.is_leader()).await;
+    // The group as the controller would read it now: a led under term 1.
+    let mut g = group();
+    g.status = Some(leasehold_kube::crd::LeaderGroupStatus {
+        holder: Some("shop/a".into()),
+        leader: Some("a".into()),
+        term: Some(1),
+        ..Default::default()
+    });
+    reconcile(Arc::new(g), s.ctx.clone()).await.unwrap();
+    let all = elected_notes(&s);
+    assert_eq!(all.len(), 2, "{all:#?}");
+    assert!(
+        all[1].starts_with("POST ") && all[1].contains("pod b leads under term 2"),
+        "the second election is not an event of its own that names b: {all:#?}"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -344,7 +386,7 @@ async fn a_standby_replica_writes_nothing() {
         client: client.clone(),
         node: standby,
         leadership,
-        recorder: Recorder::new(client, reporter),
+        events: EventLog::new(client, reporter),
         groups: Writer::<LeaderGroup>::default().as_reader(),
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(30),

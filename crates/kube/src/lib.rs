@@ -6,6 +6,7 @@
 
 pub mod conditions;
 pub mod crd;
+pub mod event_log;
 pub mod metrics;
 pub mod plan;
 pub mod reconcile;

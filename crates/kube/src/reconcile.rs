@@ -10,12 +10,12 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event as KubeEvent, EventType, Recorder};
 use kube::runtime::reflector::Store as Reflector;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::crd::LeaderGroup;
+use crate::event_log::EventLog;
 use crate::metrics::ControllerMetrics;
 use crate::plan::{plan, Observed, OtherGroup, Plan, PodView, StoreView};
 use leasehold_daemon::names::NamespacedName;
@@ -34,7 +34,7 @@ pub struct Context {
     pub node: Arc<Node>,
     /// The controllers' own group: only its leader writes.
     pub leadership: Group,
-    pub recorder: Recorder,
+    pub events: EventLog,
     pub groups: Reflector<LeaderGroup>,
     /// Nodes this replica's sweeper removed recently (node id, ms).
     pub swept: Mutex<Vec<(String, u64)>>,
@@ -231,20 +231,8 @@ async fn apply_labels(plan: &Plan, namespace: &str, ctx: &Context) -> Result<boo
 }
 
 async fn record_events(plan: &Plan, group: &LeaderGroup, ctx: &Context) {
-    let reference = group.object_ref(&());
     for event in &plan.events {
-        let event = KubeEvent {
-            type_: if event.warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: event.reason.into(),
-            note: Some(event.note.clone()),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&event, &reference).await {
+        if let Err(e) = ctx.events.record(event, group).await {
             tracing::warn!(error = %e, "could not record an event");
         }
     }

@@ -14,13 +14,14 @@ use std::time::Duration;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Controller;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;
 
 use crate::crd::LeaderGroup;
+use crate::event_log::EventLog;
 use crate::metrics::ControllerMetrics;
 use crate::reconcile::{error_policy, reconcile, Context};
 use crate::selector;
@@ -127,7 +128,7 @@ pub async fn run_with(
         client: client.clone(),
         node: node.clone(),
         leadership: leadership.clone(),
-        recorder: Recorder::new(
+        events: EventLog::new(
             client.clone(),
             Reporter {
                 controller: "leasehold-controller".into(),
