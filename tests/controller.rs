@@ -495,7 +495,17 @@ async fn each_engine_transition_reaches_the_plan_within_a_bound() {
 
 /// A mock API server good enough for the whole controller: lists answer,
 /// watches stay open and silent, writes are echoed and recorded.
-fn cluster(mut handle: Handle, pods: Vec<Value>, seen: Seen) -> tokio::task::JoinHandle<()> {
+fn cluster(handle: Handle, pods: Vec<Value>, seen: Seen) -> tokio::task::JoinHandle<()> {
+    cluster_with(handle, pods, group(), seen)
+}
+
+/// [`cluster`] serving `listed` as the one LeaderGroup.
+fn cluster_with(
+    mut handle: Handle,
+    pods: Vec<Value>,
+    listed: LeaderGroup,
+    seen: Seen,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut open_watches = Vec::new();
         while let Some((request, send)) = handle.next_request().await {
@@ -511,7 +521,7 @@ fn cluster(mut handle: Handle, pods: Vec<Value>, seen: Seen) -> tokio::task::Joi
             let list = |kind: &str, items: Vec<Value>| json!({ "apiVersion": "v1", "kind": kind, "metadata": { "resourceVersion": "1" }, "items": items });
             let answer = match (method.clone(), path.as_str()) {
                 (Method::GET, "/apis/leasehold.dev/v1alpha1/leadergroups") => {
-                    let mut g = serde_json::to_value(group()).unwrap();
+                    let mut g = serde_json::to_value(&listed).unwrap();
                     g["metadata"]["resourceVersion"] = json!("1");
                     list("LeaderGroupList", vec![g])
                 }
@@ -612,4 +622,68 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
     );
     a.close().await.unwrap();
     b.close().await.unwrap();
+}
+
+/// A sweep made by any node (here another node's, published on `P:events`)
+/// is reflected in the groups that listed the swept node: a `NodesSwept`
+/// event and `lastSweep` in the status. Agents usually sweep before the
+/// controller does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_by_another_node_is_reflected_in_the_group() {
+    use leasehold_kube::run::run_with;
+    let redis = RedisServer::start();
+    let (a, ga) = elect(&redis, "shop/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    // The group as last written: c was a member.
+    let mut listed = group();
+    listed.status = Some(leasehold_kube::crd::LeaderGroupStatus {
+        holder: Some("shop/a".into()),
+        leader: Some("a".into()),
+        term: Some(1),
+        members: ["a", "c"]
+            .iter()
+            .map(|m| leasehold_kube::crd::Member {
+                node: format!("shop/{m}"),
+                pod: Some((*m).into()),
+                role: leasehold_kube::crd::MemberRole::Follower,
+                expires_at: leasehold_kube::plan::time_of(0),
+                problem: None,
+            })
+            .collect(),
+        ..Default::default()
+    });
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let seen: Seen = Arc::default();
+    let _server = cluster_with(handle, vec![pod_json("a", None)], listed, seen.clone());
+    let args = support::controller_args(&redis, "lh", "ops", support::free_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(run_with(client, args, async move {
+        let _ = stopped.await;
+    }));
+    eventually(Duration::from_secs(10), "a labelled leader", || {
+        leader_patched(&seen, "a")
+    })
+    .await;
+    // Another node swept c: only its event on P:events tells the controller.
+    redis.cli(&[
+        "PUBLISH",
+        "lh:events",
+        r#"{"type":"swept","node":"shop/a","nodes":["shop/c"]}"#,
+    ]);
+    eventually(Duration::from_secs(3), "NodesSwept recorded", || {
+        writes(&seen)
+            .iter()
+            .any(|r| r.contains("/events") && r.contains("NodesSwept") && r.contains("shop/c"))
+    })
+    .await;
+    eventually(Duration::from_secs(3), "lastSweep written", || {
+        writes(&seen)
+            .iter()
+            .any(|r| r.contains("/leadergroups/web/status") && r.contains("lastSweep"))
+    })
+    .await;
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
+    a.close().await.unwrap();
 }

@@ -294,8 +294,10 @@ impl<T> futures::Stream for UnboundedReceiverStream<T> {
 }
 
 /// Engine events: reconcile the group an event on `P:events` names (any
-/// node's), and remember this replica's sweeps for the groups that listed
-/// a swept node.
+/// node's), and remember every sweep, whichever node made it (agents
+/// usually sweep first), for the groups that listed a swept node. This
+/// replica's own sweeps also come straight from its node, in case their
+/// publication to Redis was lost.
 async fn bridge_engine_events(
     mut redis_events: mpsc::UnboundedReceiver<Event>,
     mut local_events: tokio::sync::broadcast::Receiver<Event>,
@@ -303,35 +305,47 @@ async fn bridge_engine_events(
     triggers: mpsc::UnboundedSender<ObjectRef<LeaderGroup>>,
 ) {
     loop {
-        tokio::select! {
-            Some(event) = redis_events.recv() => {
-                if let Some(group) = event.group() {
-                    if let Some((ns, name)) = NamespacedName::split(group) {
-                        let _ = triggers.send(ObjectRef::new(name).within(ns));
-                    }
-                }
-            }
-            Ok(event) = local_events.recv() => {
-                if let Event::Swept { nodes, .. } = event {
-                    let now = std::time::SystemTime::now()
-                        .duration_since(std::time::UNIX_EPOCH)
-                        .map_or(0, |d| d.as_millis() as u64);
-                    {
-                        let mut swept = ctx.swept.lock().unwrap_or_else(|p| p.into_inner());
-                        swept.retain(|(_, at)| now.saturating_sub(*at) < SWEEP_MEMORY.as_millis() as u64);
-                        swept.extend(nodes.iter().map(|n| (n.clone(), now)));
-                    }
-                    for g in ctx.groups.state() {
-                        let listed = g.status.as_ref().is_some_and(|s| s.members.iter().any(|m| nodes.contains(&m.node)));
-                        if listed {
-                            let _ = triggers.send(ObjectRef::from_obj(&*g));
-                        }
-                    }
-                }
-            }
+        let event = tokio::select! {
+            Some(event) = redis_events.recv() => event,
+            Ok(event) = local_events.recv() => event,
             else => break,
+        };
+        if let Some(group) = event.group() {
+            if let Some((ns, name)) = NamespacedName::split(group) {
+                let _ = triggers.send(ObjectRef::new(name).within(ns));
+            }
+        }
+        if let Event::Swept { nodes, .. } = event {
+            if remember_sweep(&ctx, &nodes) {
+                for g in ctx.groups.state() {
+                    let listed = g
+                        .status
+                        .as_ref()
+                        .is_some_and(|s| s.members.iter().any(|m| nodes.contains(&m.node)));
+                    if listed {
+                        let _ = triggers.send(ObjectRef::from_obj(&*g));
+                    }
+                }
+            }
         }
     }
+}
+
+/// Remembers swept node ids for [`SWEEP_MEMORY`]; false if every one was
+/// already known (the same sweep seen both locally and through Redis).
+fn remember_sweep(ctx: &Context, nodes: &[String]) -> bool {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let mut swept = ctx.swept.lock().unwrap_or_else(|p| p.into_inner());
+    swept.retain(|(_, at)| now.saturating_sub(*at) < SWEEP_MEMORY.as_millis() as u64);
+    let new: Vec<&String> = nodes
+        .iter()
+        .filter(|n| !swept.iter().any(|(known, _)| known == *n))
+        .collect();
+    let any = !new.is_empty();
+    swept.extend(new.into_iter().map(|n| (n.clone(), now)));
+    any
 }
 
 /// Becoming the active replica reconciles every group at once (a standby
