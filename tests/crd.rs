@@ -52,6 +52,11 @@ fn the_crd_has_names_columns_bounds_and_rules() {
     let text = serde_json::to_string(schema).unwrap();
     assert!(text.contains("self.renewIntervalMs < self.ttlMs"), "{text}");
     assert!(text.contains("selector must not be empty"), "{text}");
+    assert!(text.contains("roleLabel must be a label key"), "{text}");
+    assert!(
+        text.contains("!(self.roleLabel in self.selector.matchLabels)"),
+        "{text}"
+    );
     let status =
         &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]["conditions"];
     assert_eq!(status["x-kubernetes-list-type"], "map");

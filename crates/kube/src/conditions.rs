@@ -23,6 +23,7 @@ pub mod types {
 pub mod reasons {
     pub const VALID: &str = "Valid";
     pub const INVALID_TIMINGS: &str = "InvalidTimings";
+    pub const INVALID_ROLE_LABEL: &str = "InvalidRoleLabel";
     pub const REDIS_REACHABLE: &str = "RedisReachable";
     pub const REDIS_UNAVAILABLE: &str = "RedisUnavailable";
     pub const LEASE_HELD: &str = "LeaseHeld";

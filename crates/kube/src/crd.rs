@@ -85,6 +85,9 @@ fn default_role_label() -> String {
     )
 )]
 #[x_kube(validation = Rule::new("self.renewIntervalMs < self.ttlMs").message("renewIntervalMs must be less than ttlMs"))]
+#[x_kube(validation = Rule::new("!has(self.selector.matchLabels) || !(self.roleLabel in self.selector.matchLabels)").message("roleLabel must not be a key of selector.matchLabels: relabelling would take the pods out of their own selector"))]
+// A key of selector.matchExpressions is checked by the controller only: a
+// rule over an unbounded list would exceed the API server's CEL cost budget.
 #[serde(rename_all = "camelCase")]
 pub struct LeaderGroupSpec {
     /// Pods that may be members. A member whose pod does not match is
@@ -103,9 +106,12 @@ pub struct LeaderGroupSpec {
     #[serde(default = "default_retry_interval_ms")]
     #[schemars(range(min = 1, max = 2147483647))]
     pub retry_interval_ms: i64,
-    /// The label key set on member pods (values `leader` and `follower`).
+    /// The label key set on member pods (values `leader` and `follower`): a
+    /// Kubernetes label key, and not a key of the selector (relabelling
+    /// would take the pods out of their own selector).
     #[serde(default = "default_role_label")]
     #[schemars(length(min = 1, max = 317))]
+    #[x_kube(validation = Rule::new("self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$')").message("roleLabel must be a label key: an optional DNS prefix and '/', then 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"))]
     pub role_label: String,
 }
 
@@ -225,6 +231,71 @@ impl LeaderGroupSpec {
         config.validate()?;
         Ok(config)
     }
+}
+
+impl LeaderGroupSpec {
+    /// Why `roleLabel` cannot be used, by the schema's rules, for API
+    /// servers that do not enforce CEL: it must be a label key, and not a
+    /// key the selector matches on.
+    pub fn role_label_error(&self) -> Option<String> {
+        let key = &self.role_label;
+        if let Some(why) = label_key_error(key) {
+            return Some(format!("roleLabel {key:?} is not a label key: {why}"));
+        }
+        let in_labels = self
+            .selector
+            .match_labels
+            .as_ref()
+            .is_some_and(|m| m.contains_key(key));
+        let in_expressions = self
+            .selector
+            .match_expressions
+            .as_ref()
+            .is_some_and(|e| e.iter().any(|r| &r.key == key));
+        (in_labels || in_expressions).then(|| {
+            format!("roleLabel {key:?} is a key of the selector: relabelling would take the pods out of their own selector")
+        })
+    }
+}
+
+/// Why `key` is not a Kubernetes label key: `[prefix/]name`, the prefix a
+/// DNS subdomain of at most 253 bytes, the name 1 to 63 bytes of letters,
+/// digits, '-', '_' and '.', starting and ending with a letter or digit.
+fn label_key_error(key: &str) -> Option<&'static str> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((prefix, name)) => (Some(prefix), name),
+        None => (None, key),
+    };
+    let alnum = |b: u8| b.is_ascii_alphanumeric();
+    if name.is_empty() || name.len() > 63 {
+        return Some("the name part must be 1 to 63 bytes");
+    }
+    let bytes = name.as_bytes();
+    if !alnum(bytes[0]) || !alnum(bytes[bytes.len() - 1]) {
+        return Some("the name part must start and end with a letter or digit");
+    }
+    if !bytes
+        .iter()
+        .all(|&b| alnum(b) || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Some("the name part may hold only letters, digits, '-', '_' and '.'");
+    }
+    if let Some(prefix) = prefix {
+        let label_ok = |l: &str| {
+            let b = l.as_bytes();
+            !b.is_empty()
+                && b.iter()
+                    .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+        };
+        if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(label_ok) {
+            return Some(
+                "the prefix must be a DNS subdomain (lowercase letters, digits, '-' and '.')",
+            );
+        }
+    }
+    None
 }
 
 /// A spec error in the resource's own field names (`ttlMs`, not `ttl_ms`),

@@ -135,7 +135,13 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let holder = live_holder(state);
     let holder_pod = holder.and_then(|h| pod_of(h, namespace));
     let members = members(state, holder, namespace, &pods, observed.pods);
-    let labels = label_changes(observed, &pods, &members);
+    // An unusable role label is reported (SpecValid) and nothing is labelled:
+    // the API server would refuse every patch.
+    let labels = if group.spec.role_label_error().is_none() {
+        label_changes(observed, &pods, &members)
+    } else {
+        Vec::new()
+    };
     let mut events = leader_change_events(&previous, holder, holder_pod, term);
     let last_sweep = report_sweeps(&previous, observed.swept, &mut events);
     let (step_down, handled_step_down) =
@@ -146,7 +152,10 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         .map(str::to_owned);
     let elected = holder.is_some();
     let conflicts = pods.conflicts();
-    let ready = elected && config.is_some() && pods.yielded.is_empty();
+    let ready = elected
+        && config.is_some()
+        && pods.yielded.is_empty()
+        && group.spec.role_label_error().is_none();
     let next_conditions = vec![
         spec_valid,
         condition(
@@ -211,18 +220,22 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     }
 }
 
-/// Rule: the timings are checked by the schema's rules (for API servers
-/// without CEL); an invalid spec is a `SpecValid=False` condition and no
-/// timings are written to Redis.
+/// Rule: the spec is checked by the schema's rules (for API servers
+/// without CEL); invalid timings are a `SpecValid=False` condition and no
+/// timings are written to Redis; an unusable role label is one too, and no
+/// pod is labelled.
 fn spec_validity(spec: &LeaderGroupSpec) -> (Condition, Option<ElectionConfig>) {
     match spec.election_config() {
         Ok(config) => (
-            condition(
-                types::SPEC_VALID,
-                true,
-                reasons::VALID,
-                "the timings are within their bounds",
-            ),
+            match spec.role_label_error() {
+                None => condition(
+                    types::SPEC_VALID,
+                    true,
+                    reasons::VALID,
+                    "the timings are within their bounds",
+                ),
+                Some(why) => condition(types::SPEC_VALID, false, reasons::INVALID_ROLE_LABEL, why),
+            },
             Some(config),
         ),
         Err(e) => (

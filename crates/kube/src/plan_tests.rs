@@ -439,6 +439,68 @@ fn an_invalid_spec_is_a_condition_and_no_timings_are_written() {
     assert_eq!(cond(&p.status, "Ready").status, "False");
 }
 
+/// A role label the API server would refuse, or one the selector matches
+/// on (relabelling would orphan the pods from their own selector), is a
+/// `SpecValid=False` condition with the reason, and no pod is labelled:
+/// never a loop of refused patches.
+#[test]
+fn an_unusable_role_label_is_a_condition_and_nothing_is_labelled() {
+    for (label, why) in [
+        ("app", "is a key of the selector"),
+        ("Bad Key", "is not a label key"),
+        ("-x", "is not a label key"),
+        ("UPPER.example/role", "is not a label key"),
+        (&"x".repeat(64), "is not a label key"),
+    ] {
+        let mut s = spec();
+        s.role_label = label.to_owned();
+        let g = group("web", s, None);
+        let p = run(
+            &g,
+            &[pod("a", None), pod("b", None)],
+            &state(Some("a"), 1, &["a", "b"]),
+        );
+        let c = cond(&p.status, "SpecValid");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "InvalidRoleLabel"),
+            "{label}"
+        );
+        assert!(c.message.contains(why), "{label}: {}", c.message);
+        assert_eq!(p.labels, vec![], "{label}");
+        assert_eq!(cond(&p.status, "Ready").status, "False", "{label}");
+        assert!(p.config.is_some(), "the timings are fine and still written");
+    }
+    // A key of a match expression is refused too.
+    let mut s = spec();
+    s.selector.match_expressions = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+            key: "tier".into(),
+            operator: "Exists".into(),
+            values: None,
+        },
+    ]);
+    s.role_label = "tier".into();
+    let p = run(
+        &group("web", s, None),
+        &[pod("a", None)],
+        &state(Some("a"), 1, &["a"]),
+    );
+    assert_eq!(cond(&p.status, "SpecValid").reason, "InvalidRoleLabel");
+    // Valid keys, with and without a prefix, label as usual.
+    for label in ["role", "leasehold.dev/role", "a.b-c/x_y.z"] {
+        let mut s = spec();
+        s.role_label = label.to_owned();
+        let p = run(
+            &group("web", s, None),
+            &[pod("a", None)],
+            &state(Some("a"), 1, &["a"]),
+        );
+        assert_eq!(cond(&p.status, "SpecValid").status, "True", "{label}");
+        assert_eq!(p.labels.len(), 1, "{label}");
+    }
+}
+
 #[test]
 fn timestamps_are_rfc3339_to_the_second() {
     let text = |ms| serde_json::to_value(time_of(ms)).unwrap();
