@@ -571,3 +571,38 @@ async fn a_stop_with_redis_away_does_not_claim_the_leases_were_released() {
     assert!(!text.contains("leases released"), "{text}");
     assert!(text.contains("leases not released"), "{text}");
 }
+
+/// The agent's HTTP server closes connections that send no request within
+/// the header timeout (5 s) and holds at most 64 at once: idle clients cannot
+/// pile up, and once they are dropped the API answers again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_are_closed_and_capped() {
+    use tokio::io::AsyncReadExt;
+    let redis = RedisServer::start();
+    let port = free_port();
+    let agent = Agent::start("t/a", port, args("t/a", &redis.url(), port, GROUP)).await;
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    // More idle connections than the cap; none sends a byte.
+    let mut idle = Vec::new();
+    for _ in 0..80 {
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    let opened = Instant::now();
+    // Each accepted one is closed by the server after the header timeout;
+    // the ones past the cap are accepted and closed after that.
+    for (i, mut socket) in idle.into_iter().enumerate() {
+        let mut byte = [0u8; 1];
+        let read = tokio::time::timeout(Duration::from_secs(20), socket.read(&mut byte)).await;
+        assert!(
+            matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+            "idle connection {i} still open after {:?}: {read:?}",
+            opened.elapsed()
+        );
+    }
+    let closed_after = opened.elapsed();
+    // Two rounds of the 5 s header timeout (80 > 64), with a margin.
+    assert!(closed_after >= Duration::from_secs(4), "{closed_after:?}");
+    assert!(closed_after < Duration::from_secs(15), "{closed_after:?}");
+    assert_eq!(get(port, "/healthz").await.0, 200);
+    drop(agent);
+}
