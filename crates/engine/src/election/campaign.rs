@@ -266,13 +266,6 @@ impl Campaign {
                 };
                 st.next_claim = Instant::now() + wait;
             }
-            Ok(Claim::Displaced { incarnation }) => {
-                // A newer process with this id holds the lease: report it;
-                // the displaced flag ends this campaign without a release.
-                self.set_lease(st, None, None);
-                self.set_role(Role::Candidate);
-                self.shared.mark_displaced(incarnation);
-            }
             Err(e) => {
                 self.set_role(Role::Candidate);
                 self.store_error(Operation::Claim, &e);

@@ -102,9 +102,6 @@ pub(crate) enum Claim {
         holder: String,
         config: Option<ElectionConfig>,
     },
-    /// Another incarnation of this node id holds the lease and is the
-    /// registered one: this process is the older one and stops.
-    Displaced { incarnation: String },
 }
 
 /// Outcome of a renewal.
@@ -360,9 +357,6 @@ impl Store {
                 term: uint_at(&items, 1)?,
                 fresh: int_at(&items, 2)? == 1,
                 config: group_config(items.get(3)),
-            }),
-            -1 => Ok(Claim::Displaced {
-                incarnation: string_at(&items, 1)?,
             }),
             _ => Ok(Claim::Lost {
                 term: uint_at(&items, 1)?,

@@ -3,10 +3,10 @@
 -- ARGV: node id, incarnation, ttl ms, highest term this node has seen, candidacy ms
 -- Returns {1, term, fresh, config} when this node holds the lease afterwards
 -- (fresh = 1 for a new acquisition, 0 when it kept a lease it already held),
--- or {0, term, pttl ms, holder id, config} when another node holds it,
--- or {-1, registered incarnation} when another incarnation of this node id
--- holds it and is the one registered: this claimant is the older process,
--- displaced, and must not take the lease from the newer one.
+-- or {0, term, pttl ms, holder id, config} when another node holds it, or
+-- another incarnation of this node id that is the registered one (this
+-- claimant is an older process, or one not registered yet: either way it
+-- must not take the lease; the heartbeat sorts out which is which).
 -- config is {ttlMs, renewIntervalMs, retryIntervalMs} from the group's
 -- config hash (written by the controller), so nodes pick up new timings at
 -- their next claim without another call.
@@ -53,7 +53,7 @@ if current then
   -- the registry) is an unclean restart and may too.
   local registered = redis.call('HGET', KEYS[6], 'incarnation')
   if registered and registered ~= ARGV[2] then
-    return {-1, registered}
+    return {0, stored, redis.call('PTTL', KEYS[1]), ARGV[1], config}
   end
 end
 if now - born < ttl then
