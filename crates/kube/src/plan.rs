@@ -122,6 +122,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let group = observed.group;
     let namespace = group.metadata.namespace.as_deref().unwrap_or_default();
     let previous = group.status.clone().unwrap_or_default();
+    let role_label_ok = group.spec.role_label_error().is_none();
     let (spec_valid, config) = spec_validity(&group.spec);
     let state = match observed.store {
         StoreView::Available(state) => state,
@@ -137,7 +138,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let members = members(state, holder, namespace, &pods, observed.pods);
     // An unusable role label is reported (SpecValid) and nothing is labelled:
     // the API server would refuse every patch.
-    let labels = if group.spec.role_label_error().is_none() {
+    let labels = if role_label_ok {
         label_changes(observed, &pods, &members)
     } else {
         Vec::new()
@@ -152,10 +153,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         .map(str::to_owned);
     let elected = holder.is_some();
     let conflicts = pods.conflicts();
-    let ready = elected
-        && config.is_some()
-        && pods.yielded.is_empty()
-        && group.spec.role_label_error().is_none();
+    let ready = elected && config.is_some() && pods.yielded.is_empty() && role_label_ok;
     let next_conditions = vec![
         spec_valid,
         condition(
@@ -309,6 +307,8 @@ struct PodsOfGroup<'a> {
     /// Pods another group with the same label key also selects, with that
     /// group's name.
     shared: Vec<(&'a str, &'a str)>,
+    /// The selectors of the other groups with the same label key.
+    same_key: Vec<PodSelector>,
 }
 
 impl<'a> PodsOfGroup<'a> {
@@ -327,6 +327,7 @@ impl<'a> PodsOfGroup<'a> {
             .collect();
         let mut yielded = BTreeSet::new();
         let mut shared = Vec::new();
+        let mut same_key = Vec::new();
         for other in observed
             .others
             .iter()
@@ -343,12 +344,19 @@ impl<'a> PodsOfGroup<'a> {
                     yielded.insert(pod.name.as_str());
                 }
             }
+            same_key.push(theirs);
         }
         Self {
             selected,
             yielded,
             shared,
+            same_key,
         }
+    }
+
+    /// Whether another group with the same label key selects `pod`.
+    fn claimed_by_another(&self, pod: &PodView) -> bool {
+        self.same_key.iter().any(|s| s.matches(&pod.labels))
     }
 
     fn labellable(&self, pod: &str) -> bool {
@@ -454,18 +462,10 @@ fn label_changes(
     sorted: &PodsOfGroup<'_>,
     members: &[PlannedMember<'_>],
 ) -> Vec<LabelChange> {
-    let group = observed.group;
-    let name = group.metadata.name.as_deref().unwrap_or_default();
-    let key = &group.spec.role_label;
+    let key = &observed.group.spec.role_label;
     let desired: BTreeMap<&str, &str> = members
         .iter()
         .filter_map(|m| m.labelled_pod.map(|p| (p, m.member.role.label_value())))
-        .collect();
-    let others_with_key: Vec<PodSelector> = observed
-        .others
-        .iter()
-        .filter(|o| o.role_label == *key && o.name != name)
-        .map(|o| PodSelector::new(&o.selector))
         .collect();
     let (mut take_leader, mut between, mut give_leader) = (Vec::new(), Vec::new(), Vec::new());
     for pod in observed.pods {
@@ -475,7 +475,7 @@ fn label_changes(
         } else {
             // Not ours to label: clean up our key only where no other group
             // with the same key selects the pod.
-            let claimed = others_with_key.iter().any(|s| s.matches(&pod.labels));
+            let claimed = sorted.claimed_by_another(pod);
             if claimed || !matches!(current, Some(LEADER) | Some(FOLLOWER)) {
                 continue;
             }
