@@ -293,9 +293,7 @@ impl Node {
     /// groups whose release did not reach Redis: a lease this node held there
     /// runs out on its own, within its ttl.
     pub async fn shutdown(&self) -> Vec<String> {
-        let unreleased = self.campaigns.shutdown().await;
-        self.publish_groups();
-        unreleased
+        self.campaigns.shutdown().await
     }
 
     /// Shuts down, stops the loops and removes the node from the registry at
