@@ -28,11 +28,35 @@ enum Command {
     Agent(leasehold_agent::AgentArgs),
     /// Reflect Redis state into LeaderGroups and pod labels (in the cluster).
     Controller(leasehold_kube::run::ControllerArgs),
+    /// Internal: the agent runs its exec-mode command under this guard, so
+    /// nothing of the command's process tree outlives the agent.
+    #[command(name = leasehold_agent::exec_guard::SUBCOMMAND, hide = true)]
+    ExecGuard {
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    // The guard waits for signals with them blocked on its one thread, so it
+    // runs before any runtime thread exists that a signal could land on.
+    if let Command::ExecGuard { command } = &cli.command {
+        return std::process::ExitCode::from(leasehold_agent::exec_guard::run(command));
+    }
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(run(cli)),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> std::process::ExitCode {
     // Long-running jobs log what they do; one-shot commands only problems.
     let quiet = !matches!(cli.command, Command::Controller(_) | Command::Agent(_));
     leasehold_daemon::init_logging(if quiet { "warn" } else { "info" });
@@ -47,6 +71,7 @@ async fn main() -> std::process::ExitCode {
             Ok(code) => return std::process::ExitCode::from(code),
             Err(e) => Err(e.to_string()),
         },
+        Command::ExecGuard { .. } => unreachable!("handled before logging starts"),
         Command::Crdgen => leasehold_kube::crd::crd_yaml()
             .map(|yaml| print!("{yaml}"))
             .map_err(|e| e.to_string()),

@@ -410,6 +410,192 @@ async fn exec_mode_runs_the_command_only_while_leading_and_never_twice() {
     let _ = std::fs::remove_file(&log);
 }
 
+/// `(pid, ppid, state)` of every process in `/proc`.
+fn processes() -> Vec<(u32, u32, char)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| {
+            let pid: u32 = e.ok()?.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            let mut f = stat.rsplit_once(')')?.1.split_whitespace();
+            let state = f.next()?.chars().next()?;
+            Some((pid, f.next()?.parse().ok()?, state))
+        })
+        .collect()
+}
+
+/// Every descendant of `root` (not `root` itself).
+fn descendants(root: u32) -> Vec<(u32, char)> {
+    let table = processes();
+    let mut found = Vec::new();
+    let mut parents = vec![root];
+    while let Some(parent) = parents.pop() {
+        for &(pid, ppid, state) in &table {
+            if ppid == parent {
+                found.push((pid, state));
+                parents.push(pid);
+            }
+        }
+    }
+    found
+}
+
+fn pid_in(file: &std::path::Path) -> Option<u32> {
+    std::fs::read_to_string(file).ok()?.trim().parse().ok()
+}
+
+/// The agent's flags for exec mode at the test timings, running `script`
+/// with `sh -c`.
+fn exec_args(id: &str, url: &str, port: u16, script: &str) -> Vec<String> {
+    let mut a = args(id, url, port, GROUP);
+    a.extend(["--grace-period-ms".into(), "300".into()]);
+    a.extend(["--".into(), "sh".into(), "-c".into(), script.into()]);
+    a
+}
+
+/// A SIGKILLed agent takes the command's whole tree with it: the shell's
+/// own children and a daemon that left its process group with `setsid`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_of_the_commands_tree_outlives_a_killed_agent() {
+    let redis = RedisServer::start();
+    let dir = std::env::temp_dir().join(format!("leasehold-tree-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (child, daemon) = (dir.join("child"), dir.join("daemon"));
+    let script = format!(
+        "setsid sleep 301 & echo $! > {daemon}; sleep 302 & echo $! > {child}; wait",
+        daemon = daemon.display(),
+        child = child.display()
+    );
+    let port = free_port();
+    let mut agent = Agent::start("t/a", port, exec_args("t/a", &redis.url(), port, &script)).await;
+    support::eventually(
+        Duration::from_secs(3),
+        "the command started both processes",
+        || pid_in(&child).is_some() && pid_in(&daemon).is_some(),
+    )
+    .await;
+    let (child, daemon) = (pid_in(&child).unwrap(), pid_in(&daemon).unwrap());
+    assert!(alive(child) && alive(daemon));
+
+    agent.signal("-KILL");
+    assert!(agent.exited_within(Duration::from_secs(1)).await.is_some());
+    support::eventually(
+        Duration::from_millis(4 * RETRY_MS),
+        "the command's tree died with the agent",
+        || !alive(child) && !alive(daemon),
+    )
+    .await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Timings adopted from the LeaderGroup that leave less room than the grace
+/// period shorten it: the command runs all through the term instead of
+/// never starting (ttl 2000 ms against the default grace of 5000 ms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn adopted_timings_shorten_the_grace_period_instead_of_stopping_the_command() {
+    let redis = RedisServer::start();
+    // The group's own timings, as the controller writes them from the
+    // LeaderGroup: ttl 2000, renew 1500, retry 200.
+    let adopted = leasehold_engine::config::ElectionConfig {
+        ttl_ms: 2000,
+        renew_interval_ms: 1500,
+        retry_interval_ms: 200,
+    };
+    redis
+        .store()
+        .write_group_config(&format!("t/{GROUP}"), &adopted)
+        .await
+        .unwrap();
+    let log = std::env::temp_dir().join(format!("leasehold-adopt-{}.log", std::process::id()));
+    let _ = std::fs::remove_file(&log);
+    let script = format!(
+        "echo \"start $LEASEHOLD_NODE_ID $LEASEHOLD_TERM $(date +%s%N) $$\" >> {log}; \
+         trap 'echo \"stop $LEASEHOLD_NODE_ID $LEASEHOLD_TERM $(date +%s%N)\" >> {log}; exit 0' TERM; \
+         while :; do sleep 0.01 2>/dev/null; done",
+        log = log.display()
+    );
+    // The flags' timings (ttl 15 s) leave room for the default grace period.
+    let port = free_port();
+    let mut a = args("t/a", &redis.url(), port, GROUP);
+    let ttl = a.iter().position(|x| x == "--ttl-ms").unwrap() + 1;
+    a[ttl] = "15000".into();
+    a.extend(["--".into(), "sh".into(), "-c".into(), script]);
+    let agent = Agent::start("t/a", port, a).await;
+    wait_for_line(&log, "start", "t/a", 1, Duration::from_secs(3)).await;
+    // Three renewal cycles of the adopted timings under one term.
+    tokio::time::sleep(Duration::from_millis(3 * adopted.ttl_ms)).await;
+    let lines = read_log(&log);
+    assert!(agent.leads(GROUP).await);
+    assert_eq!(
+        lines.len(),
+        1,
+        "the command should have started once and kept running: {lines:?}"
+    );
+    let pttl: i64 = redis
+        .cli(&["PTTL", &format!("lh:g:{{t/{GROUP}}}:lease")])
+        .parse()
+        .unwrap();
+    assert!(
+        pttl <= adopted.ttl_ms as i64,
+        "the agent did not adopt the group's timings (lease pttl {pttl} ms)"
+    );
+    drop(agent);
+    let _ = std::fs::remove_file(&log);
+}
+
+/// As PID 1 of its PID namespace (a container's entrypoint), the agent
+/// leaves no zombie behind: not of the command's tree, not of a process
+/// entered into the namespace from outside (as `kubectl exec` does).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn as_pid_one_the_agent_reaps_orphans() {
+    // SAFETY: plain syscall.
+    if unsafe { libc::geteuid() } != 0 {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must run this test as root (it needs a PID namespace)"
+        );
+        eprintln!("skipped: a PID namespace needs root");
+        return;
+    }
+    let redis = RedisServer::start();
+    // The command leaves an orphan that exits 200 ms later.
+    let script = "(sleep 0.2 &); exec sleep 300";
+    let port = free_port();
+    let agent = Agent::start_under(
+        &["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"],
+        "t/a",
+        port,
+        exec_args("t/a", &redis.url(), port, script),
+    )
+    .await;
+    support::eventually_async(Duration::from_secs(3), "leading", || agent.leads(GROUP)).await;
+    let unshare = agent.pid();
+    let pid_one = descendants(unshare)
+        .first()
+        .map(|(pid, _)| *pid)
+        .expect("the agent under unshare");
+    // A process entered into the namespace from outside leaves an orphan
+    // too; it is re-parented to the agent.
+    let entered = std::process::Command::new("nsenter")
+        .args(["--target", &pid_one.to_string(), "--pid", "--"])
+        .args(["sh", "-c", "sleep 0.2 & exit 0"])
+        .status()
+        .unwrap();
+    assert!(entered.success());
+    // The orphans have exited after 200 ms; give the reaping two sweeps.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let tree = descendants(pid_one);
+    assert!(
+        tree.iter().all(|(_, state)| *state != 'Z'),
+        "zombies under the agent (PID 1 of its namespace): {tree:?}"
+    );
+    assert!(
+        tree.iter().any(|(_, state)| *state != 'Z'),
+        "the command should still run: {tree:?}"
+    );
+    drop(agent);
+}
+
 #[test]
 fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
     let redis = RedisServer::start();

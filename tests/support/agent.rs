@@ -63,7 +63,22 @@ impl Agent {
     /// Starts an agent with these flags (see [`args`]) and waits until its
     /// API answers.
     pub async fn start(id: &str, port: u16, args: Vec<String>) -> Self {
-        let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        Self::start_under(&[], id, port, args).await
+    }
+
+    /// Like [`Agent::start`], with the binary run by `wrapper` (for example
+    /// `unshare --pid --fork`): the process kept is the wrapper's.
+    pub async fn start_under(wrapper: &[&str], id: &str, port: u16, args: Vec<String>) -> Self {
+        let binary = env!("CARGO_BIN_EXE_leasehold");
+        let mut command = match wrapper.split_first() {
+            Some((program, rest)) => {
+                let mut c = Command::new(program);
+                c.args(rest).arg(binary);
+                c
+            }
+            None => Command::new(binary),
+        };
+        let child = command
             .args(&args)
             .env("RUST_LOG", "error")
             .stdin(Stdio::null())

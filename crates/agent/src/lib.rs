@@ -32,6 +32,12 @@ use leasehold_engine::{Event, Group, Node, NodeOptions};
 
 pub use api::{GroupView, InboxView, Status};
 
+/// The exec guard, run by the `leasehold` binary as its hidden
+/// `exec-guard` subcommand (see `exec::guard`).
+pub mod exec_guard {
+    pub use crate::exec::guard::{run, SUBCOMMAND};
+}
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct AgentArgs {
     #[command(flatten)]
@@ -148,13 +154,12 @@ impl Settings {
             exec::check_program(&args.command[0]).map_err(|e| FlagError::worded("COMMAND", e))?;
             // The command is stopped once less than the grace period is left
             // on the lease; a healthy renewal cycle, even one slow by a retry
-            // interval, must never get there.
-            let room = election
-                .ttl_ms
-                .saturating_sub(election.renew_interval_ms + election.retry_interval_ms);
-            if args.grace_period_ms >= room {
+            // interval, must never get there. (Timings adopted later from the
+            // LeaderGroup shorten the grace period instead: see `exec`.)
+            let room = exec::grace_room(&election).as_millis();
+            if u128::from(args.grace_period_ms) > room {
                 return Err(FlagError::worded("--grace-period-ms", format!(
-                    "--grace-period-ms = {} is too long for these timings: exec mode needs it below ttl - renew interval - retry interval = {room} ms",
+                    "--grace-period-ms = {} is too long for these timings: exec mode needs at most ttl - renew interval - retry interval - 40 ms = {room} ms",
                     args.grace_period_ms
                 )));
             }
@@ -250,6 +255,8 @@ struct Agent {
     role_files: Option<role_file::RoleFiles>,
     role_watchers: Option<tokio::task::JoinSet<()>>,
     command: Option<exec::Exec>,
+    /// Reaps orphans when the agent is PID 1 of its namespace.
+    reaper: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Agent {
@@ -320,6 +327,8 @@ impl Agent {
             },
         ));
         let role_watchers = role_files.as_ref().map(|files| files.watch(&groups));
+        let own_children = exec::reaper::OwnChildren::default();
+        let reaper = exec::reaper::start_if_pid_one(own_children.clone());
         let command = (!settings.command.is_empty()).then(|| {
             let (name, group) = &groups[0];
             exec::Exec::spawn(
@@ -328,6 +337,7 @@ impl Agent {
                 group.clone(),
                 settings.node_id.clone(),
                 settings.grace,
+                own_children,
             )
         });
         tracing::info!(
@@ -351,6 +361,7 @@ impl Agent {
             role_files,
             role_watchers,
             command,
+            reaper,
         })
     }
 
@@ -396,6 +407,9 @@ impl Agent {
     async fn stop(self, exit: Exit) -> Result<u8, AgentError> {
         if let Some(command) = self.command {
             command.stop().await;
+        }
+        if let Some(reaper) = self.reaper {
+            reaper.abort();
         }
         let _ = self.stop_server.send(());
         let _ = self.server.await;

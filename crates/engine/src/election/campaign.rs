@@ -105,7 +105,11 @@ impl Campaign {
     fn set_lease(&self, st: &mut State, leading: Option<(u64, Instant)>, held: Option<u64>) {
         st.leading = leading;
         st.held = held;
-        *crate::locked(&self.lease) = LocalLease { leading, held };
+        *crate::locked(&self.lease) = LocalLease {
+            leading,
+            held,
+            timings: self.config,
+        };
         if let Some((term, _)) = leading {
             self.set_role(Role::Leader { term });
         }
@@ -424,6 +428,7 @@ impl Campaign {
         if let Some(config) = config.filter(|c| *c != self.config) {
             tracing::info!(?config, "group timings changed in redis");
             self.config = config;
+            crate::locked(&self.lease).timings = config;
         }
     }
 

@@ -40,13 +40,16 @@ pub enum Role {
 }
 
 /// The local view of a held lease, shared with [`Group::leader_term`].
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub(crate) struct LocalLease {
     /// `(term, valid_until)` while this node leads.
     pub leading: Option<(u64, Instant)>,
     /// The term of a lease this node may still hold in Redis, leading or not
     /// (after a fail-safe demotion): what a shutdown must release.
     pub held: Option<u64>,
+    /// The timings the campaign runs with now: those it joined with, or the
+    /// group's own once adopted from Redis.
+    pub timings: ElectionConfig,
 }
 
 /// A handle on one joined group: watch the role, or ask right now whether
@@ -102,6 +105,14 @@ impl Group {
     pub fn is_leader(&self) -> bool {
         self.leader_term().is_some()
     }
+
+    /// The timings this node campaigns with right now. They start as the
+    /// ones it joined with and change when the group's own timings are
+    /// adopted from Redis (`Store::write_group_config`), so work tied to the
+    /// lease (exec mode's stop deadline) must read them here, not keep a copy.
+    pub fn timings(&self) -> ElectionConfig {
+        crate::locked(&self.lease).timings
+    }
 }
 
 struct Entry {
@@ -155,7 +166,11 @@ impl Campaigns {
         let keys = self.shared.store.keys().group(name);
         let wake = self.wake.add(&keys.released);
         let (role_tx, role_rx) = watch::channel(Role::Candidate);
-        let lease = Arc::new(Mutex::new(LocalLease::default()));
+        let lease = Arc::new(Mutex::new(LocalLease {
+            leading: None,
+            held: None,
+            timings: config,
+        }));
         let (commands, commands_rx) = mpsc::channel(8);
         let campaign = Campaign {
             group: name.to_owned(),
