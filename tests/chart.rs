@@ -45,10 +45,24 @@ fn template(helm: &Path, sets: &[&str]) -> Result<String, String> {
 
 /// `helm template` as for a cluster of `kube_version`.
 fn template_for(helm: &Path, kube_version: Option<&str>, sets: &[&str]) -> Result<String, String> {
+    template_on(helm, kube_version, &[], sets)
+}
+
+/// `helm template` as for a cluster of `kube_version` whose API server also
+/// serves `api_versions` (`--api-versions`, e.g. `group/version/Kind`).
+fn template_on(
+    helm: &Path,
+    kube_version: Option<&str>,
+    api_versions: &[&str],
+    sets: &[&str],
+) -> Result<String, String> {
     let mut cmd = Command::new(helm);
     cmd.args(["template", "rel", CHART, "--namespace", "ops"]);
     if let Some(v) = kube_version {
         cmd.args(["--kube-version", v]);
+    }
+    for a in api_versions {
+        cmd.args(["--api-versions", a]);
     }
     for s in sets {
         cmd.args(["--set", s]);
@@ -145,6 +159,8 @@ fn lint_passes_with_the_defaults_and_with_each_option_set() {
         &["redis.existingSecret=redis-auth", "redis.caSecret=redis-ca"],
         &["replicaCount=1", "podAntiAffinity=hard"],
         &["rbac.create=false", "serviceAccount.create=false"],
+        &["admissionPolicy.enabled=false"],
+        &["admissionPolicy.allowedLabelKeys={leasehold.dev/role,example.com/leader}"],
     ];
     for sets in variants {
         let mut cmd = Command::new(&helm);
@@ -326,6 +342,22 @@ fn bad_values_are_refused_with_the_key_named() {
         (&["redis.url="], "set redis.url"),
         (&["watchNamespace=Team_A"], "watchNamespace"),
         (
+            &["admissionPolicy.enabled=maybe"],
+            "admissionPolicy.enabled",
+        ),
+        (
+            &["admissionPolicy.allowedLabelKeys={Not A Key}"],
+            "admissionPolicy.allowedLabelKeys",
+        ),
+        (
+            &["admissionPolicy.allowedLabelKeys=leasehold.dev/role"],
+            "admissionPolicy.allowedLabelKeys",
+        ),
+        (
+            &["admissionPolicy.allowedLabelKeys=null"],
+            "allowedLabelKeys is required",
+        ),
+        (
             &[
                 "metrics.service.enabled=false",
                 "metrics.serviceMonitor.enabled=true",
@@ -414,4 +446,172 @@ fn the_chart_renders_for_every_kubernetes_version_it_admits() {
     }
     let refused = template_for(&helm, Some("1.19.0"), &[]).unwrap_err();
     assert!(refused.contains("kubeVersion"), "{refused}");
+}
+
+/// What `--api-versions` names for a cluster serving the GA admission policy
+/// API (Kubernetes 1.30 on), and the beta one (1.28-1.29, when turned on).
+const VAP_V1: &str = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy";
+const VAP_V1BETA1: &str = "admissionregistration.k8s.io/v1beta1/ValidatingAdmissionPolicy";
+
+fn admission_policy(docs: &[Value]) -> (&Value, &Value) {
+    (
+        one(docs, "ValidatingAdmissionPolicy"),
+        one(docs, "ValidatingAdmissionPolicyBinding"),
+    )
+}
+
+/// The CEL expression of the policy's variable `name`.
+fn variable<'a>(policy: &'a Value, name: &str) -> &'a str {
+    policy["spec"]["variables"]
+        .as_sequence()
+        .expect("variables")
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no variable {name}"))["expression"]
+        .as_str()
+        .unwrap()
+}
+
+#[test]
+fn the_admission_policy_holds_the_controller_to_the_role_label() {
+    let Some(helm) = helm_or_skip("admission policy") else {
+        return;
+    };
+    let docs_ = docs(&template_on(&helm, None, &[VAP_V1], &[]).unwrap());
+    let (policy, binding) = admission_policy(&docs_);
+    let sa = one(&docs_, "ServiceAccount");
+    for o in [policy, binding] {
+        assert_eq!(o["apiVersion"], "admissionregistration.k8s.io/v1");
+        assert!(o["metadata"]["namespace"].is_null(), "cluster-scoped");
+    }
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    // Pod updates (a patch is an UPDATE) by the controller's ServiceAccount only.
+    let rules = spec["matchConstraints"]["resourceRules"]
+        .as_sequence()
+        .unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(strings(&rules[0]["apiGroups"]), [""]);
+    assert_eq!(strings(&rules[0]["resources"]), ["pods"]);
+    assert_eq!(strings(&rules[0]["operations"]), ["UPDATE"]);
+    let conditions = spec["matchConditions"].as_sequence().unwrap();
+    assert_eq!(conditions.len(), 1);
+    assert_eq!(
+        conditions[0]["expression"].as_str().unwrap(),
+        format!(
+            "request.userInfo.username == 'system:serviceaccount:ops:{}'",
+            sa["metadata"]["name"].as_str().unwrap()
+        )
+    );
+    // Only the role label may change; the rest of metadata is compared
+    // except what the API server itself rewrites.
+    assert_eq!(
+        variable(policy, "allowedLabelKeys"),
+        r#"["leasehold.dev/role"]"#
+    );
+    assert_eq!(
+        variable(policy, "metadataNotCompared"),
+        "['labels', 'resourceVersion', 'managedFields', 'generation']"
+    );
+    let validations = spec["validations"].as_sequence().unwrap();
+    assert_eq!(validations.len(), 3);
+    for v in validations {
+        assert!(v["message"].is_string(), "{v:?}");
+        assert_eq!(v["reason"], "Forbidden");
+    }
+    let cel: Vec<&str> = validations
+        .iter()
+        .map(|v| v["expression"].as_str().unwrap())
+        .collect();
+    assert!(cel[0].contains("oldObject"), "{}", cel[0]);
+    assert!(
+        cel[1].contains("variables.metadataNotCompared"),
+        "{}",
+        cel[1]
+    );
+    assert!(cel[2].contains("variables.allowedLabelKeys"), "{}", cel[2]);
+    // Bound to the policy, refusing, cluster-wide.
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(strings(&binding["spec"]["validationActions"]), ["Deny"]);
+    assert!(binding["spec"]["matchResources"].is_null());
+
+    // More keys for LeaderGroups with their own roleLabel; a named account.
+    let docs_ = docs(
+        &template_on(
+            &helm,
+            None,
+            &[VAP_V1],
+            &[
+                "admissionPolicy.allowedLabelKeys={leasehold.dev/role,example.com/leader}",
+                "serviceAccount.name=mine",
+            ],
+        )
+        .unwrap(),
+    );
+    let (policy, _) = admission_policy(&docs_);
+    assert_eq!(
+        variable(policy, "allowedLabelKeys"),
+        r#"["leasehold.dev/role","example.com/leader"]"#
+    );
+    assert_eq!(
+        policy["spec"]["matchConditions"][0]["expression"],
+        "request.userInfo.username == 'system:serviceaccount:ops:mine'"
+    );
+
+    // v1beta1 where only that is served (1.28-1.29); v1 wins when both are.
+    for (served, expected) in [
+        (&[VAP_V1BETA1][..], "admissionregistration.k8s.io/v1beta1"),
+        (
+            &[VAP_V1BETA1, VAP_V1][..],
+            "admissionregistration.k8s.io/v1",
+        ),
+    ] {
+        let docs_ = docs(&template_on(&helm, Some("1.29.0"), served, &[]).unwrap());
+        let (policy, binding) = admission_policy(&docs_);
+        assert_eq!(policy["apiVersion"], expected, "{served:?}");
+        assert_eq!(binding["apiVersion"], expected, "{served:?}");
+    }
+}
+
+#[test]
+fn no_admission_policy_without_the_api_or_when_disabled() {
+    let Some(helm) = helm_or_skip("no admission policy") else {
+        return;
+    };
+    let none = |rendered: Result<String, String>| {
+        let docs = docs(&rendered.unwrap());
+        assert!(kind(&docs, "ValidatingAdmissionPolicy").is_empty());
+        assert!(kind(&docs, "ValidatingAdmissionPolicyBinding").is_empty());
+        // The rest of the chart is there all the same.
+        one(&docs, "ClusterRole");
+    };
+    // An API server without the API (1.27): nothing, and no error.
+    none(template_for(&helm, Some("1.27.0"), &[]));
+    // Turned off, on a cluster that has it.
+    none(template_on(
+        &helm,
+        None,
+        &[VAP_V1],
+        &["admissionPolicy.enabled=false"],
+    ));
+}
+
+#[test]
+fn namespaced_mode_scopes_the_admission_policy_to_that_namespace() {
+    let Some(helm) = helm_or_skip("namespaced admission policy") else {
+        return;
+    };
+    let docs = docs(&template_on(&helm, None, &[VAP_V1], &["watchNamespace=team-a"]).unwrap());
+    let (policy, binding) = admission_policy(&docs);
+    assert!(policy["metadata"]["namespace"].is_null());
+    assert_eq!(
+        binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
+            ["kubernetes.io/metadata.name"],
+        "team-a"
+    );
+    // The account is still the one in the release namespace.
+    assert_eq!(
+        policy["spec"]["matchConditions"][0]["expression"],
+        "request.userInfo.username == 'system:serviceaccount:ops:rel-leasehold'"
+    );
 }

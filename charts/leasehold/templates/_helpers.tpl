@@ -47,3 +47,21 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- fail "redis: set redis.url to your Redis (redis://host:6379), or redis.deploy=true for a throwaway one" }}
 {{- end }}
 {{- end }}
+
+{{/*
+The apiVersion of ValidatingAdmissionPolicy the API server serves: v1 (GA in
+Kubernetes 1.30), else v1beta1 (1.28-1.29, where the cluster turned it on),
+else empty: the admission policy is then not rendered.
+*/}}
+{{- define "leasehold.admissionPolicyApiVersion" -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" }}
+{{- "admissionregistration.k8s.io/v1" }}
+{{- else if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1beta1/ValidatingAdmissionPolicy" }}
+{{- "admissionregistration.k8s.io/v1beta1" }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the (cluster-scoped) admission policy and its binding: the release namespace is in it, so releases of the same name in two namespaces do not collide. */}}
+{{- define "leasehold.admissionPolicyName" -}}
+{{- printf "%s-%s-pod-labels" (include "leasehold.fullname" .) .Release.Namespace }}
+{{- end }}
