@@ -809,3 +809,51 @@ async fn publish_and_subscribe_fail_while_redis_is_unreachable() {
     assert_eq!(next_msg(&mut rx).await.payload, b"back");
     a.close().await.unwrap();
 }
+
+/// An application that stops draining its inbox still steps down when the
+/// controller asks: engine commands travel in a stream of their own, which
+/// the reader keeps reading while the application's buffer is full, and
+/// which the inbox limit never trims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_down_is_not_held_up_by_an_undrained_inbox() {
+    let redis = RedisServer::start();
+    let cfg = support::fast();
+    let stalled = node_with(
+        &redis.url(),
+        "test/stalled",
+        support::node_config(),
+        InboxConfig::with_max_length(50),
+    )
+    .await;
+    // Taken and never read: the application has stopped draining.
+    let _inbox = stalled.inbox().unwrap();
+    let group = stalled.join("test/group", cfg).unwrap();
+    support::eventually(Duration::from_secs(3), "it leads", || group.is_leader()).await;
+    let controller = node(&redis, "test/controller").await;
+    // More than the reader's buffer and the inbox's limit together.
+    let n = leasehold_engine::config::INBOX_BUFFER as u64 + 50 + 20;
+    for i in 0..n {
+        controller
+            .send("test/stalled", format!("m{i}").as_bytes())
+            .await
+            .unwrap();
+    }
+    support::eventually_async(Duration::from_secs(3), "the buffer filled up", || async {
+        let (backlog, dropped) = redis.store().inbox_state("test/stalled").await.unwrap();
+        backlog == 50 && dropped > 0
+    })
+    .await;
+    controller
+        .ask_to_step_down("test/stalled", "test/group")
+        .await
+        .unwrap();
+    // Read within one stalled read (100 ms), plus a retry interval of margin.
+    support::eventually(
+        Duration::from_millis(100) + cfg.retry_interval() * 2,
+        "the stalled node stepped down",
+        || support::role(&group) == leasehold_engine::Role::Abstaining,
+    )
+    .await;
+    stalled.close().await.unwrap();
+    controller.close().await.unwrap();
+}

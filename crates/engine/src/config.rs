@@ -75,6 +75,11 @@ pub const INBOX_BLOCK: Duration = Duration::from_secs(30);
 /// backlog this often to report lag.
 pub const LAG_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
+/// Most unread commands a node's command stream keeps (the oldest go first).
+/// Commands are rare (a step-down per request) and read at once, even while
+/// the application's inbox is full. publish.lua carries the same number.
+pub const COMMANDS_MAX: u64 = 100;
+
 /// Most messages one publish script carries (see `inbox::publisher`).
 pub const PUBLISH_BATCH: usize = 128;
 

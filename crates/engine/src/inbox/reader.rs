@@ -4,8 +4,11 @@
 //! It only reads as many entries as the local buffer has room for, so a slow
 //! consumer's backlog stays in Redis (where it is bounded and counted), and
 //! after handing entries over it trims them from the stream: the stream is
-//! exactly the unread backlog. While the buffer is full it re-checks the
-//! backlog every [`LAG_CHECK_INTERVAL`] to report lag.
+//! exactly the unread backlog. The same read takes the node's command
+//! stream (engine commands such as a step-down), and while the buffer is
+//! full it keeps reading commands, with a short block, and re-checks the
+//! backlog every [`LAG_CHECK_INTERVAL`] to report lag: an application that
+//! stops draining its inbox still steps down when the controller asks.
 //!
 //! [`Inbox`]: super::Inbox
 
@@ -110,7 +113,9 @@ impl Watch {
 pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc::Sender<Delivery>) {
     let store: &Store = &shared.store;
     let inbox = store.keys().inbox(&shared.id);
+    let commands = store.keys().commands(&shared.id);
     let mut after = "0-0".to_owned();
+    let mut after_command = "0-0".to_owned();
     let mut conn = None;
     let mut backoff = Backoff::default();
     let mut watch = Watch {
@@ -120,19 +125,8 @@ pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc:
     };
     let buffered = |tx: &mpsc::Sender<Delivery>| (INBOX_BUFFER - tx.capacity()) as u64;
     loop {
-        // Read only what the buffer can take; while it is full, watch the backlog.
-        while tx.capacity() == 0 {
-            tokio::select! {
-                permit = tx.reserve() => match permit {
-                    Ok(permit) => drop(permit),
-                    Err(_) => return,
-                },
-                _ = tokio::time::sleep(LAG_CHECK_INTERVAL) => {
-                    if let Ok((backlog, dropped)) = bounded(LAG_CHECK_INTERVAL * 10, store.inbox_state(&shared.id)).await {
-                        watch.observe(&shared, backlog + buffered(&tx), dropped);
-                    }
-                }
-            }
+        if tx.is_closed() {
+            return;
         }
         if conn.is_none() {
             match bounded(INBOX_BLOCK, store.reader_connection()).await {
@@ -145,11 +139,23 @@ pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc:
             }
         }
         let Some(c) = conn.as_mut() else { continue };
+        // With the buffer full, read commands only, and come back soon to
+        // see whether the consumer made room (and to report lag).
         let room = tx.capacity().min(INBOX_BATCH);
-        let block_ms = INBOX_BLOCK.as_millis() as u64;
+        let full = room == 0;
+        let block = if full {
+            LAG_CHECK_INTERVAL
+        } else {
+            INBOX_BLOCK
+        };
+        let both = [
+            (commands.as_str(), after_command.as_str()),
+            (inbox.as_str(), after.as_str()),
+        ];
+        let streams = if full { &both[..1] } else { &both[..] };
         let read = bounded(
-            INBOX_BLOCK + Duration::from_secs(5),
-            Store::read_inbox(c, &inbox, &after, room, block_ms),
+            block + Duration::from_secs(5),
+            Store::read_streams(c, streams, room.max(1), block.as_millis() as u64),
         )
         .await;
         let entries = match read {
@@ -162,10 +168,16 @@ pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc:
             }
         };
         backoff.reset();
-        let Some(last) = entries.last().map(|e| e.stream_id.clone()) else {
-            continue;
-        };
-        for e in entries {
+        let (mut read_commands, mut read_inbox) = (false, false);
+        for (stream, e) in entries {
+            let id = e.stream_id.clone();
+            if stream == 0 {
+                after_command = id;
+                read_commands = true;
+            } else {
+                after = id;
+                read_inbox = true;
+            }
             match entry(e) {
                 Entry::Deliver(d) => {
                     if tx.send(d).await.is_err() {
@@ -177,15 +189,32 @@ pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc:
                 }
             }
         }
-        after = last;
-        match bounded(
-            INBOX_BLOCK,
-            store.ack_inbox(&shared.id, &next_stream_id(&after)),
-        )
-        .await
-        {
-            Ok((backlog, dropped)) => watch.observe(&shared, backlog + buffered(&tx), dropped),
-            Err(e) => report(&shared, &e),
+        if read_commands {
+            if let Err(e) = bounded(
+                INBOX_BLOCK,
+                store.ack_commands(&shared.id, &next_stream_id(&after_command)),
+            )
+            .await
+            {
+                report(&shared, &e);
+            }
+        }
+        if read_inbox {
+            match bounded(
+                INBOX_BLOCK,
+                store.ack_inbox(&shared.id, &next_stream_id(&after)),
+            )
+            .await
+            {
+                Ok((backlog, dropped)) => watch.observe(&shared, backlog + buffered(&tx), dropped),
+                Err(e) => report(&shared, &e),
+            }
+        } else if full {
+            if let Ok((backlog, dropped)) =
+                bounded(LAG_CHECK_INTERVAL * 10, store.inbox_state(&shared.id)).await
+            {
+                watch.observe(&shared, backlog + buffered(&tx), dropped);
+            }
         }
     }
 }

@@ -40,6 +40,12 @@ impl Keys {
     pub fn inbox(&self, id: &str) -> String {
         format!("{}:node:{id}:inbox", self.prefix)
     }
+    /// Commands for the node's engine (a step-down from the controller), in
+    /// a stream of their own so they never wait behind, or are dropped for,
+    /// the application's unread messages.
+    pub fn commands(&self, id: &str) -> String {
+        format!("{}:node:{id}:commands", self.prefix)
+    }
     pub fn node_subs(&self, id: &str) -> String {
         format!("{}:node:{id}:subs", self.prefix)
     }

@@ -193,49 +193,60 @@ impl Store {
             .await?)
     }
 
-    /// Blocks up to `block_ms` for entries after `after` in `node`'s inbox.
-    pub(crate) async fn read_inbox(
+    /// Blocks up to `block_ms` for entries after the given ids in the given
+    /// streams (`(key, after)`); each entry comes with the index of its stream.
+    pub(crate) async fn read_streams(
         conn: &mut MultiplexedConnection,
-        inbox: &str,
-        after: &str,
+        streams: &[(&str, &str)],
         count: usize,
         block_ms: u64,
-    ) -> Result<Vec<InboxEntry>, StoreError> {
+    ) -> Result<Vec<(usize, InboxEntry)>, StoreError> {
         // Parsed by hand from the raw reply: the generic stream types build a
         // map per entry, which is most of the reader's cost at high rates.
-        let reply: Value = redis::cmd("XREAD")
+        let mut xread = redis::cmd("XREAD");
+        xread
             .arg("COUNT")
             .arg(count)
             .arg("BLOCK")
             .arg(block_ms)
-            .arg("STREAMS")
-            .arg(inbox)
-            .arg(after)
-            .query_async(conn)
-            .await?;
+            .arg("STREAMS");
+        for (key, _) in streams {
+            xread.arg(*key);
+        }
+        for (_, after) in streams {
+            xread.arg(*after);
+        }
+        let reply: Value = xread.query_async(conn).await?;
         let bad = |what: &str| StoreError::Reply(format!("XREAD reply: {what}"));
-        let streams = match reply {
+        let items = match reply {
             Value::Nil => return Ok(Vec::new()),
             Value::Array(streams) => streams,
             // RESP3 answers with a map of stream name to entries.
-            Value::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+            Value::Map(pairs) => pairs
+                .into_iter()
+                .map(|(k, v)| Value::Array(vec![k, v]))
+                .collect(),
             _ => return Err(bad("not an array")),
         };
         let mut entries = Vec::new();
-        // Either [[name, entries]] (RESP2) or [name, entries] (flattened map).
-        let mut lists = Vec::new();
-        for item in streams {
-            match item {
-                Value::Array(mut pair) if pair.len() == 2 => lists.push(pair.remove(1)),
-                Value::Array(list) => lists.push(Value::Array(list)),
-                _ => {}
+        for item in items {
+            // [name, entries] per stream that has any.
+            let Value::Array(mut pair) = item else {
+                return Err(bad("stream"));
+            };
+            if pair.len() != 2 {
+                return Err(bad("stream shape"));
             }
-        }
-        for list in lists {
-            let Value::Array(items) = list else {
+            let list = pair.pop().expect("two items");
+            let name = as_string(&pair.pop().expect("two items"))?;
+            let index = streams
+                .iter()
+                .position(|(key, _)| *key == name)
+                .ok_or_else(|| bad("unknown stream"))?;
+            let Value::Array(list) = list else {
                 return Err(bad("entries"));
             };
-            for item in items {
+            for item in list {
                 let Value::Array(mut pair) = item else {
                     return Err(bad("entry"));
                 };
@@ -255,10 +266,25 @@ impl Store {
                 while let (Some(name), Some(value)) = (it.next(), it.next()) {
                     fields.push((into_bytes(name)?, into_bytes(value)?));
                 }
-                entries.push(InboxEntry { stream_id, fields });
+                entries.push((index, InboxEntry { stream_id, fields }));
             }
         }
         Ok(entries)
+    }
+
+    /// Trims a node's command stream below `first_unread`.
+    pub(crate) async fn ack_commands(
+        &self,
+        node: &str,
+        first_unread: &str,
+    ) -> Result<(), StoreError> {
+        let _: Value = redis::cmd("XTRIM")
+            .arg(self.keys.commands(node))
+            .arg("MINID")
+            .arg(first_unread)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(())
     }
 
     /// Trims the inbox below `first_unread`; returns (backlog, dropped so far).

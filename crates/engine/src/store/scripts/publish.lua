@@ -4,7 +4,9 @@
 -- clock, the pattern index, subscriber lookups) among messages.
 -- ARGV: prefix, sender, then per message 5 values:
 --       mode ("topic", "direct", or "command": a direct message the target
---       node's engine acts on itself), topic or target node id, payload,
+--       node's engine acts on itself, written to its command stream, which
+--       the application's inbox limit and drops never touch), topic or
+--       target node id, payload,
 --       "drop" or "refuse", retain ttl ms (-1: not retained, 0: no expiry)
 -- Returns per message two values: {message id, nodes reached}, or
 -- {-1, node id} when "refuse" met a full inbox (nothing written for that
@@ -87,13 +89,20 @@ for m = 3, #ARGV, 5 do
   local refused = nil
   if direct and #ids == 0 then
     refused = -2
+  elseif mode == 'command' then
+    -- The command stream has its own bound (COMMANDS_MAX below).
   elseif overflow == 'refuse' then
     for _, id in ipairs(ids) do
       if inbox[id][2] >= inbox[id][3] then refused = -1; target = id; break end
     end
   end
   local drops = {}
-  if not refused then
+  if refused then
+    -- nothing to account
+  elseif mode == 'command' then
+    accepted = accepted + 1
+    drops[1] = 0
+  else
     accepted = accepted + 1
     for i, id in ipairs(ids) do
       local box = inbox[id]
@@ -134,7 +143,11 @@ for n, d in ipairs(decided) do
     end
     for i, id in ipairs(ids) do
       local box = inbox[id]
-      if drops[i] > 0 then
+      if mode == 'command' then
+        -- config::COMMANDS_MAX
+        redis.call('XADD', prefix .. ':node:' .. id .. ':commands', 'MAXLEN', 100, '*',
+          'i', seq, 't', '', 'f', sender, 'p', payload, 'k', mode)
+      elseif drops[i] > 0 then
         -- Drop the oldest unread to make room: counted, never silent.
         redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', drops[i])
         redis.call('XADD', box[1], 'MAXLEN', box[3], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload, 'k', mode)

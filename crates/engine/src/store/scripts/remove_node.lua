@@ -15,7 +15,7 @@ local function remove_node(prefix, id)
     redis.call('SREM', prefix .. ':topic:' .. sub .. ':subs', id)
     forget_if_unused(prefix, sub)
   end
-  redis.call('DEL', node_key, subs_key, node_key .. ':inbox')
+  redis.call('DEL', node_key, subs_key, node_key .. ':inbox', node_key .. ':commands')
   redis.call('ZREM', prefix .. ':nodes', id)
   redis.call('HDEL', prefix .. ':limits', id)
 end
