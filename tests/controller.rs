@@ -38,6 +38,8 @@ fn group() -> LeaderGroup {
     g.metadata.namespace = Some("shop".into());
     g.metadata.uid = Some("uid-1".into());
     g.metadata.generation = Some(1);
+    // As the controller's first reconcile leaves it.
+    g.metadata.finalizers = Some(vec!["leasehold.dev/role-labels".into()]);
     g
 }
 
@@ -221,6 +223,79 @@ async fn first_election_labels_followers_then_the_leader_and_writes_status() {
     assert_eq!(
         redis.cli(&["HGET", "lh:g:{shop/web}:config", "ttlMs"]),
         "600"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// A group without the controller's finalizer gets it first, and nothing
+/// else is written in that pass (the patch brings the group back).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_group_gets_the_finalizer_first() {
+    let redis = RedisServer::start();
+    let s = setup(&redis, vec![pod_json("a", None)]).await;
+    let mut g = group();
+    g.metadata.finalizers = None;
+    reconcile(Arc::new(g), s.ctx.clone()).await.unwrap();
+    let w = writes(&s.seen);
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert!(
+        w[0].starts_with("PATCH /apis/leasehold.dev/v1alpha1/namespaces/shop/leadergroups/web ")
+            && w[0].contains(leasehold_kube::reconcile::FINALIZER),
+        "{w:#?}"
+    );
+}
+
+/// Deleting a LeaderGroup takes its role labels off the pods, the leader's
+/// first, and only then lets the group go (the finalizer is removed last):
+/// a leader Service stops routing to a pod that no longer leads anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_group_removes_its_role_labels_then_the_finalizer() {
+    let redis = RedisServer::start();
+    // The agents still run: b leads, a follows, as the labels say.
+    let (b, gb) = elect(&redis, "shop/b").await;
+    eventually(Duration::from_secs(3), "b leads", || gb.is_leader()).await;
+    let (a, ga) = elect(&redis, "shop/a").await;
+    eventually(Duration::from_secs(3), "a follows", || {
+        matches!(support::role(&ga), leasehold_engine::Role::Follower { .. })
+    })
+    .await;
+    let s = setup(
+        &redis,
+        vec![
+            pod_json("a", Some("follower")),
+            pod_json("b", Some("leader")),
+            pod_json("c", None),
+        ],
+    )
+    .await;
+    let mut g = group();
+    g.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::now(),
+    ));
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        reconcile(Arc::new(g), s.ctx.clone()),
+    )
+    .await
+    .expect("reconcile finished")
+    .expect("reconcile succeeded");
+    let w = writes(&s.seen);
+    assert_eq!(w.len(), 3, "{w:#?}");
+    assert!(
+        w[0].starts_with("PATCH /api/v1/namespaces/shop/pods/b ")
+            && w[0].contains(r#""leasehold.dev/role":null"#),
+        "{w:#?}"
+    );
+    assert!(
+        w[1].starts_with("PATCH /api/v1/namespaces/shop/pods/a ")
+            && w[1].contains(r#""leasehold.dev/role":null"#),
+        "{w:#?}"
+    );
+    assert!(
+        w[2].starts_with("PATCH /apis/leasehold.dev/v1alpha1/namespaces/shop/leadergroups/web ")
+            && w[2].contains("finalizers"),
+        "{w:#?}"
     );
     a.close().await.unwrap();
     b.close().await.unwrap();
@@ -532,6 +607,10 @@ fn cluster_with(
                     pod_json(p.rsplit('/').next().unwrap(), None)
                 }
                 (Method::PATCH, p) if p.ends_with("/status") => {
+                    serde_json::to_value(group()).unwrap()
+                }
+                // The finalizer added or removed.
+                (Method::PATCH, p) if p.contains("/leadergroups/") => {
                     serde_json::to_value(group()).unwrap()
                 }
                 (Method::POST, p) if p.contains("/events") => {

@@ -504,6 +504,46 @@ fn label_changes(
         .collect()
 }
 
+/// Rule: a deleted group takes its role label off every pod that carries it
+/// as `leader` or `follower`, except where another group of the namespace
+/// with the same label key selects the pod (that group's label, now). The
+/// leader's label goes first, so a leader Service stops routing at once.
+pub fn role_labels_to_remove(
+    group: &LeaderGroup,
+    pods: &[PodView],
+    others: &[OtherGroup],
+) -> Vec<LabelChange> {
+    let key = &group.spec.role_label;
+    let name = group.metadata.name.as_deref().unwrap_or_default();
+    let same_key: Vec<PodSelector> = others
+        .iter()
+        .filter(|o| o.role_label == *key && o.name != name)
+        .map(|o| PodSelector::new(&o.selector))
+        .collect();
+    let mut changes: Vec<LabelChange> = pods
+        .iter()
+        .filter(|pod| {
+            matches!(
+                pod.labels.get(key).map(String::as_str),
+                Some(LEADER | FOLLOWER)
+            )
+        })
+        .filter(|pod| !same_key.iter().any(|s| s.matches(&pod.labels)))
+        .map(|pod| LabelChange {
+            pod: pod.name.clone(),
+            key: key.clone(),
+            value: None,
+        })
+        .collect();
+    changes.sort_by_key(|c| {
+        let leader = pods
+            .iter()
+            .any(|p| p.name == c.pod && p.labels.get(key).map(String::as_str) == Some(LEADER));
+        !leader
+    });
+    changes
+}
+
 /// Rule: a change of holder is told by `LeaderLost` (a warning when nobody
 /// took over) and `LeaderElected` events.
 fn leader_change_events(

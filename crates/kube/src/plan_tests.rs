@@ -556,3 +556,37 @@ fn a_sweep_of_former_members_is_reported_once() {
     });
     assert!(!p.events.iter().any(|e| e.reason == "NodesSwept"));
 }
+
+#[test]
+fn a_deleted_group_takes_its_role_labels_off_leader_first() {
+    let g = group("web", spec(), None);
+    let mut other_app = pod("db-0", Some(LEADER));
+    other_app.labels.insert("app".into(), "db".into());
+    let mut custom = pod("c", None);
+    custom
+        .labels
+        .insert(DEFAULT_ROLE_LABEL.into(), "canary".into());
+    let pods = [
+        pod("a", Some(FOLLOWER)),
+        pod("b", Some(LEADER)),
+        pod("unlabelled", None),
+        custom,
+        other_app,
+    ];
+    // db-0 carries the key under another group of the same key: its label stays.
+    let others = [OtherGroup {
+        name: "db".into(),
+        role_label: DEFAULT_ROLE_LABEL.into(),
+        selector: LabelSelector {
+            match_labels: Some([("app".to_owned(), "db".to_owned())].into()),
+            match_expressions: None,
+        },
+    }];
+    assert_eq!(
+        role_labels_to_remove(&g, &pods, &others),
+        vec![change("b", None), change("a", None)],
+        "the leader's label first; values that are not ours and other groups' pods stay"
+    );
+    // Without the other group, db-0's label is a leftover of this one's key.
+    assert_eq!(role_labels_to_remove(&g, &pods, &[]).len(), 3);
+}

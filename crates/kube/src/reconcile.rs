@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::runtime::reflector::Store as Reflector;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
@@ -17,13 +18,20 @@ use serde_json::json;
 use crate::crd::LeaderGroup;
 use crate::event_log::EventLog;
 use crate::metrics::ControllerMetrics;
-use crate::plan::{plan, Observed, OtherGroup, Plan, PodView, StoreView};
+use crate::plan::{
+    plan, role_labels_to_remove, LabelChange, Observed, OtherGroup, Plan, PodView, StoreView,
+};
 use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::store::bounded;
 use leasehold_engine::{Group, Node};
 
 /// Field manager of every write, so server-side apply knows what is ours.
 pub const MANAGER: &str = "leasehold-controller";
+
+/// Finalizer on every LeaderGroup: its deletion waits until the controller
+/// has taken the group's role labels off its pods, so a leader Service does
+/// not keep routing to a pod that no longer leads anything.
+pub const FINALIZER: &str = "leasehold.dev/role-labels";
 
 /// How long one read of a group's Redis state may take.
 const STORE_READ: Duration = Duration::from_secs(2);
@@ -61,6 +69,14 @@ pub enum ReconcileError {
     },
     #[error("writing status: {0}")]
     Status(#[source] kube::Error),
+    #[error("{what} the finalizer {FINALIZER}: {source}")]
+    Finalizer {
+        what: &'static str,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("this replica stopped being the active one before the clean-up was done")]
+    NotActive,
 }
 
 impl ReconcileError {
@@ -71,6 +87,8 @@ impl ReconcileError {
             Self::ListPods { .. } => "list_pods",
             Self::LabelPod { .. } => "label_pod",
             Self::Status(_) => "status",
+            Self::Finalizer { .. } => "finalizer",
+            Self::NotActive => "not_active",
         }
     }
 }
@@ -110,8 +128,42 @@ pub async fn reconcile(
         return Ok(Action::requeue(ctx.resync));
     }
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let groups: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), &namespace);
+    finalizer(&groups, FINALIZER, group, |event| async {
+        match event {
+            Finalizer::Apply(group) => apply(group, &namespace, &ctx).await,
+            Finalizer::Cleanup(group) => clean_up(group, &namespace, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|e| match e {
+        kube::runtime::finalizer::Error::ApplyFailed(e)
+        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
+        kube::runtime::finalizer::Error::AddFinalizer(source) => ReconcileError::Finalizer {
+            what: "adding",
+            source,
+        },
+        kube::runtime::finalizer::Error::RemoveFinalizer(source) => ReconcileError::Finalizer {
+            what: "removing",
+            source,
+        },
+        // A named object from the API server, and a constant finalizer name.
+        other => ReconcileError::Finalizer {
+            what: "handling",
+            source: kube::Error::Service(other.to_string().into()),
+        },
+    })
+}
+
+/// A live group: read its world, plan, write.
+async fn apply(
+    group: Arc<LeaderGroup>,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<Action, ReconcileError> {
+    let namespace = namespace.to_owned();
     let redis_group = NamespacedName::new(&namespace, group.name_any()).to_string();
-    let world = World::read(&group, &namespace, &redis_group, &ctx).await?;
+    let world = World::read(&group, &namespace, &redis_group, ctx).await?;
     let plan = plan(&Observed {
         group: &group,
         pods: &world.pods,
@@ -120,8 +172,8 @@ pub async fn reconcile(
         swept: &world.swept,
         local_now_ms: wall_ms(),
     });
-    apply_to_redis(&plan, &redis_group, &ctx).await;
-    if !apply_labels(&plan, &namespace, &ctx).await? {
+    apply_to_redis(&plan, &redis_group, ctx).await;
+    if !apply_labels(&plan.labels, &namespace, ctx).await? {
         // No longer the active replica: the rest is the new one's to write.
         return Ok(Action::requeue(ctx.resync));
     }
@@ -130,11 +182,66 @@ pub async fn reconcile(
             tracing::warn!(%holder, error = %e, "could not send the step-down command");
         }
     }
-    record_events(&plan, &group, &ctx).await;
-    write_status(&plan, &group, &namespace, &ctx).await?;
+    record_events(&plan, &group, ctx).await;
+    write_status(&plan, &group, &namespace, ctx).await?;
     ctx.metrics
         .set_leader(redis_group, plan.status.leader.is_some());
     Ok(Action::requeue(ctx.resync))
+}
+
+/// A deleted group: its role labels come off its pods (see
+/// [`role_labels_to_remove`]); then the finalizer goes and the API server
+/// deletes the group. The group's keys in Redis are left to expire with
+/// their nodes: agents may still be campaigning.
+async fn clean_up(
+    group: Arc<LeaderGroup>,
+    namespace: &str,
+    ctx: &Context,
+) -> Result<Action, ReconcileError> {
+    let pods = list_pods(namespace, ctx).await?;
+    let others = other_groups(&group, namespace, ctx);
+    let changes = role_labels_to_remove(&group, &pods, &others);
+    if !apply_labels(&changes, namespace, ctx).await? {
+        // The finalizer must stay until the labels are off.
+        return Err(ReconcileError::NotActive);
+    }
+    tracing::info!(
+        removed = changes.len(),
+        "group deleted: role labels removed"
+    );
+    Ok(Action::await_change())
+}
+
+async fn list_pods(namespace: &str, ctx: &Context) -> Result<Vec<PodView>, ReconcileError> {
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(pods_api
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| ReconcileError::ListPods {
+            namespace: namespace.to_owned(),
+            source,
+        })?
+        .items
+        .iter()
+        .map(pod_view)
+        .collect())
+}
+
+/// The namespace's other groups, from the reflector; those being deleted
+/// no longer claim their pods.
+fn other_groups(group: &LeaderGroup, namespace: &str, ctx: &Context) -> Vec<OtherGroup> {
+    let name = group.name_any();
+    ctx.groups
+        .state()
+        .iter()
+        .filter(|g| g.namespace().as_deref() == Some(namespace) && g.name_any() != name)
+        .filter(|g| g.metadata.deletion_timestamp.is_none())
+        .map(|g| OtherGroup {
+            name: g.name_any(),
+            role_label: g.spec.role_label.clone(),
+            selector: g.spec.selector.clone(),
+        })
+        .collect()
 }
 
 /// What the plan needs, read from the API server, the reflector and Redis.
@@ -152,30 +259,8 @@ impl World {
         redis_group: &str,
         ctx: &Context,
     ) -> Result<Self, ReconcileError> {
-        let name = group.name_any();
-        let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-        let pods: Vec<PodView> = pods_api
-            .list(&ListParams::default())
-            .await
-            .map_err(|source| ReconcileError::ListPods {
-                namespace: namespace.to_owned(),
-                source,
-            })?
-            .items
-            .iter()
-            .map(pod_view)
-            .collect();
-        let others: Vec<OtherGroup> = ctx
-            .groups
-            .state()
-            .iter()
-            .filter(|g| g.namespace().as_deref() == Some(namespace) && g.name_any() != name)
-            .map(|g| OtherGroup {
-                name: g.name_any(),
-                role_label: g.spec.role_label.clone(),
-                selector: g.spec.selector.clone(),
-            })
-            .collect();
+        let pods = list_pods(namespace, ctx).await?;
+        let others = other_groups(group, namespace, ctx);
         let store = match bounded(STORE_READ, ctx.node.store().group_state(redis_group)).await {
             Ok(state) => StoreView::Available(state),
             Err(e) => StoreView::Unavailable(e.to_string()),
@@ -207,11 +292,15 @@ async fn apply_to_redis(plan: &Plan, redis_group: &str, ctx: &Context) {
     }
 }
 
-/// The label changes in the plan's order, stopping at the first failure
-/// or as soon as this replica no longer leads (then it returns false).
-async fn apply_labels(plan: &Plan, namespace: &str, ctx: &Context) -> Result<bool, ReconcileError> {
+/// The label changes in their order, stopping at the first failure or as
+/// soon as this replica no longer leads (then it returns false).
+async fn apply_labels(
+    changes: &[LabelChange],
+    namespace: &str,
+    ctx: &Context,
+) -> Result<bool, ReconcileError> {
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    for change in &plan.labels {
+    for change in changes {
         if !ctx.leadership.is_leader() {
             return Ok(false);
         }
@@ -274,8 +363,9 @@ pub fn error_policy(_group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<C
     match error {
         ReconcileError::NoNamespace => Action::await_change(),
         ReconcileError::LabelPod { .. } => Action::requeue(Duration::from_secs(1)),
-        ReconcileError::ListPods { .. } | ReconcileError::Status(_) => {
-            Action::requeue(Duration::from_secs(5))
-        }
+        ReconcileError::ListPods { .. }
+        | ReconcileError::Status(_)
+        | ReconcileError::Finalizer { .. } => Action::requeue(Duration::from_secs(5)),
+        ReconcileError::NotActive => Action::requeue(ctx.resync),
     }
 }
