@@ -813,3 +813,41 @@ async fn a_restored_term_lifts_the_current_lease_at_its_next_renewal() {
     assert_eq!(g.leader_term(), Some(42));
     n.close().await.unwrap();
 }
+
+/// A store first used on a Redis that has been up for longer than a ttl (a
+/// fresh install against a running Redis) hands out its first lease at once:
+/// the birth that holds leases back for one ttl is Redis's own start, which
+/// is what a restart that lost the data resets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fresh_store_on_a_running_redis_elects_at_once() {
+    let redis = RedisServer::start();
+    // Not the test preset: a store never used under this prefix.
+    redis.cli(&["DEL", "lh:born"]);
+    let cfg = ElectionConfig {
+        ttl_ms: 1000,
+        renew_interval_ms: 300,
+        retry_interval_ms: 100,
+    };
+    // Redis up for at least one ttl (its uptime counts whole seconds).
+    eventually(Duration::from_secs(3), "redis up for a second", || {
+        redis
+            .cli(&["INFO", "server"])
+            .lines()
+            .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .is_some_and(|up| up * 1000 >= cfg.ttl_ms)
+    })
+    .await;
+    let n = node(&redis, "test/first").await;
+    let joined = Instant::now();
+    let g = n.join(GROUP, cfg).unwrap();
+    // Before: about one ttl (1000 ms) after this first claim.
+    eventually(
+        Duration::from_millis(3 * cfg.retry_interval_ms),
+        "the first lease is handed out at once",
+        || g.is_leader(),
+    )
+    .await;
+    eprintln!("first lease after {:?}", joined.elapsed());
+    n.close().await.unwrap();
+}

@@ -18,14 +18,21 @@
 -- up to one ttl, and a second leader must not start meanwhile. Claims made
 -- in that time also lift the term counter to the highest term the
 -- claimants remember, so terms do not restart from 1 either.
+-- The birth recorded is Redis's own start (the latest its uptime allows),
+-- not the first claim: a leader that Redis forgot by restarting empty
+-- renewed before that start, so one ttl from it is enough; and a store
+-- first used on a Redis that has been up for longer than a ttl (a fresh
+-- install) hands out its first lease at once.
 local mine = ARGV[1] .. '#' .. ARGV[2] .. '#'
 local ttl = tonumber(ARGV[3])
 local seen = tonumber(ARGV[4])
 local now = now_ms()
 local born = tonumber(redis.call('GET', KEYS[5]) or '-1')
 if born < 0 then
-  born = now
-  redis.call('SET', KEYS[5], now)
+  local info = redis.call('INFO', 'server')
+  local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0')
+  born = now - uptime * 1000
+  redis.call('SET', KEYS[5], born)
 end
 local config = redis.call('HMGET', KEYS[4], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs')
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1])
