@@ -792,3 +792,105 @@ async fn idle_connections_are_closed_and_capped() {
     assert_eq!(get(port, "/healthz").await.0, 200);
     drop(agent);
 }
+
+/// One raw HTTP/1.1 request with extra header lines; the status code.
+async fn raw_status(port: u16, method: &str, path: &str, headers: &str) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut socket = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{headers}Content-Length: 0\r\nConnection: close\r\n\r\n"
+    );
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    socket.read_to_string(&mut answer).await.unwrap();
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line in {answer:?}"))
+}
+
+/// `--probe-listen` serves probes and metrics, and nothing that changes
+/// anything; on the API, a step-down that a browser sends (it carries
+/// `Origin`) is refused, so no web page can make a leader step down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn probes_are_exposed_without_step_down_and_browsers_cannot_step_down() {
+    let redis = RedisServer::start();
+    let (port, probes) = (free_port(), free_port());
+    let mut a = args("t/a", &redis.url(), port, GROUP);
+    a.extend(["--probe-listen".into(), format!("127.0.0.1:{probes}")]);
+    let agent = Agent::start("t/a", port, a).await;
+    support::eventually_async(Duration::from_secs(3), "leading", || agent.leads(GROUP)).await;
+    let step_down = format!("/v1/groups/{GROUP}/step-down");
+    assert_eq!(get(probes, "/healthz").await.0, 200);
+    assert_eq!(get(probes, "/readyz").await.0, 200);
+    let (code, metrics) = get(probes, "/metrics").await;
+    assert_eq!(code, 200);
+    assert!(metrics.contains("leasehold_"), "{metrics}");
+    assert_eq!(get(probes, "/v1/status").await.0, 404);
+    let (code, body) = post(probes, &step_down).await;
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("--probe-listen"), "{body}");
+    // A browser's cross-origin (or rebound-DNS) POST carries Origin.
+    let code = raw_status(port, "POST", &step_down, "Origin: http://evil.example\r\n").await;
+    assert_eq!(code, 403);
+    tokio::time::sleep(Duration::from_millis(2 * RETRY_MS)).await;
+    assert!(agent.leads(GROUP).await, "a refused step-down stepped down");
+    // A plain client still can.
+    assert_eq!(post(port, &step_down).await.0, 200);
+    assert!(!agent.leads(GROUP).await);
+    drop(agent);
+}
+
+/// Out of file descriptors, the accept loop waits between failed accepts
+/// instead of spinning a core, and the agent answers again once idle
+/// connections are closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_the_file_descriptor_limit_the_accept_loop_does_not_spin() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    // Room for the runtime, Redis connections and a few clients, not 60.
+    let agent = Agent::start_under(
+        &["prlimit", "--nofile=40:40", "--"],
+        "t/a",
+        port,
+        args("t/a", &redis.url(), port, GROUP),
+    )
+    .await;
+    let pid = agent.pid();
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let mut idle = Vec::new();
+    for _ in 0..60 {
+        idle.push(tokio::net::TcpStream::connect(addr).await.unwrap());
+    }
+    // CPU time (user + system, clock ticks) of the agent over 2 s.
+    let ticks = || -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let f: Vec<&str> = stat
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = ticks();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = ticks() - before;
+    // A spinning loop takes about 200 ticks (a whole core at 100 Hz).
+    assert!(
+        used < 40,
+        "the agent used {used} ticks in 2 s at its fd limit"
+    );
+    drop(idle);
+    support::eventually_async(
+        Duration::from_secs(12),
+        "the agent answers again",
+        || async { get(port, "/healthz").await.0 == 200 },
+    )
+    .await;
+    drop(agent);
+}

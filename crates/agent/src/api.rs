@@ -10,7 +10,7 @@ use std::sync::Arc;
 use serde::Serialize;
 
 use super::StepDown;
-use leasehold_daemon::http::Response;
+use leasehold_daemon::http::{Head, Response};
 use leasehold_daemon::metrics;
 use prometheus_client::registry::Registry;
 
@@ -115,10 +115,27 @@ fn error(status: u16, message: impl Into<String>) -> Response {
     json(status, &serde_json::json!({ "error": message.into() }))
 }
 
+/// Which endpoints a listener serves.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Surface {
+    /// Everything, step-down included (`--listen`, loopback by default).
+    Api,
+    /// `/healthz`, `/readyz` and `/metrics` only (`--probe-listen`), to be
+    /// reachable by the kubelet and Prometheus without exposing step-down.
+    Probes,
+}
+
 /// Answers one request. Unknown paths are 404, known paths with the wrong
-/// method 405.
-pub(crate) async fn respond(state: Arc<State>, method: String, path: String) -> Response {
-    let path = path.split('?').next().unwrap_or_default();
+/// method 405; a step-down from a browser (a request with `Origin`) is 403.
+pub(crate) async fn respond(state: Arc<State>, surface: Surface, head: Head) -> Response {
+    let method = head.method;
+    let path = head.path.split('?').next().unwrap_or_default();
+    if surface == Surface::Probes && !matches!(path, "/healthz" | "/readyz" | "/metrics") {
+        return error(
+            404,
+            "this listener (--probe-listen) serves /healthz, /readyz and /metrics only",
+        );
+    }
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method.as_str(), segments.as_slice()) {
         ("GET", ["healthz"]) => Response::text(200, "ok\n"),
@@ -158,6 +175,10 @@ pub(crate) async fn respond(state: Arc<State>, method: String, path: String) -> 
                     let view = group_view(&state, group);
                     json(if view.role == "leader" { 200 } else { 503 }, &view)
                 }
+                ("POST", "step-down") if head.origin.is_some() => error(
+                    403,
+                    "a request with an Origin header (sent by a browser) may not step down",
+                ),
                 ("POST", "step-down") => step_down(&state, name, group.name()).await,
                 (_, "leader") => error(405, "use GET"),
                 (_, "step-down") => error(405, "use POST"),

@@ -60,9 +60,12 @@ pub struct AgentArgs {
         required = true
     )]
     pub groups: Vec<String>,
-    /// Address of the local HTTP API, probes and metrics.
+    /// Address of the local HTTP API (step-down included), probes and metrics.
     #[arg(long, env = "LEASEHOLD_LISTEN", default_value = config::DEFAULT_AGENT_LISTEN)]
     pub listen: SocketAddr,
+    /// Also serve /healthz, /readyz and /metrics, and nothing else, on this address (e.g. 0.0.0.0:4041 for the kubelet and Prometheus).
+    #[arg(long, env = "LEASEHOLD_PROBE_LISTEN")]
+    pub probe_listen: Option<SocketAddr>,
     /// Directory where the agent keeps one file per group, holding `leader TERM`, `follower`, `candidate`, `abstaining` or `stopped`.
     #[arg(long, env = "LEASEHOLD_ROLE_DIR")]
     pub role_dir: Option<PathBuf>,
@@ -249,8 +252,9 @@ struct Agent {
     /// Step-downs the controller asked for, held back so exec mode can stop
     /// the command before the lease is released.
     deferred: mpsc::UnboundedReceiver<leasehold_engine::StepDownRequest>,
-    server: tokio::task::JoinHandle<()>,
-    stop_server: tokio::sync::oneshot::Sender<()>,
+    /// The API server, and the probe server if `--probe-listen` is set.
+    servers: tokio::task::JoinSet<()>,
+    stop_server: tokio::sync::watch::Sender<bool>,
     inbox_reader: Option<tokio::task::JoinHandle<()>>,
     role_files: Option<role_file::RoleFiles>,
     role_watchers: Option<tokio::task::JoinSet<()>>,
@@ -266,6 +270,17 @@ impl Agent {
     async fn start(args: &AgentArgs, settings: Settings) -> Result<Self, AgentError> {
         let store = args.redis.connect()?;
         let listener = http::bind(args.listen).await?;
+        let probe_listener = match args.probe_listen {
+            Some(addr) if addr == args.listen => {
+                return Err(FlagError::worded(
+                    "--probe-listen",
+                    format!("--probe-listen {addr} is the same address as --listen"),
+                )
+                .into())
+            }
+            Some(addr) => Some(http::bind(addr).await?),
+            None => None,
+        };
         let role_files = match &args.role_dir {
             Some(dir) => Some(role_file::RoleFiles::create(dir.clone())?),
             None => None,
@@ -318,13 +333,23 @@ impl Agent {
             registry: Arc::new(registry),
             metrics: agent_metrics,
         });
-        let (stop_server, server_stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(http::serve(
+        let (stop_server, server_stopped) = tokio::sync::watch::channel(false);
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let mut servers = tokio::task::JoinSet::new();
+        if let Some(probe_listener) = probe_listener {
+            let state = state.clone();
+            servers.spawn(http::serve(
+                probe_listener,
+                move |head| api::respond(state.clone(), api::Surface::Probes, head),
+                stopped(server_stopped.clone()),
+            ));
+        }
+        servers.spawn(http::serve(
             listener,
-            move |method, path| api::respond(state.clone(), method, path),
-            async {
-                let _ = server_stopped.await;
-            },
+            move |head| api::respond(state.clone(), api::Surface::Api, head),
+            stopped(server_stopped),
         ));
         let role_watchers = role_files.as_ref().map(|files| files.watch(&groups));
         let own_children = exec::reaper::OwnChildren::default();
@@ -355,7 +380,7 @@ impl Agent {
             events,
             requests,
             deferred,
-            server,
+            servers,
             stop_server,
             inbox_reader,
             role_files,
@@ -411,8 +436,9 @@ impl Agent {
         if let Some(reaper) = self.reaper {
             reaper.abort();
         }
-        let _ = self.stop_server.send(());
-        let _ = self.server.await;
+        let _ = self.stop_server.send(true);
+        let mut servers = self.servers;
+        while servers.join_next().await.is_some() {}
         if let Some(reader) = self.inbox_reader {
             reader.abort();
             let _ = reader.await;

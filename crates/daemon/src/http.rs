@@ -69,6 +69,20 @@ impl Response {
     }
 }
 
+/// What a handler is told of a request: no body is read (no endpoint takes
+/// one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub method: String,
+    /// Path and query.
+    pub path: String,
+    /// The `Origin` header. Browsers send it with every cross-origin
+    /// request (and with same-origin POSTs); command-line clients and
+    /// sidecars do not. An endpoint that changes something refuses a request
+    /// that has one, so no web page can make a browser trigger it.
+    pub origin: Option<String>,
+}
+
 /// `/readyz` of a process whose work needs Redis: ready while Redis answers
 /// a PING within a second.
 pub async fn readiness(store: &leasehold_engine::Store) -> Response {
@@ -86,12 +100,12 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::error::StartEr
         .map_err(|source| crate::error::StartError::Listen { addr, source })
 }
 
-/// Serves `handler(method, path_and_query)` on `listener` until `stop`
+/// Serves `handler(head)` on `listener` until `stop`
 /// resolves; then the connections still open are closed and it returns, so
 /// nothing of the server outlives its owner.
 pub async fn serve<H, F>(listener: TcpListener, handler: H, stop: impl Future<Output = ()>)
 where
-    H: Fn(String, String) -> F + Send + Sync + 'static,
+    H: Fn(Head) -> F + Send + Sync + 'static,
     F: Future<Output = Response> + Send + 'static,
 {
     let handler = Arc::new(handler);
@@ -128,12 +142,18 @@ where
             let service = service_fn(move |request: hyper::Request<Incoming>| {
                 let handler = handler.clone();
                 async move {
-                    let method = request.method().as_str().to_owned();
-                    let path = request
-                        .uri()
-                        .path_and_query()
-                        .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned());
-                    Ok::<_, Infallible>(handler(method, path).await.into_hyper())
+                    let head = Head {
+                        method: request.method().as_str().to_owned(),
+                        path: request
+                            .uri()
+                            .path_and_query()
+                            .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+                        origin: request
+                            .headers()
+                            .get(hyper::header::ORIGIN)
+                            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+                    };
+                    Ok::<_, Infallible>(handler(head).await.into_hyper())
                 }
             });
             let connection = http1::Builder::new()

@@ -255,11 +255,11 @@ async fn probe_server(
     registry: Arc<prometheus_client::registry::Registry>,
     stop: impl Future<Output = ()>,
 ) {
-    let handler = move |method: String, path: String| {
+    let handler = move |head: http::Head| {
         let store = store.clone();
         let registry = registry.clone();
         async move {
-            match (method.as_str(), path.as_str()) {
+            match (head.method.as_str(), head.path.as_str()) {
                 ("GET", "/healthz") => Response::text(200, "ok\n"),
                 ("GET", "/readyz") => http::readiness(&store).await,
                 ("GET", "/metrics") => {
