@@ -519,3 +519,32 @@ async fn password_in_the_url_authenticates() {
         "{err}"
     );
 }
+
+/// A node whose registration was swept (its hash gone) does not bring a
+/// partial hash back when its groups change: the `groups` field is written
+/// only while this incarnation's registration stands. Before, the HSET
+/// recreated `P:node:ID` with that one field: no lease, no incarnation, a
+/// stray that no sweep removes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swept_node_does_not_recreate_its_hash_when_its_groups_change() {
+    let redis = RedisServer::start();
+    // A long node lease: no heartbeat re-registers it during the test.
+    let n = Node::start(redis.store(), "test/a", NodeConfig::with_lease(30_000))
+        .await
+        .unwrap();
+    assert_eq!(redis.cli(&["EXISTS", "lh:node:test/a"]), "1");
+    // What a sweep leaves.
+    redis.cli(&["DEL", "lh:node:test/a"]);
+    redis.cli(&["ZREM", "lh:nodes", "test/a"]);
+    let _g = n.join("test/group", fast()).unwrap();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(500) {
+        let fields = redis.cli(&["HKEYS", "lh:node:test/a"]);
+        assert!(
+            fields.is_empty() || fields.lines().any(|f| f == "incarnation"),
+            "a partial registration appeared: {fields:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    n.close().await.unwrap();
+}

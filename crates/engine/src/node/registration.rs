@@ -13,14 +13,20 @@ use crate::events::{Event, Operation};
 use crate::incarnation::Incarnation;
 use crate::store::{bounded, Heartbeat};
 
-/// Writes the latest `groups` value to the registration, retrying until it lands.
+/// Writes the latest `groups` value to the registration, retrying until
+/// Redis has answered. Only while this incarnation's registration stands:
+/// a swept node's hash is not recreated (a stray without a lease that no
+/// sweep would ever find), and a registration made later carries the
+/// latest value itself.
 pub(super) async fn write_groups(shared: Arc<Incarnation>, mut groups: watch::Receiver<String>) {
     while groups.changed().await.is_ok() {
         loop {
             let value = groups.borrow_and_update().clone();
             let written = bounded(
                 config::CONNECT_TIMEOUT,
-                shared.store.set_node_field(&shared.id, "groups", &value),
+                shared
+                    .store
+                    .set_node_field(&shared.id, &shared.nonce, "groups", &value),
             )
             .await;
             if written.is_ok() || groups.has_changed().unwrap_or(true) {

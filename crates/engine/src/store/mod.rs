@@ -532,19 +532,26 @@ impl Store {
     }
 
     /// Writes one metadata field of a node (e.g. its groups).
+    /// Sets a field of `id`'s registration while `incarnation` owns it;
+    /// returns whether it was written (a swept node's hash is never
+    /// recreated by it).
     pub(crate) async fn set_node_field(
         &self,
         id: &str,
+        incarnation: &str,
         field: &str,
         value: &str,
-    ) -> Result<(), StoreError> {
-        let _: i64 = redis::cmd("HSET")
-            .arg(self.keys.node(id))
-            .arg(field)
-            .arg(value)
-            .query_async(&mut self.conn())
+    ) -> Result<bool, StoreError> {
+        let reply = self
+            .run(
+                scripts::SET_FIELD
+                    .key(self.keys.node(id))
+                    .arg(incarnation)
+                    .arg(field)
+                    .arg(value),
+            )
             .await?;
-        Ok(())
+        Ok(as_int(&reply)? == 1)
     }
 
     pub(crate) async fn sweep(&self, batch: usize) -> Result<Sweep, StoreError> {

@@ -50,6 +50,8 @@ pub static PUBLISH: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, TOPICS, include_str!("scripts/publish.lua")]));
 pub static ACK: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/ack.lua")]));
+pub static SET_FIELD: LazyLock<Script> =
+    LazyLock::new(|| script(&[include_str!("scripts/set_field.lua")]));
 pub static LIST_NODES: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/list_nodes.lua")]));
 pub static RESTORE_TERM: LazyLock<Script> =
