@@ -355,10 +355,30 @@ async fn write_status(
     Ok(())
 }
 
+/// Whether the API server refused a label patch for good: forbidden (RBAC,
+/// or an admission policy such as the chart's) or invalid. Retrying every
+/// second would not change the answer.
+pub fn refused(error: &ReconcileError) -> bool {
+    matches!(
+        error,
+        ReconcileError::LabelPod { source: kube::Error::Api(status), .. }
+            if matches!(status.code, 403 | 422)
+    )
+}
+
 /// Requeue delay by what went wrong: a conflict or a missing pod clears up
-/// fast, an unreachable API server takes longer.
+/// fast, an unreachable API server takes longer, a refused patch waits for
+/// the resync (someone has to change the policy or the group).
 pub fn error_policy(_group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_failed(error.kind());
+    if refused(error) {
+        tracing::error!(
+            kind = error.kind(),
+            %error,
+            "the API server refused a label patch; check the controller's RBAC and the chart's admissionPolicy.allowedLabelKeys (it must list the group's roleLabel)"
+        );
+        return Action::requeue(ctx.resync);
+    }
     tracing::warn!(kind = error.kind(), %error, "reconcile failed");
     match error {
         ReconcileError::NoNamespace => Action::await_change(),
@@ -367,5 +387,30 @@ pub fn error_policy(_group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<C
         | ReconcileError::Status(_)
         | ReconcileError::Finalizer { .. } => Action::requeue(Duration::from_secs(5)),
         ReconcileError::NotActive => Action::requeue(ctx.resync),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn label_error(code: u16) -> ReconcileError {
+        let status = kube::core::Status {
+            code,
+            ..Default::default()
+        };
+        ReconcileError::LabelPod {
+            pod: "web-0".into(),
+            source: kube::Error::Api(Box::new(status)),
+        }
+    }
+
+    #[test]
+    fn a_forbidden_or_invalid_patch_is_refused_for_good_a_conflict_is_not() {
+        assert!(refused(&label_error(403)));
+        assert!(refused(&label_error(422)));
+        assert!(!refused(&label_error(409)));
+        assert!(!refused(&label_error(404)));
+        assert!(!refused(&ReconcileError::NoNamespace));
     }
 }
