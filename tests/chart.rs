@@ -126,11 +126,7 @@ fn expected_rules() -> Vec<(String, String, Vec<String>)> {
         )
     };
     vec![
-        r(
-            "leasehold.dev",
-            "leadergroups",
-            &["get", "list", "watch", "patch"],
-        ),
+        r("leasehold.dev", "leadergroups", &["get", "list", "watch"]),
         r("leasehold.dev", "leadergroups/status", &["get", "patch"]),
         r("", "pods", &["get", "list", "watch", "patch"]),
         r("events.k8s.io", "events", &["create", "patch"]),

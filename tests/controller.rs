@@ -17,7 +17,7 @@ use leasehold_engine::{ElectionConfig, Node};
 use leasehold_kube::crd::{LeaderGroup, LeaderGroupSpec, DEFAULT_ROLE_LABEL};
 use leasehold_kube::event_log::EventLog;
 use leasehold_kube::metrics::ControllerMetrics;
-use leasehold_kube::reconcile::{reconcile, Context};
+use leasehold_kube::reconcile::{clean_up, reconcile, Context};
 use serde_json::{json, Value};
 use support::{eventually, fast, node, RedisServer};
 
@@ -38,8 +38,6 @@ fn group() -> LeaderGroup {
     g.metadata.namespace = Some("shop".into());
     g.metadata.uid = Some("uid-1".into());
     g.metadata.generation = Some(1);
-    // As the controller's first reconcile leaves it.
-    g.metadata.finalizers = Some(vec!["leasehold.dev/role-labels".into()]);
     g
 }
 
@@ -228,29 +226,12 @@ async fn first_election_labels_followers_then_the_leader_and_writes_status() {
     b.close().await.unwrap();
 }
 
-/// A group without the controller's finalizer gets it first, and nothing
-/// else is written in that pass (the patch brings the group back).
+/// A deleted LeaderGroup's role labels come off the pods, the leader's
+/// first, although its members still run: a leader Service stops routing to
+/// a pod that no longer leads anything. Pods without the label are not
+/// touched, and a standby replica touches nothing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_group_gets_the_finalizer_first() {
-    let redis = RedisServer::start();
-    let s = setup(&redis, vec![pod_json("a", None)]).await;
-    let mut g = group();
-    g.metadata.finalizers = None;
-    reconcile(Arc::new(g), s.ctx.clone()).await.unwrap();
-    let w = writes(&s.seen);
-    assert_eq!(w.len(), 1, "{w:#?}");
-    assert!(
-        w[0].starts_with("PATCH /apis/leasehold.dev/v1alpha1/namespaces/shop/leadergroups/web ")
-            && w[0].contains(leasehold_kube::reconcile::FINALIZER),
-        "{w:#?}"
-    );
-}
-
-/// Deleting a LeaderGroup takes its role labels off the pods, the leader's
-/// first, and only then lets the group go (the finalizer is removed last):
-/// a leader Service stops routing to a pod that no longer leads anything.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn deleting_a_group_removes_its_role_labels_then_the_finalizer() {
+async fn a_deleted_groups_role_labels_come_off_its_pods() {
     let redis = RedisServer::start();
     // The agents still run: b leads, a follows, as the labels say.
     let (b, gb) = elect(&redis, "shop/b").await;
@@ -269,19 +250,13 @@ async fn deleting_a_group_removes_its_role_labels_then_the_finalizer() {
         ],
     )
     .await;
-    let mut g = group();
-    g.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-        k8s_openapi::jiff::Timestamp::now(),
-    ));
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        reconcile(Arc::new(g), s.ctx.clone()),
-    )
-    .await
-    .expect("reconcile finished")
-    .expect("reconcile succeeded");
+    let removed = tokio::time::timeout(Duration::from_secs(5), clean_up(&group(), &s.ctx))
+        .await
+        .expect("clean-up finished")
+        .expect("clean-up succeeded");
+    assert_eq!(removed, 2);
     let w = writes(&s.seen);
-    assert_eq!(w.len(), 3, "{w:#?}");
+    assert_eq!(w.len(), 2, "{w:#?}");
     assert!(
         w[0].starts_with("PATCH /api/v1/namespaces/shop/pods/b ")
             && w[0].contains(r#""leasehold.dev/role":null"#),
@@ -292,12 +267,62 @@ async fn deleting_a_group_removes_its_role_labels_then_the_finalizer() {
             && w[1].contains(r#""leasehold.dev/role":null"#),
         "{w:#?}"
     );
-    assert!(
-        w[2].starts_with("PATCH /apis/leasehold.dev/v1alpha1/namespaces/shop/leadergroups/web ")
-            && w[2].contains("finalizers"),
-        "{w:#?}"
-    );
     a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// The running controller sees a LeaderGroup's deletion on its watch and
+/// takes the group's labels off (kube-runtime's controller alone never
+/// reconciles a deleted object: before, the last leader kept its label).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_running_controller_cleans_up_after_a_deleted_group() {
+    use leasehold_kube::run::run_with;
+    let redis = RedisServer::start();
+    // b's agent still runs and leads: while the group lives, its label stays.
+    let (b, gb) = elect(&redis, "shop/b").await;
+    eventually(Duration::from_secs(3), "b leads", || gb.is_leader()).await;
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let seen: Seen = Arc::default();
+    let deleted = Arc::new(tokio::sync::Notify::new());
+    let _server = cluster_deleting(
+        handle,
+        vec![pod_json("b", Some("leader"))],
+        group(),
+        seen.clone(),
+        Some(deleted.clone()),
+    );
+    let args = support::controller_args(&redis, "lh", "ops", support::free_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(run_with(client, args, async move {
+        let _ = stopped.await;
+    }));
+    // Once this replica is active (its reconciles list pods), delete.
+    eventually(Duration::from_secs(5), "the controller is active", || {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.starts_with("GET /api/v1/namespaces/shop/pods"))
+    })
+    .await;
+    assert!(
+        !seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|r| r.starts_with("PATCH /api/v1/namespaces/shop/pods/b ")),
+        "b's label changed while the group lived"
+    );
+    deleted.notify_waiters();
+    eventually(Duration::from_secs(3), "b's leader label removed", || {
+        seen.lock().unwrap().iter().any(|r| {
+            r.starts_with("PATCH /api/v1/namespaces/shop/pods/b ")
+                && r.contains(r#""leasehold.dev/role":null"#)
+        })
+    })
+    .await;
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
     b.close().await.unwrap();
 }
 
@@ -576,10 +601,22 @@ fn cluster(handle: Handle, pods: Vec<Value>, seen: Seen) -> tokio::task::JoinHan
 
 /// [`cluster`] serving `listed` as the one LeaderGroup.
 fn cluster_with(
+    handle: Handle,
+    pods: Vec<Value>,
+    listed: LeaderGroup,
+    seen: Seen,
+) -> tokio::task::JoinHandle<()> {
+    cluster_deleting(handle, pods, listed, seen, None)
+}
+
+/// [`cluster_with`], whose LeaderGroup watches answer with the group's
+/// deletion once `delete` is notified.
+fn cluster_deleting(
     mut handle: Handle,
     pods: Vec<Value>,
     listed: LeaderGroup,
     seen: Seen,
+    delete: Option<Arc<tokio::sync::Notify>>,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut open_watches = Vec::new();
@@ -589,7 +626,21 @@ fn cluster_with(
             let query = request.uri().query().unwrap_or_default().to_owned();
             let body = http_body_util_collect(request.into_body()).await;
             if query.contains("watch=") {
-                open_watches.push(send);
+                match &delete {
+                    Some(delete) if path.ends_with("/leadergroups") => {
+                        let (delete, listed) = (delete.clone(), listed.clone());
+                        tokio::spawn(async move {
+                            delete.notified().await;
+                            let mut g = serde_json::to_value(&listed).unwrap();
+                            g["metadata"]["resourceVersion"] = json!("2");
+                            let line =
+                                serde_json::to_vec(&json!({ "type": "DELETED", "object": g }))
+                                    .unwrap();
+                            send.send_response(Response::builder().body(Body::from(line)).unwrap());
+                        });
+                    }
+                    _ => open_watches.push(send),
+                }
                 continue;
             }
             seen.lock().unwrap().push(format!("{method} {path} {body}"));
@@ -762,6 +813,48 @@ async fn a_sweep_by_another_node_is_reflected_in_the_group() {
             .any(|r| r.contains("/leadergroups/web/status") && r.contains("lastSweep"))
     })
     .await;
+    let _ = stop.send(());
+    let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
+    a.close().await.unwrap();
+}
+
+/// A fresh install, Redis started with it: the controller, at its default
+/// replica timings, labels the first leader within its replica ttl of
+/// Redis's start (the store's birth), not one 15 s ttl after its own first
+/// claim as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_fresh_store_the_first_leader_is_labelled_within_seconds() {
+    use leasehold_kube::run::{run_with, REPLICA_TIMINGS};
+    let redis = RedisServer::start();
+    let redis_started = std::time::Instant::now();
+    // A store never used: not the tests' preset birth.
+    redis.cli(&["DEL", "lh:born"]);
+    let (a, ga) = elect(&redis, "shop/a").await;
+    let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+    let client = kube::Client::new(service, "default");
+    let seen: Seen = Arc::default();
+    let _server = cluster(handle, vec![pod_json("a", None)], seen.clone());
+    let mut args = support::controller_args(&redis, "lh", "ops", support::free_addr());
+    args.replica_ttl_ms = REPLICA_TIMINGS.ttl_ms;
+    args.replica_renew_interval_ms = REPLICA_TIMINGS.renew_interval_ms;
+    args.replica_retry_interval_ms = REPLICA_TIMINGS.retry_interval_ms;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let controller = tokio::spawn(run_with(client, args, async move {
+        let _ = stopped.await;
+    }));
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    // Within seconds: the replica ttl (5 s) after Redis's start (known to
+    // the second: its uptime counts whole seconds), and two retry intervals
+    // (1 s) more. Before: one 15 s ttl after the first claim.
+    let limit = Duration::from_secs(8);
+    while !leader_patched(&seen, "a") {
+        assert!(
+            redis_started.elapsed() < limit,
+            "a not labelled leader within {limit:?} of Redis's start"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    eprintln!("labelled {:?} after Redis started", redis_started.elapsed());
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
     a.close().await.unwrap();

@@ -851,3 +851,29 @@ async fn a_fresh_store_on_a_running_redis_elects_at_once() {
     eprintln!("first lease after {:?}", joined.elapsed());
     n.close().await.unwrap();
 }
+
+/// A Redis user that may not run INFO (it is in the `@dangerous` ACL
+/// category) still elects on a fresh store: the birth is then the first
+/// claim, one ttl of waiting, instead of every claim failing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_user_without_info_still_elects_on_a_fresh_store() {
+    let redis = RedisServer::start();
+    redis.cli(&["DEL", "lh:born"]);
+    redis.cli(&[
+        "ACL", "SETUSER", "lh", "on", ">secret", "~*", "&*", "+@all", "-info",
+    ]);
+    let url = redis.url().replacen("redis://", "redis://lh:secret@", 1);
+    let store = leasehold_engine::Store::connect(&url, "lh").unwrap();
+    let cfg = fast();
+    let n = Node::start(store, "test/limited", support::node_config())
+        .await
+        .unwrap();
+    let g = n.join(GROUP, cfg).unwrap();
+    eventually(
+        Duration::from_millis(cfg.ttl_ms + 3 * cfg.retry_interval_ms),
+        "leads after one ttl",
+        || g.is_leader(),
+    )
+    .await;
+    n.close().await.unwrap();
+}

@@ -857,3 +857,41 @@ async fn a_step_down_is_not_held_up_by_an_undrained_inbox() {
     stalled.close().await.unwrap();
     controller.close().await.unwrap();
 }
+
+/// A node registered by an older version (its hash has no `commands=stream`)
+/// reads commands from its inbox only: it still gets them there, and a
+/// current node gets them in its command stream, not its inbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_reach_older_nodes_through_their_inbox() {
+    let redis = RedisServer::start();
+    let store = redis.store();
+    test_hooks::register_node(&store, "test/old", "old", 60_000, &[])
+        .await
+        .unwrap();
+    let current = node(&redis, "test/new").await;
+    let controller = node(&redis, "test/controller").await;
+    controller
+        .ask_to_step_down("test/old", "test/group")
+        .await
+        .unwrap();
+    assert_eq!(redis.cli(&["XLEN", "lh:node:test/old:inbox"]), "1");
+    assert_eq!(redis.cli(&["EXISTS", "lh:node:test/old:commands"]), "0");
+    let entry = redis.cli(&["XRANGE", "lh:node:test/old:inbox", "-", "+"]);
+    assert!(
+        entry.contains("command") && entry.contains("stepDown"),
+        "{entry}"
+    );
+    // A current node's command goes to its command stream (which its
+    // reader takes and trims); nothing lands in its inbox.
+    controller
+        .ask_to_step_down("test/new", "test/group")
+        .await
+        .unwrap();
+    assert_eq!(redis.cli(&["XLEN", "lh:node:test/new:inbox"]), "0");
+    assert_eq!(
+        redis.cli(&["HGET", "lh:node:test/new", "commands"]),
+        "stream"
+    );
+    current.close().await.unwrap();
+    controller.close().await.unwrap();
+}

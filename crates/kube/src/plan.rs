@@ -504,10 +504,12 @@ fn label_changes(
         .collect()
 }
 
-/// Rule: a deleted group takes its role label off every pod that carries it
-/// as `leader` or `follower`, except where another group of the namespace
-/// with the same label key selects the pod (that group's label, now). The
-/// leader's label goes first, so a leader Service stops routing at once.
+/// Rule: a deleted group takes its role label off every pod it selects that
+/// carries it as `leader` or `follower`, except where another group of the
+/// namespace with the same label key selects the pod (that group's label,
+/// now). Pods it does not select are not its own to touch, whatever they
+/// carry. The leader's label goes first, so a leader Service stops routing
+/// at once.
 pub fn role_labels_to_remove(
     group: &LeaderGroup,
     pods: &[PodView],
@@ -520,8 +522,10 @@ pub fn role_labels_to_remove(
         .filter(|o| o.role_label == *key && o.name != name)
         .map(|o| PodSelector::new(&o.selector))
         .collect();
+    let own = PodSelector::new(&group.spec.selector);
     let mut changes: Vec<LabelChange> = pods
         .iter()
+        .filter(|pod| own.matches(&pod.labels))
         .filter(|pod| {
             matches!(
                 pod.labels.get(key).map(String::as_str),

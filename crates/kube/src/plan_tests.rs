@@ -573,20 +573,17 @@ fn a_deleted_group_takes_its_role_labels_off_leader_first() {
         custom,
         other_app,
     ];
-    // db-0 carries the key under another group of the same key: its label stays.
-    let others = [OtherGroup {
-        name: "db".into(),
-        role_label: DEFAULT_ROLE_LABEL.into(),
-        selector: LabelSelector {
-            match_labels: Some([("app".to_owned(), "db".to_owned())].into()),
-            match_expressions: None,
-        },
-    }];
+    // db-0 is not selected by web: its label is not web's to remove.
     assert_eq!(
-        role_labels_to_remove(&g, &pods, &others),
+        role_labels_to_remove(&g, &pods, &[]),
         vec![change("b", None), change("a", None)],
-        "the leader's label first; values that are not ours and other groups' pods stay"
+        "the leader's label first; values that are not ours and unselected pods stay"
     );
-    // Without the other group, db-0's label is a leftover of this one's key.
-    assert_eq!(role_labels_to_remove(&g, &pods, &[]).len(), 3);
+    // A pod another group with the same key also selects keeps its label.
+    let others = [OtherGroup {
+        name: "web-too".into(),
+        role_label: DEFAULT_ROLE_LABEL.into(),
+        selector: spec().selector,
+    }];
+    assert!(role_labels_to_remove(&g, &pods, &others).is_empty());
 }

@@ -10,7 +10,6 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
-use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::runtime::reflector::Store as Reflector;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
@@ -27,11 +26,6 @@ use leasehold_engine::{Group, Node};
 
 /// Field manager of every write, so server-side apply knows what is ours.
 pub const MANAGER: &str = "leasehold-controller";
-
-/// Finalizer on every LeaderGroup: its deletion waits until the controller
-/// has taken the group's role labels off its pods, so a leader Service does
-/// not keep routing to a pod that no longer leads anything.
-pub const FINALIZER: &str = "leasehold.dev/role-labels";
 
 /// How long one read of a group's Redis state may take.
 const STORE_READ: Duration = Duration::from_secs(2);
@@ -69,12 +63,6 @@ pub enum ReconcileError {
     },
     #[error("writing status: {0}")]
     Status(#[source] kube::Error),
-    #[error("{what} the finalizer {FINALIZER}: {source}")]
-    Finalizer {
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
     #[error("this replica stopped being the active one before the clean-up was done")]
     NotActive,
 }
@@ -87,7 +75,6 @@ impl ReconcileError {
             Self::ListPods { .. } => "list_pods",
             Self::LabelPod { .. } => "label_pod",
             Self::Status(_) => "status",
-            Self::Finalizer { .. } => "finalizer",
             Self::NotActive => "not_active",
         }
     }
@@ -128,31 +115,7 @@ pub async fn reconcile(
         return Ok(Action::requeue(ctx.resync));
     }
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
-    let groups: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), &namespace);
-    finalizer(&groups, FINALIZER, group, |event| async {
-        match event {
-            Finalizer::Apply(group) => apply(group, &namespace, &ctx).await,
-            Finalizer::Cleanup(group) => clean_up(group, &namespace, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| match e {
-        kube::runtime::finalizer::Error::ApplyFailed(e)
-        | kube::runtime::finalizer::Error::CleanupFailed(e) => e,
-        kube::runtime::finalizer::Error::AddFinalizer(source) => ReconcileError::Finalizer {
-            what: "adding",
-            source,
-        },
-        kube::runtime::finalizer::Error::RemoveFinalizer(source) => ReconcileError::Finalizer {
-            what: "removing",
-            source,
-        },
-        // A named object from the API server, and a constant finalizer name.
-        other => ReconcileError::Finalizer {
-            what: "handling",
-            source: kube::Error::Service(other.to_string().into()),
-        },
-    })
+    apply(group, &namespace, &ctx).await
 }
 
 /// A live group: read its world, plan, write.
@@ -190,26 +153,30 @@ async fn apply(
 }
 
 /// A deleted group: its role labels come off its pods (see
-/// [`role_labels_to_remove`]); then the finalizer goes and the API server
-/// deletes the group. The group's keys in Redis are left to expire with
-/// their nodes: agents may still be campaigning.
-async fn clean_up(
-    group: Arc<LeaderGroup>,
-    namespace: &str,
-    ctx: &Context,
-) -> Result<Action, ReconcileError> {
-    let pods = list_pods(namespace, ctx).await?;
-    let others = other_groups(&group, namespace, ctx);
-    let changes = role_labels_to_remove(&group, &pods, &others);
-    if !apply_labels(&changes, namespace, ctx).await? {
-        // The finalizer must stay until the labels are off.
+/// [`role_labels_to_remove`]), so a leader Service stops routing to a pod
+/// that no longer leads anything. Only the active replica does it. The
+/// group's keys in Redis are left alone: agents may still be campaigning.
+/// Returns how many labels were removed.
+#[tracing::instrument(skip_all, fields(group = %group.name_any(), namespace = group.namespace().unwrap_or_default()))]
+pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, ReconcileError> {
+    if !ctx.leadership.is_leader() {
         return Err(ReconcileError::NotActive);
     }
-    tracing::info!(
-        removed = changes.len(),
-        "group deleted: role labels removed"
-    );
-    Ok(Action::await_change())
+    let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let namespace = namespace.as_str();
+    let pods = list_pods(namespace, ctx).await?;
+    let others = other_groups(group, namespace, ctx);
+    let changes = role_labels_to_remove(group, &pods, &others);
+    if !apply_labels(&changes, namespace, ctx).await? {
+        return Err(ReconcileError::NotActive);
+    }
+    if !changes.is_empty() {
+        tracing::info!(
+            removed = changes.len(),
+            "group deleted: role labels removed"
+        );
+    }
+    Ok(changes.len())
 }
 
 async fn list_pods(namespace: &str, ctx: &Context) -> Result<Vec<PodView>, ReconcileError> {
@@ -383,9 +350,9 @@ pub fn error_policy(_group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<C
     match error {
         ReconcileError::NoNamespace => Action::await_change(),
         ReconcileError::LabelPod { .. } => Action::requeue(Duration::from_secs(1)),
-        ReconcileError::ListPods { .. }
-        | ReconcileError::Status(_)
-        | ReconcileError::Finalizer { .. } => Action::requeue(Duration::from_secs(5)),
+        ReconcileError::ListPods { .. } | ReconcileError::Status(_) => {
+            Action::requeue(Duration::from_secs(5))
+        }
         ReconcileError::NotActive => Action::requeue(ctx.resync),
     }
 }

@@ -16,7 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::runtime::controller::Controller;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;
 
@@ -58,19 +58,30 @@ pub struct ControllerArgs {
     #[arg(long, default_value_t = 30)]
     pub resync_seconds: u64,
     /// Lease ttl of the replicas' own election of their active one, ms.
-    #[arg(long, default_value_t = ElectionConfig::default().ttl_ms)]
+    #[arg(long, default_value_t = REPLICA_TIMINGS.ttl_ms)]
     pub replica_ttl_ms: u64,
     /// Renew interval of the replicas' election, ms.
-    #[arg(long, default_value_t = ElectionConfig::default().renew_interval_ms)]
+    #[arg(long, default_value_t = REPLICA_TIMINGS.renew_interval_ms)]
     pub replica_renew_interval_ms: u64,
     /// Retry interval of the replicas' election, ms.
-    #[arg(long, default_value_t = ElectionConfig::default().retry_interval_ms)]
+    #[arg(long, default_value_t = REPLICA_TIMINGS.retry_interval_ms)]
     pub replica_retry_interval_ms: u64,
     /// Watch LeaderGroups and pods of this namespace only (needs only
     /// namespaced RBAC); all namespaces when absent.
     #[arg(long, env = "LEASEHOLD_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
 }
+
+/// Default timings of the replicas' own election. Shorter than a group's
+/// defaults: they bound how long labels stand still when the active replica
+/// dies, and how long a store born again (a Redis started with the install,
+/// or restarted empty) keeps every replica a standby. A renewal every 1.5 s
+/// costs Redis nothing.
+pub const REPLICA_TIMINGS: ElectionConfig = ElectionConfig {
+    ttl_ms: 5_000,
+    renew_interval_ms: 1_500,
+    retry_interval_ms: 1_000,
+};
 
 /// Why the controller could not run.
 #[derive(Debug, thiserror::Error)]
@@ -122,7 +133,7 @@ pub async fn run_with(
     let registry = Arc::new(registry);
 
     let groups: Api<LeaderGroup> = watched(&client, &args);
-    let controller = Controller::new(groups, watcher::Config::default());
+    let controller = Controller::new(groups.clone(), watcher::Config::default());
     let reflector = controller.store();
     let ctx = Arc::new(Context {
         client: client.clone(),
@@ -150,6 +161,7 @@ pub async fn run_with(
     );
     let (became_active_tx, became_active) = mpsc::unbounded_channel::<()>();
     let activity = follow_activity(leadership.role(), became_active_tx, controller_metrics);
+    let deletions = follow_deletions(groups, ctx.clone());
     // Probes answer until the rest has stopped and the lease is handed over.
     let (stop_probes, probes_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = probe_server(listener, store, registry, async {
@@ -175,7 +187,8 @@ pub async fn run_with(
         tokio::join!(
             controller,
             until(shutdown.clone(), bridge),
-            until(shutdown, activity),
+            until(shutdown.clone(), activity),
+            until(shutdown, deletions),
         );
         // Graceful: hand the controllers' lease to a standby at once. The
         // registration itself expires (other tasks still hold the node).
@@ -270,6 +283,45 @@ async fn probe_server(
         }
     };
     http::serve(listener, handler, stop).await
+}
+
+/// How long after a group's deletion its role labels are looked at once
+/// more: a reconcile of the group that was already running when it was
+/// deleted may have labelled a pod after the first clean-up.
+const CLEAN_UP_AGAIN: Duration = Duration::from_secs(2);
+
+/// Takes a deleted LeaderGroup's role labels off its pods
+/// ([`reconcile::clean_up`]), twice, on the active replica. kube-runtime's
+/// controller does not reconcile deleted objects, so deletions come from a
+/// watch of their own. Deliberately no finalizer: a finalizer would hold
+/// every deletion hostage to a running controller, and a namespace deleted
+/// together with the controller in it would never finish. A group deleted
+/// while no replica is active keeps its labels (see the README).
+async fn follow_deletions(groups: Api<LeaderGroup>, ctx: Arc<Context>) {
+    let mut events = watcher(groups, watcher::Config::default())
+        .default_backoff()
+        .boxed();
+    let mut pending = tokio::task::JoinSet::new();
+    while let Some(event) = events.next().await {
+        while pending.try_join_next().is_some() {}
+        let Ok(watcher::Event::Delete(group)) = event else {
+            continue;
+        };
+        if !ctx.leadership.is_leader() {
+            // A standby writes nothing.
+            continue;
+        }
+        let ctx = ctx.clone();
+        pending.spawn(async move {
+            for pass in [Duration::ZERO, CLEAN_UP_AGAIN] {
+                tokio::time::sleep(pass).await;
+                if let Err(e) = crate::reconcile::clean_up(&group, &ctx).await {
+                    tracing::warn!(group = %group.name_any(), error = %e, "could not take a deleted group's role labels off its pods");
+                }
+            }
+        });
+    }
+    pending.shutdown().await;
 }
 
 /// Runs `work` until `stop` resolves.

@@ -194,8 +194,7 @@ impl Run {
             .env("LEASEHOLD_TERM", term.to_string())
             .env("LEASEHOLD_NODE_ID", &self.node_id)
             .stdin(Stdio::null())
-            .process_group(0)
-            .kill_on_drop(true);
+            .process_group(0);
         // SAFETY: prctl, getppid and kill are async-signal-safe and touch no
         // memory of the parent. The death signal is tied to the thread that
         // forks; tokio's worker threads live as long as the runtime, which
@@ -304,7 +303,9 @@ impl GraceNotice {
 }
 
 /// The guard of a running command, listed among the agent's own children
-/// until it is dropped (after it was waited for, or killed on drop).
+/// until it is dropped. Dropped while the guard still runs (the supervisor
+/// aborted), it tells the guard to end the command's whole tree, as the
+/// agent's death would; a SIGKILL would leave escaped descendants behind.
 struct Running {
     child: Child,
     pid: Option<u32>,
@@ -313,6 +314,9 @@ struct Running {
 
 impl Drop for Running {
     fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            signal(&self.child, guard::END_NOW);
+        }
         if let Some(pid) = self.pid {
             self.own.lock().remove(&pid);
         }

@@ -1,7 +1,7 @@
-//! Commands one node's engine sends another's through its inbox, such as the
-//! controller asking a leader to step down. They travel as direct messages
-//! marked as commands, and the receiving engine acts on them itself; the
-//! application's inbox never sees them.
+//! Commands one node's engine sends another's, such as the controller asking
+//! a leader to step down. They travel in the target's command stream, apart
+//! from its inbox (into the inbox for a node of an older version), and the
+//! receiving engine acts on them itself; the application never sees them.
 
 use serde::{Deserialize, Serialize};
 

@@ -5,10 +5,11 @@
 //! consumer's backlog stays in Redis (where it is bounded and counted), and
 //! after handing entries over it trims them from the stream: the stream is
 //! exactly the unread backlog. The same read takes the node's command
-//! stream (engine commands such as a step-down), and while the buffer is
-//! full it keeps reading commands, with a short block, and re-checks the
-//! backlog every [`LAG_CHECK_INTERVAL`] to report lag: an application that
-//! stops draining its inbox still steps down when the controller asks.
+//! stream (engine commands such as a step-down). While the buffer is full,
+//! or the application dropped its inbox, it waits for room and, every
+//! [`LAG_CHECK_INTERVAL`], reads the command stream without blocking and
+//! re-checks the backlog to report lag: an application that stops draining
+//! its inbox still steps down when the controller asks.
 //!
 //! [`Inbox`]: super::Inbox
 
@@ -19,7 +20,9 @@ use tokio::sync::mpsc;
 
 use super::{Delivery, Message};
 use crate::backoff::Backoff;
-use crate::config::{InboxConfig, INBOX_BATCH, INBOX_BLOCK, INBOX_BUFFER, LAG_CHECK_INTERVAL};
+use crate::config::{
+    InboxConfig, COMMANDS_MAX, INBOX_BATCH, INBOX_BLOCK, INBOX_BUFFER, LAG_CHECK_INTERVAL,
+};
 use crate::events::{Event, Operation};
 use crate::incarnation::Incarnation;
 use crate::store::{bounded, InboxEntry, Store, StoreError};
@@ -125,8 +128,20 @@ pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc:
     };
     let buffered = |tx: &mpsc::Sender<Delivery>| (INBOX_BUFFER - tx.capacity()) as u64;
     loop {
-        if tx.is_closed() {
-            return;
+        // With the buffer full (or the application's inbox dropped), read
+        // commands only: wait for room, and on every lag-check tick read the
+        // command stream without blocking and report the backlog.
+        let full = tx.is_closed() || tx.capacity() == 0;
+        if full {
+            tokio::select! {
+                permit = tx.reserve(), if !tx.is_closed() => {
+                    if let Ok(permit) = permit {
+                        drop(permit);
+                        continue;
+                    }
+                }
+                _ = tokio::time::sleep(LAG_CHECK_INTERVAL) => {}
+            }
         }
         if conn.is_none() {
             match bounded(INBOX_BLOCK, store.reader_connection()).await {
@@ -139,23 +154,20 @@ pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc:
             }
         }
         let Some(c) = conn.as_mut() else { continue };
-        // With the buffer full, read commands only, and come back soon to
-        // see whether the consumer made room (and to report lag).
-        let room = tx.capacity().min(INBOX_BATCH);
-        let full = room == 0;
-        let block = if full {
-            LAG_CHECK_INTERVAL
+        let room = if full {
+            COMMANDS_MAX as usize
         } else {
-            INBOX_BLOCK
+            tx.capacity().min(INBOX_BATCH)
         };
+        let block = (!full).then(|| INBOX_BLOCK.as_millis() as u64);
         let both = [
             (commands.as_str(), after_command.as_str()),
             (inbox.as_str(), after.as_str()),
         ];
         let streams = if full { &both[..1] } else { &both[..] };
         let read = bounded(
-            block + Duration::from_secs(5),
-            Store::read_streams(c, streams, room.max(1), block.as_millis() as u64),
+            INBOX_BLOCK + Duration::from_secs(5),
+            Store::read_streams(c, streams, room, block),
         )
         .await;
         let entries = match read {
@@ -179,10 +191,10 @@ pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc:
                 read_inbox = true;
             }
             match entry(e) {
+                // Fails only once the application dropped its inbox: then
+                // its messages have nobody to go to, and commands still do.
                 Entry::Deliver(d) => {
-                    if tx.send(d).await.is_err() {
-                        return;
-                    }
+                    let _ = tx.send(d).await;
                 }
                 Entry::Command { from, payload } => {
                     let _ = shared.commands.send((from, payload));

@@ -100,8 +100,8 @@ impl Node {
     }
 
     /// Asks the live node `node` to step down from `group` (an operator
-    /// process that manages the groups uses it). It travels through the
-    /// node's inbox as an engine command: the receiving engine steps down
+    /// process that manages the groups uses it). It travels in the node's
+    /// command stream, apart from its inbox: the receiving engine steps down
     /// itself and never delivers it as a message, except that a node started
     /// with [`crate::NodeOptions::step_down_requests`] hands it to its
     /// application first.

@@ -57,6 +57,9 @@ impl Registration {
         let subscriptions: Vec<String> = locked(&self.subscriptions).iter().cloned().collect();
         let mut metadata = self.metadata.clone();
         metadata.push(("groups".into(), self.groups.borrow().clone()));
+        // Engine commands for this node go to its command stream (publish.lua);
+        // a node of an older version, without this field, gets them in its inbox.
+        metadata.push(("commands".into(), "stream".into()));
         if !again {
             // Drops are counted per incarnation.
             metadata.push(("dropped".into(), "0".into()));

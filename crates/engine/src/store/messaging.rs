@@ -193,23 +193,23 @@ impl Store {
             .await?)
     }
 
-    /// Blocks up to `block_ms` for entries after the given ids in the given
-    /// streams (`(key, after)`); each entry comes with the index of its stream.
+    /// Entries after the given ids in the given streams (`(key, after)`),
+    /// blocking up to `block_ms` for one if given; each entry comes with the
+    /// index of its stream.
     pub(crate) async fn read_streams(
         conn: &mut MultiplexedConnection,
         streams: &[(&str, &str)],
         count: usize,
-        block_ms: u64,
+        block_ms: Option<u64>,
     ) -> Result<Vec<(usize, InboxEntry)>, StoreError> {
         // Parsed by hand from the raw reply: the generic stream types build a
         // map per entry, which is most of the reader's cost at high rates.
         let mut xread = redis::cmd("XREAD");
-        xread
-            .arg("COUNT")
-            .arg(count)
-            .arg("BLOCK")
-            .arg(block_ms)
-            .arg("STREAMS");
+        xread.arg("COUNT").arg(count);
+        if let Some(ms) = block_ms {
+            xread.arg("BLOCK").arg(ms);
+        }
+        xread.arg("STREAMS");
         for (key, _) in streams {
             xread.arg(*key);
         }

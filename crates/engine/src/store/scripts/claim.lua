@@ -29,8 +29,13 @@ local seen = tonumber(ARGV[4])
 local now = now_ms()
 local born = tonumber(redis.call('GET', KEYS[5]) or '-1')
 if born < 0 then
-  local info = redis.call('INFO', 'server')
-  local uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0')
+  -- INFO is in the @dangerous ACL category: a user without it gets the
+  -- older, longer rule (the birth is this first claim).
+  local info = redis.pcall('INFO', 'server')
+  local uptime = 0
+  if type(info) == 'string' then
+    uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0')
+  end
   born = now - uptime * 1000
   redis.call('SET', KEYS[5], born)
 end

@@ -5,8 +5,9 @@
 -- ARGV: prefix, sender, then per message 5 values:
 --       mode ("topic", "direct", or "command": a direct message the target
 --       node's engine acts on itself, written to its command stream, which
---       the application's inbox limit and drops never touch), topic or
---       target node id, payload,
+--       the application's inbox limit and drops never touch; into the
+--       inbox, as before, for a node registered by an older version, whose
+--       hash lacks commands=stream), topic or target node id, payload,
 --       "drop" or "refuse", retain ttl ms (-1: not retained, 0: no expiry)
 -- Returns per message two values: {message id, nodes reached}, or
 -- {-1, node id} when "refuse" met a full inbox (nothing written for that
@@ -86,10 +87,14 @@ for m = 3, #ARGV, 5 do
     ids = subscribers(target)
     topic = target
   end
+  local to_stream = false
+  if mode == 'command' and #ids == 1 then
+    to_stream = redis.call('HGET', prefix .. ':node:' .. ids[1], 'commands') == 'stream'
+  end
   local refused = nil
   if direct and #ids == 0 then
     refused = -2
-  elseif mode == 'command' then
+  elseif to_stream then
     -- The command stream has its own bound (COMMANDS_MAX below).
   elseif overflow == 'refuse' then
     for _, id in ipairs(ids) do
@@ -99,7 +104,7 @@ for m = 3, #ARGV, 5 do
   local drops = {}
   if refused then
     -- nothing to account
-  elseif mode == 'command' then
+  elseif to_stream then
     accepted = accepted + 1
     drops[1] = 0
   else
@@ -115,7 +120,7 @@ for m = 3, #ARGV, 5 do
       end
     end
   end
-  decided[#decided + 1] = {refused, target, ids, topic, drops}
+  decided[#decided + 1] = {refused, target, ids, topic, drops, to_stream}
 end
 
 -- Ids for the accepted messages, reserved before any write, so they only
@@ -129,7 +134,7 @@ local out = {}
 for n, d in ipairs(decided) do
   local m = 3 + (n - 1) * 5
   local mode, payload, ttl = ARGV[m], ARGV[m + 2], tonumber(ARGV[m + 4])
-  local refused, target, ids, topic, drops = d[1], d[2], d[3], d[4], d[5]
+  local refused, target, ids, topic, drops, to_stream = d[1], d[2], d[3], d[4], d[5], d[6]
   if refused then
     out[#out + 1] = refused
     out[#out + 1] = target
@@ -143,7 +148,7 @@ for n, d in ipairs(decided) do
     end
     for i, id in ipairs(ids) do
       local box = inbox[id]
-      if mode == 'command' then
+      if to_stream then
         -- config::COMMANDS_MAX
         redis.call('XADD', prefix .. ':node:' .. id .. ':commands', 'MAXLEN', 100, '*',
           'i', seq, 't', '', 'f', sender, 'p', payload, 'k', mode)
