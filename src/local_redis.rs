@@ -20,6 +20,10 @@ pub fn free_port() -> Result<u16, String> {
 pub struct LocalRedis {
     child: Option<Child>,
     pub port: u16,
+    /// Its own working directory: a snapshot it receives as a replica, or
+    /// one left in the caller's directory, must never be loaded by a start
+    /// that is meant to be empty.
+    dir: std::path::PathBuf,
     password: Option<String>,
     /// Set while SIGSTOPped, so a kill resumes it first.
     paused: AtomicBool,
@@ -32,9 +36,15 @@ impl LocalRedis {
 
     /// With `password`, the server requires it (`requirepass`).
     pub fn start_with_password(password: Option<&str>) -> Result<Self, String> {
+        let port = free_port()?;
+        let dir =
+            std::env::temp_dir().join(format!("leasehold-redis-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let mut redis = Self {
             child: None,
-            port: free_port()?,
+            port,
+            dir,
             password: password.map(str::to_owned),
             paused: AtomicBool::new(false),
         };
@@ -43,9 +53,13 @@ impl LocalRedis {
     }
 
     fn spawn(&mut self) -> Result<(), String> {
+        // Empty at every start: no snapshot from an earlier life.
+        let _ = std::fs::remove_file(self.dir.join("dump.rdb"));
         let mut cmd = Command::new("redis-server");
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .arg("--dir")
+            .arg(&self.dir)
             .stdout(Stdio::null())
             .stderr(Stdio::null());
         if let Some(p) = &self.password {
@@ -146,5 +160,6 @@ impl LocalRedis {
 impl Drop for LocalRedis {
     fn drop(&mut self) {
         self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
