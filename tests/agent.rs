@@ -636,6 +636,14 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
             "renew_interval_ms = 200 must be less than ttl_ms = 100",
         ),
         (
+            agent(&["--group", "g", "--redis-replica-acks", "some"]),
+            "\"some\" is not a replica count: use all, off, or a whole number from 1 to 100",
+        ),
+        (
+            agent(&["--group", "g", "--redis-replica-wait-ms", "0"]),
+            "--redis-replica-wait-ms = 0 is out of range",
+        ),
+        (
             agent(&["--group", "g", "--ttl-ms", "0"]),
             "ttl_ms = 0 is out of range",
         ),

@@ -296,6 +296,19 @@ fn each_option_renders_what_it_says() {
     assert_eq!(spec["volumes"][0]["secret"]["secretName"], "redis-auth");
     assert!(kind(&docs_, "Secret").is_empty());
 
+    // Lease writes wait for every replica by default, or the count given.
+    let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_REPLICA_ACKS").unwrap()["value"],
+        "all"
+    );
+    let docs_ = docs(&template(&helm, &["redis.replicaAcks=2"]).unwrap());
+    let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_REPLICA_ACKS").unwrap()["value"],
+        "2"
+    );
+
     // ServiceMonitor on demand; no PDB for one replica or when disabled.
     let docs_ = docs(&template(&helm, &["metrics.serviceMonitor.enabled=true"]).unwrap());
     let sm = one(&docs_, "ServiceMonitor");
@@ -341,6 +354,8 @@ fn bad_values_are_refused_with_the_key_named() {
         (&["podAntiAffinity=sometimes"], "podAntiAffinity"),
         (&["redis.url="], "set redis.url"),
         (&["watchNamespace=Team_A"], "watchNamespace"),
+        (&["redis.replicaAcks=many"], "redis.replicaAcks"),
+        (&["redis.replicaAcks=0"], "redis.replicaAcks"),
         (
             &["admissionPolicy.enabled=maybe"],
             "admissionPolicy.enabled",

@@ -828,14 +828,15 @@ async fn a_fresh_store_on_a_running_redis_elects_at_once() {
         renew_interval_ms: 300,
         retry_interval_ms: 100,
     };
-    // Redis up for at least one ttl (its uptime counts whole seconds).
-    eventually(Duration::from_secs(3), "redis up for a second", || {
+    // Redis up for at least one ttl, and a second more: its uptime counts
+    // whole seconds, so the start it allows is up to a second late.
+    eventually(Duration::from_secs(4), "redis up for two seconds", || {
         redis
             .cli(&["INFO", "server"])
             .lines()
             .find_map(|l| l.strip_prefix("uptime_in_seconds:"))
             .and_then(|s| s.trim().parse::<u64>().ok())
-            .is_some_and(|up| up * 1000 >= cfg.ttl_ms)
+            .is_some_and(|up| up * 1000 >= cfg.ttl_ms + 1000)
     })
     .await;
     let n = node(&redis, "test/first").await;

@@ -145,6 +145,8 @@ pub fn controller_args(
             redis_password_file: None,
             redis_ca_file: None,
             prefix: prefix.into(),
+            redis_replica_acks: leasehold_engine::ReplicaAcks::All,
+            redis_replica_wait_ms: 250,
         },
         pod_name: "controller-0".into(),
         namespace: namespace.into(),

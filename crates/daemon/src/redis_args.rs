@@ -5,8 +5,8 @@
 
 use std::path::PathBuf;
 
-use leasehold_engine::config::DEFAULT_PREFIX;
-use leasehold_engine::Store;
+use leasehold_engine::config::{DEFAULT_PREFIX, REPLICA_WAIT};
+use leasehold_engine::{ReplicaAcks, Store};
 
 use crate::error::FlagError;
 
@@ -24,6 +24,26 @@ pub struct RedisArgs {
     /// Key prefix in Redis (the same for the controller and every agent).
     #[arg(long, env = "LEASEHOLD_PREFIX", default_value = DEFAULT_PREFIX)]
     pub prefix: String,
+    /// Replicas a lease claim or renewal must reach before it counts: `all` (every connected replica; nothing to wait for without replicas), a number, or `off`.
+    #[arg(long, env = "LEASEHOLD_REDIS_REPLICA_ACKS", default_value = "all", value_parser = parse_replica_acks)]
+    pub redis_replica_acks: ReplicaAcks,
+    /// Longest wait for those replicas after one lease write, ms (1 to 10000).
+    #[arg(long, env = "LEASEHOLD_REDIS_REPLICA_WAIT_MS", default_value_t = REPLICA_WAIT.as_millis() as u64)]
+    pub redis_replica_wait_ms: u64,
+}
+
+/// `all`, `off`, or a whole number of replicas from 1 to 100.
+fn parse_replica_acks(value: &str) -> Result<ReplicaAcks, String> {
+    match value {
+        "all" => Ok(ReplicaAcks::All),
+        "off" | "0" => Ok(ReplicaAcks::Off),
+        n => match n.parse::<u32>() {
+            Ok(n @ 1..=100) => Ok(ReplicaAcks::AtLeast(n)),
+            _ => Err(format!(
+                "{value:?} is not a replica count: use all, off, or a whole number from 1 to 100"
+            )),
+        },
+    }
 }
 
 fn read(flag: &'static str, path: &Option<PathBuf>) -> Result<Option<Vec<u8>>, FlagError> {
@@ -45,7 +65,16 @@ impl RedisArgs {
                 .to_owned()
         });
         let ca = read("--redis-ca-file", &self.redis_ca_file)?;
-        Store::connect_with(
+        if !(1..=10_000).contains(&self.redis_replica_wait_ms) {
+            return Err(FlagError::worded(
+                "--redis-replica-wait-ms",
+                format!(
+                    "--redis-replica-wait-ms = {} is out of range: it must be a whole number of milliseconds from 1 to 10000",
+                    self.redis_replica_wait_ms
+                ),
+            ));
+        }
+        let store = Store::connect_with(
             &self.redis_url,
             &self.prefix,
             password.as_deref(),
@@ -56,6 +85,10 @@ impl RedisArgs {
             e @ (leasehold_engine::ConnectError::CaWithoutTls
             | leasehold_engine::ConnectError::InvalidCa(_)) => FlagError::new("--redis-ca-file", e),
             e => FlagError::new("--redis-url", e),
-        })
+        })?;
+        Ok(store.with_replica_acks(
+            self.redis_replica_acks,
+            std::time::Duration::from_millis(self.redis_replica_wait_ms),
+        ))
     }
 }

@@ -75,6 +75,14 @@ pub const INBOX_BLOCK: Duration = Duration::from_secs(30);
 /// backlog this often to report lag.
 pub const LAG_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
+/// How long one `WAIT` for the replicas after a lease write may block
+/// (see `store::ReplicaAcks`). Short: while it blocks, the node's other
+/// commands on that connection wait behind it.
+pub const REPLICA_WAIT: Duration = Duration::from_millis(250);
+
+/// How often the number of connected replicas is re-read from the primary.
+pub const REPLICA_COUNT_REFRESH: Duration = Duration::from_secs(1);
+
 /// Most unread commands a node's command stream keeps (the oldest go first).
 /// Commands are rare (a step-down per request) and read at once, even while
 /// the application's inbox is full. publish.lua carries the same number.

@@ -13,6 +13,7 @@
 mod control;
 mod keys;
 mod messaging;
+mod replication;
 mod scripts;
 
 use std::future::Future;
@@ -25,6 +26,8 @@ use redis::{IntoConnectionInfo, ProtocolVersion, Value};
 pub(crate) use keys::{GroupKeys, Keys};
 pub use messaging::NodeInfo;
 pub(crate) use messaging::{Destination, InboxEntry, Outgoing, PublishOutcome};
+pub use replication::ReplicaAcks;
+use replication::Replication;
 
 use crate::config::{self, ConfigError, ElectionConfig};
 
@@ -37,6 +40,10 @@ pub enum StoreError {
     Timeout(Duration),
     #[error("unexpected reply from redis: {0}")]
     Reply(String),
+    #[error(
+        "the lease write reached {acked} of the {wanted} replicas it must reach (WAIT timed out)"
+    )]
+    Unconfirmed { acked: u64, wanted: u64 },
 }
 
 /// Runs one store call, giving up after `limit`. A hung connection (a paused
@@ -160,6 +167,7 @@ pub struct Store {
     client: redis::Client,
     info: redis::ConnectionInfo,
     keys: Arc<Keys>,
+    replication: Arc<Replication>,
 }
 
 impl std::fmt::Debug for Store {
@@ -269,7 +277,16 @@ impl Store {
             client,
             info,
             keys: Arc::new(Keys::new(prefix)),
+            replication: Arc::default(),
         })
+    }
+
+    /// How many replicas a claim or renewal must reach before it counts
+    /// (default [`ReplicaAcks::All`]), and how long one `WAIT` for them may
+    /// block (default [`config::REPLICA_WAIT`]).
+    pub fn with_replica_acks(mut self, acks: ReplicaAcks, wait: Duration) -> Self {
+        self.replication = Arc::new(Replication::new(acks, wait));
+        self
     }
 
     pub(crate) fn keys(&self) -> &Keys {
@@ -353,11 +370,15 @@ impl Store {
             .await?;
         let items = array(reply)?;
         match int_at(&items, 0)? {
-            1 => Ok(Claim::Won {
-                term: uint_at(&items, 1)?,
-                fresh: int_at(&items, 2)? == 1,
-                config: group_config(items.get(3)),
-            }),
+            1 => {
+                // Leading only once the replicas have the lease too.
+                self.replication.confirm(&mut self.conn()).await?;
+                Ok(Claim::Won {
+                    term: uint_at(&items, 1)?,
+                    fresh: int_at(&items, 2)? == 1,
+                    config: group_config(items.get(3)),
+                })
+            }
             _ => Ok(Claim::Lost {
                 term: uint_at(&items, 1)?,
                 pttl_ms: int_at(&items, 2)?,
@@ -392,10 +413,13 @@ impl Store {
             .await?;
         let items = array(reply)?;
         Ok(match int_at(&items, 0)? {
-            1 => Renewal::Renewed {
-                config: group_config(items.get(1)),
-                term: uint_at(&items, 2)?,
-            },
+            1 => {
+                self.replication.confirm(&mut self.conn()).await?;
+                Renewal::Renewed {
+                    config: group_config(items.get(1)),
+                    term: uint_at(&items, 2)?,
+                }
+            }
             0 => Renewal::Gone,
             _ => {
                 let value = string_at(&items, 1)?;

@@ -36,7 +36,10 @@ if born < 0 then
   if type(info) == 'string' then
     uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0')
   end
-  born = now - uptime * 1000
+  -- uptime_in_seconds is the difference of two whole-second clocks, so it
+  -- can exceed the true uptime by up to a second: the latest start it
+  -- allows is a second later than it says (and never later than now).
+  born = math.min(now, now - uptime * 1000 + 1000)
   redis.call('SET', KEYS[5], born)
 end
 local config = redis.call('HMGET', KEYS[4], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs')

@@ -1,0 +1,134 @@
+//! A Redis primary with a replica, both started by the test; the replica
+//! follows the primary through a proxy, so the test can stall replication
+//! (the replica lags) and then promote the replica, as a failover does.
+//! Lease writes count only once the replica has them.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use leasehold_engine::ElectionConfig;
+use leasehold_engine::{Group, Node, Store};
+use support::proxy::Proxy;
+use support::{eventually, node_config, RedisServer};
+
+const GROUP: &str = "test/group";
+
+/// A call timeout (the retry interval) of 300 ms, so a WAIT on a busy
+/// machine is not mistaken for a lagging replica.
+const CFG: ElectionConfig = ElectionConfig {
+    ttl_ms: 1500,
+    renew_interval_ms: 400,
+    retry_interval_ms: 300,
+};
+
+fn store_at(redis: &RedisServer) -> Store {
+    Store::connect(&redis.url(), "lh").expect("store")
+}
+
+/// A replica of `primary`, linked through a proxy; returns once the primary
+/// counts it and it is in sync.
+async fn replica_of(primary: &RedisServer) -> (RedisServer, Proxy) {
+    let replica = RedisServer::start();
+    // Sync at once (the default waits 5 s for more replicas to join).
+    primary.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+    let link = Proxy::start(primary.port).await;
+    replica.cli(&["REPLICAOF", "127.0.0.1", &link.port.to_string()]);
+    eventually(Duration::from_secs(10), "the replica is in sync", || {
+        primary
+            .cli(&["INFO", "replication"])
+            .contains("connected_slaves:1")
+            && replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+    })
+    .await;
+    (replica, link)
+}
+
+async fn leader(redis: &RedisServer, id: &str) -> (Node, Group) {
+    let n = Node::start(store_at(redis), id, node_config())
+        .await
+        .expect("node");
+    let g = n.join(GROUP, CFG).expect("join");
+    (n, g)
+}
+
+/// The reproduction of the issue: A leads and releases under term 1
+/// (replicated); replication stalls; B claims on the primary; the replica
+/// is promoted without B's claim, and C claims on it. Before, B and C both
+/// led under term 2. Now B's claim is never confirmed, so B never leads:
+/// term 2 has one holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_lagging_replica_never_hands_out_a_term_twice() {
+    let primary = RedisServer::start();
+    let (replica, link) = replica_of(&primary).await;
+    let (a, ga) = leader(&primary, "test/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    assert_eq!(ga.leader_term(), Some(1));
+    a.close().await.unwrap();
+    eventually(Duration::from_secs(3), "term 1 replicated", || {
+        replica.cli(&["GET", "lh:g:{test/group}:term"]) == "1"
+    })
+    .await;
+
+    // Replication stalls: the replica gets nothing more.
+    link.pause();
+    let (b, gb) = leader(&primary, "test/b").await;
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(1500) {
+        assert_eq!(
+            gb.leader_term(),
+            None,
+            "b leads on a claim its replica never got"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+
+    // Failover: the replica is promoted without b's claim.
+    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    let (c, gc) = leader(&replica, "test/c").await;
+    eventually(Duration::from_secs(3), "c leads on the new primary", || {
+        gc.is_leader()
+    })
+    .await;
+    assert_eq!(gc.leader_term(), Some(2));
+    assert_eq!(gb.leader_term(), None, "b leads too");
+    c.close().await.unwrap();
+    drop(b);
+    link.resume();
+}
+
+/// With a healthy replica, claims and renewals are confirmed: a leader
+/// keeps leading through many renewals. When replication stalls, its next
+/// renewal is unconfirmed and it stops leading, as on any store error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_the_replica_does_not_confirm_demotes_the_leader() {
+    let primary = RedisServer::start();
+    let (_replica, link) = replica_of(&primary).await;
+    let cfg = CFG;
+    let (a, ga) = leader(&primary, "test/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(4 * cfg.ttl_ms) {
+        assert_eq!(
+            ga.leader_term(),
+            Some(1),
+            "a confirmed leader lost its lease"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    link.pause();
+    // The next renewal (one renew interval) fails its WAIT, bounded by the
+    // call timeout; two retry intervals of margin.
+    eventually(
+        Duration::from_millis(cfg.renew_interval_ms + 3 * cfg.retry_interval_ms),
+        "a stopped leading",
+        || !ga.is_leader(),
+    )
+    .await;
+    link.resume();
+    // Replication back: a leads again.
+    eventually(Duration::from_secs(3), "a leads again", || ga.is_leader()).await;
+    a.close().await.unwrap();
+}
