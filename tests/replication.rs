@@ -132,3 +132,75 @@ async fn a_renewal_the_replica_does_not_confirm_demotes_the_leader() {
     eventually(Duration::from_secs(3), "a leads again", || ga.is_leader()).await;
     a.close().await.unwrap();
 }
+
+/// A store's history: a promoted replica has a new replication id, so the
+/// store counts as born again there. Here replicas are not waited for, so
+/// b leads under term 2 on a claim the replica never got; after the
+/// failover b's connection follows the new primary (as a Sentinel client's
+/// would). Before, c got term 2 there at once, a second holder of term 2.
+/// Now no lease is handed out for one ttl, b's claims meanwhile lift the
+/// counter to the term it remembers, and the next leader's term is above 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_is_a_store_born_again() {
+    use leasehold_engine::ReplicaAcks;
+    let primary = RedisServer::start();
+    let (replica, link) = replica_of(&primary).await;
+    let unconfirmed = |url: &str| {
+        Store::connect(url, "lh")
+            .unwrap()
+            .with_replica_acks(ReplicaAcks::Off, Duration::from_millis(250))
+    };
+    let (a, ga) = leader(&primary, "test/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    a.close().await.unwrap();
+    // (The claim that made term 1 also recorded the primary's replication
+    // id; a script's writes replicate together.)
+    eventually(Duration::from_secs(3), "term 1 replicated", || {
+        replica.cli(&["GET", "lh:g:{test/group}:term"]) == "1"
+    })
+    .await;
+
+    link.pause();
+    let b_route = Proxy::start(primary.port).await;
+    let b = Node::start(unconfirmed(&b_route.url()), "test/b", node_config())
+        .await
+        .unwrap();
+    let gb = b.join(GROUP, CFG).unwrap();
+    eventually(Duration::from_secs(3), "b leads on the old primary", || {
+        gb.leader_term() == Some(2)
+    })
+    .await;
+
+    // Failover: the replica is promoted; b's connection moves to it.
+    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    let promoted = Instant::now();
+    b_route.retarget(replica.port);
+    b_route.cut();
+    let c = Node::start(unconfirmed(&replica.url()), "test/c", node_config())
+        .await
+        .unwrap();
+    let gc = c.join(GROUP, CFG).unwrap();
+    // Nobody leads under a new lease for one ttl after the promotion was
+    // seen; then someone does, above term 2.
+    let mut new_term = None;
+    while promoted.elapsed() < Duration::from_millis(3 * CFG.ttl_ms) {
+        for g in [&gb, &gc] {
+            if let Some(term) = g.leader_term().filter(|t| *t != 2) {
+                new_term.get_or_insert((term, promoted.elapsed()));
+            }
+        }
+        assert_ne!(gc.leader_term(), Some(2), "c leads under b's term 2");
+        if new_term.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let (term, after) = new_term.expect("a leader on the new primary");
+    assert!(term > 2, "term {term} after the failover");
+    assert!(
+        after >= Duration::from_millis(CFG.ttl_ms - 2 * CFG.retry_interval_ms),
+        "a lease {after:?} after the promotion, within its ttl"
+    );
+    drop(b);
+    c.close().await.unwrap();
+}

@@ -23,6 +23,8 @@ struct Mode {
 pub struct Proxy {
     pub port: u16,
     mode: watch::Sender<Mode>,
+    /// Where new connections go (see [`Proxy::retarget`]).
+    upstream: std::sync::Arc<std::sync::atomic::AtomicU16>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -31,10 +33,16 @@ impl Proxy {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let port = listener.local_addr().expect("addr").port();
         let (mode, mode_rx) = watch::channel(Mode::default());
-        let upstream: SocketAddr = ([127, 0, 0, 1], upstream_port).into();
+        let target = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(upstream_port));
+        let upstream_port = target.clone();
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let rx = mode_rx.clone();
+                let upstream: SocketAddr = (
+                    [127, 0, 0, 1],
+                    upstream_port.load(std::sync::atomic::Ordering::SeqCst),
+                )
+                    .into();
                 tokio::spawn(async move {
                     let Ok(server) = TcpStream::connect(upstream).await else {
                         return;
@@ -50,7 +58,19 @@ impl Proxy {
                 });
             }
         });
-        Self { port, mode, task }
+        Self {
+            port,
+            mode,
+            upstream: target,
+            task,
+        }
+    }
+
+    /// Sends new connections to another port (a failover: clients that
+    /// reconnect, after a [`Proxy::cut`], reach the new primary).
+    pub fn retarget(&self, upstream_port: u16) {
+        self.upstream
+            .store(upstream_port, std::sync::atomic::Ordering::SeqCst);
     }
 
     pub fn url(&self) -> String {

@@ -54,6 +54,12 @@ impl Keys {
     pub fn born(&self) -> String {
         format!("{}:born", self.prefix)
     }
+    /// The replication id (`master_replid`) of the primary the store was
+    /// last used on: a different one means a promotion or a restart, and a
+    /// store born again (see claim.lua).
+    pub fn replid(&self) -> String {
+        format!("{}:replid", self.prefix)
+    }
     /// Channel carrying every engine transition as JSON, for the controller.
     pub fn events(&self) -> String {
         format!("{}:events", self.prefix)

@@ -361,6 +361,7 @@ impl Store {
                     .key(&group.config)
                     .key(self.keys.born())
                     .key(self.keys.node(id))
+                    .key(self.keys.replid())
                     .arg(id)
                     .arg(incarnation)
                     .arg(ttl_ms)

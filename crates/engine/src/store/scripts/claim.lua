@@ -1,5 +1,6 @@
 -- Claim a group's lease.
--- KEYS: lease, term, members, config, born, the claimant's node hash
+-- KEYS: lease, term, members, config, born, the claimant's node hash,
+--       replid (the replication id of the primary the store was last used on)
 -- ARGV: node id, incarnation, ttl ms, highest term this node has seen, candidacy ms
 -- Returns {1, term, fresh, config} when this node holds the lease afterwards
 -- (fresh = 1 for a new acquisition, 0 when it kept a lease it already held),
@@ -41,6 +42,23 @@ if born < 0 then
   -- allows is a second later than it says (and never later than now).
   born = math.min(now, now - uptime * 1000 + 1000)
   redis.call('SET', KEYS[5], born)
+end
+-- The store's history: a promoted replica, or a restarted primary, has a
+-- new master_replid. A lease written on the old primary may be missing
+-- here while its holder still leads by its local view, so such a store is
+-- born again now: no lease for one ttl, while claims lift the term counter
+-- to what the nodes remember. (No INFO for this user: not detected.)
+local repl = redis.pcall('INFO', 'replication')
+if type(repl) == 'string' then
+  local replid = string.match(repl, 'master_replid:(%w+)')
+  if replid then
+    local known = redis.call('GET', KEYS[7])
+    if known and known ~= replid then
+      born = now
+      redis.call('SET', KEYS[5], now)
+    end
+    if known ~= replid then redis.call('SET', KEYS[7], replid) end
+  end
 end
 local config = redis.call('HMGET', KEYS[4], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs')
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1])
