@@ -566,3 +566,22 @@ async fn a_restarted_test_redis_is_empty_even_after_a_snapshot() {
         "a snapshot landed in the working directory"
     );
 }
+
+/// A Redis that may evict keys is reported: the agent and the controller
+/// log it at start. `noeviction` (the default) is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_redis_is_reported() {
+    let redis = RedisServer::start();
+    let store = redis.store();
+    assert_eq!(
+        store.setting_warnings().await.unwrap(),
+        Vec::<String>::new()
+    );
+    redis.cli(&["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]);
+    let warnings = store.setting_warnings().await.unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("volatile-lru") && warnings[0].contains("noeviction"),
+        "{warnings:?}"
+    );
+}

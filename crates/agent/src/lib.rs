@@ -269,6 +269,7 @@ impl Agent {
     /// the groups and starts the API server, the role files and the command.
     async fn start(args: &AgentArgs, settings: Settings) -> Result<Self, AgentError> {
         let store = args.redis.connect()?;
+        leasehold_daemon::redis_args::warn_about_settings(&store).await;
         let listener = http::bind(args.listen).await?;
         let probe_listener = match args.probe_listen {
             Some(addr) if addr == args.listen => {

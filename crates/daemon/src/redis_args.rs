@@ -92,3 +92,22 @@ impl RedisArgs {
         ))
     }
 }
+
+/// Logs, once at start, every setting of the Redis server that breaks the
+/// guarantees (see `Store::setting_warnings`). Bounded by a second: a Redis
+/// that does not answer yet is retried by the engine, not here.
+pub async fn warn_about_settings(store: &Store) {
+    match leasehold_engine::store::bounded(
+        std::time::Duration::from_secs(1),
+        store.setting_warnings(),
+    )
+    .await
+    {
+        Ok(warnings) => {
+            for warning in warnings {
+                tracing::warn!("{warning}");
+            }
+        }
+        Err(e) => tracing::debug!(error = %e, "could not read the Redis server's settings"),
+    }
+}

@@ -125,6 +125,7 @@ pub async fn run_with(
     let node_id = NamespacedName::new(&args.namespace, &args.pod_name).to_string();
     validate_name("node id", &node_id).map_err(|e| FlagError::new("--namespace/--pod-name", e))?;
     let store = args.redis.connect()?;
+    leasehold_daemon::redis_args::warn_about_settings(&store).await;
     let listener = http::bind(args.listen).await?;
     let mut registry = metrics::new_registry();
     let (node, leadership) =

@@ -14,6 +14,7 @@ mod control;
 mod keys;
 mod messaging;
 mod replication;
+mod safety;
 mod scripts;
 
 use std::future::Future;
