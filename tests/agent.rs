@@ -253,6 +253,17 @@ fn read_log(path: &std::path::Path) -> Vec<Line> {
         .collect()
 }
 
+/// An exec-mode command that appends `start NODE TERM NS PID` to `log`, and
+/// on SIGTERM runs `on_term`, appends `stop NODE TERM NS` and exits.
+fn logging_script(log: &std::path::Path, on_term: &str) -> String {
+    format!(
+        "echo \"start $LEASEHOLD_NODE_ID $LEASEHOLD_TERM $(date +%s%N) $$\" >> {log}; \
+         trap '{on_term}echo \"stop $LEASEHOLD_NODE_ID $LEASEHOLD_TERM $(date +%s%N)\" >> {log}; exit 0' TERM; \
+         while :; do sleep 0.01 2>/dev/null; done",
+        log = log.display()
+    )
+}
+
 fn now_ns() -> u128 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -314,12 +325,7 @@ async fn exec_mode_runs_the_command_only_while_leading_and_never_twice() {
     let _ = std::fs::remove_file(&log);
     // The command takes 300 ms to stop after SIGTERM, so a successor that
     // started before it was gone would show in the log.
-    let script = format!(
-        "echo \"start $LEASEHOLD_NODE_ID $LEASEHOLD_TERM $(date +%s%N) $$\" >> {log}; \
-         trap 'sleep 0.3; echo \"stop $LEASEHOLD_NODE_ID $LEASEHOLD_TERM $(date +%s%N)\" >> {log}; exit 0' TERM; \
-         while :; do sleep 0.01 2>/dev/null; done",
-        log = log.display()
-    );
+    let script = logging_script(&log, "sleep 0.3; ");
     let exec_args = |id: &str, url: &str, port: u16| {
         let mut a = args(id, url, port, GROUP);
         let ttl = a.iter().position(|x| x == "--ttl-ms").unwrap() + 1;
@@ -508,12 +514,7 @@ async fn adopted_timings_shorten_the_grace_period_instead_of_stopping_the_comman
         .unwrap();
     let log = std::env::temp_dir().join(format!("leasehold-adopt-{}.log", std::process::id()));
     let _ = std::fs::remove_file(&log);
-    let script = format!(
-        "echo \"start $LEASEHOLD_NODE_ID $LEASEHOLD_TERM $(date +%s%N) $$\" >> {log}; \
-         trap 'echo \"stop $LEASEHOLD_NODE_ID $LEASEHOLD_TERM $(date +%s%N)\" >> {log}; exit 0' TERM; \
-         while :; do sleep 0.01 2>/dev/null; done",
-        log = log.display()
-    );
+    let script = logging_script(&log, "");
     // The flags' timings (ttl 15 s) leave room for the default grace period.
     let port = free_port();
     let mut a = args("t/a", &redis.url(), port, GROUP);

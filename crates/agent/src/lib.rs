@@ -357,14 +357,14 @@ impl Agent {
         let reaper = exec::reaper::start_if_pid_one(own_children.clone());
         let command = (!settings.command.is_empty()).then(|| {
             let (name, group) = &groups[0];
-            exec::Exec::spawn(
-                settings.command.clone(),
-                name.clone(),
-                group.clone(),
-                settings.node_id.clone(),
-                settings.grace,
-                own_children,
-            )
+            exec::Exec::spawn(exec::Run {
+                command: settings.command.clone(),
+                name: name.clone(),
+                group: group.clone(),
+                node_id: settings.node_id.clone(),
+                grace: settings.grace,
+                own: own_children,
+            })
         });
         tracing::info!(
             node = %settings.node_id,

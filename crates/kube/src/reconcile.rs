@@ -114,17 +114,8 @@ pub async fn reconcile(
         // A standby keeps its caches warm and writes nothing.
         return Ok(Action::requeue(ctx.resync));
     }
+    let ctx = ctx.as_ref();
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
-    apply(group, &namespace, &ctx).await
-}
-
-/// A live group: read its world, plan, write.
-async fn apply(
-    group: Arc<LeaderGroup>,
-    namespace: &str,
-    ctx: &Context,
-) -> Result<Action, ReconcileError> {
-    let namespace = namespace.to_owned();
     let redis_group = NamespacedName::new(&namespace, group.name_any()).to_string();
     let world = World::read(&group, &namespace, &redis_group, ctx).await?;
     let plan = plan(&Observed {

@@ -127,23 +127,8 @@ pub(crate) struct Exec {
 }
 
 impl Exec {
-    pub fn spawn(
-        command: Vec<String>,
-        name: String,
-        group: Group,
-        node_id: String,
-        grace: Duration,
-        own: reaper::OwnChildren,
-    ) -> Self {
+    pub fn spawn(run: Run) -> Self {
         let (control, requests) = mpsc::unbounded_channel();
-        let run = Run {
-            command,
-            name,
-            group,
-            node_id,
-            grace,
-            own,
-        };
         let task = tokio::spawn(supervise(run, requests));
         Self { control, task }
     }
@@ -171,14 +156,15 @@ impl Exec {
 }
 
 /// What the supervisor runs, and for which group.
-struct Run {
-    command: Vec<String>,
-    name: String,
-    group: Group,
-    node_id: String,
+pub(crate) struct Run {
+    pub command: Vec<String>,
+    /// The LeaderGroup's name.
+    pub name: String,
+    pub group: Group,
+    pub node_id: String,
     /// `--grace-period-ms`, before [`grace_under`] the current timings.
-    grace: Duration,
-    own: reaper::OwnChildren,
+    pub grace: Duration,
+    pub own: reaper::OwnChildren,
 }
 
 impl Run {

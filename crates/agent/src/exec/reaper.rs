@@ -38,23 +38,16 @@ pub fn start_if_pid_one(own: OwnChildren) -> Option<JoinHandle<()>> {
     if std::process::id() != 1 {
         return None;
     }
-    let mut sigchld = match signal(SignalKind::child()) {
-        Ok(s) => s,
-        Err(e) => {
+    let mut sigchld = signal(SignalKind::child())
+        .inspect_err(|e| {
             tracing::warn!(error = %e, "PID 1: cannot listen for SIGCHLD; orphans are reaped every second");
-            return Some(tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(SWEEP).await;
-                    reap_orphans(&own);
-                }
-            }));
-        }
-    };
+        })
+        .ok();
     tracing::info!("running as PID 1: orphaned processes are reaped");
     Some(tokio::spawn(async move {
         loop {
             tokio::select! {
-                _ = sigchld.recv() => {}
+                Some(_) = async { sigchld.as_mut()?.recv().await } => {}
                 _ = tokio::time::sleep(SWEEP) => {}
             }
             reap_orphans(&own);
