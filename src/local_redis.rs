@@ -25,6 +25,11 @@ pub struct LocalRedis {
     /// that is meant to be empty.
     dir: std::path::PathBuf,
     password: Option<String>,
+    /// More `redis-server` arguments (a Cluster node's, say).
+    extra: Vec<String>,
+    /// Runs as a Sentinel, with this configuration file (in `dir`; Sentinel
+    /// rewrites it, and keeps its state across a restart).
+    sentinel_config: Option<std::path::PathBuf>,
     /// Set while SIGSTOPped, so a kill resumes it first.
     paused: AtomicBool,
 }
@@ -36,16 +41,58 @@ impl LocalRedis {
 
     /// With `password`, the server requires it (`requirepass`).
     pub fn start_with_password(password: Option<&str>) -> Result<Self, String> {
+        Self::launch(password, &[], None)
+    }
+
+    /// With more `redis-server` arguments, e.g. `--cluster-enabled yes`.
+    pub fn start_with_args(args: &[&str]) -> Result<Self, String> {
+        Self::launch(None, args, None)
+    }
+
+    /// A Sentinel watching the primary at `primary_port` as `master`, with
+    /// `quorum`, that finds it down after `down_after_ms` of silence.
+    pub fn start_sentinel(
+        primary_port: u16,
+        master: &str,
+        quorum: u32,
+        down_after_ms: u64,
+    ) -> Result<Self, String> {
+        let config = format!(
+            "sentinel monitor {master} 127.0.0.1 {primary_port} {quorum}\n\
+             sentinel down-after-milliseconds {master} {down_after_ms}\n\
+             sentinel failover-timeout {master} {}\n\
+             sentinel parallel-syncs {master} 1\n",
+            down_after_ms.max(2500)
+        );
+        Self::launch(None, &[], Some(config))
+    }
+
+    fn launch(
+        password: Option<&str>,
+        args: &[&str],
+        sentinel_config: Option<String>,
+    ) -> Result<Self, String> {
         let port = free_port()?;
         let dir =
             std::env::temp_dir().join(format!("leasehold-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let sentinel_config = match sentinel_config {
+            Some(text) => {
+                let path = dir.join("sentinel.conf");
+                std::fs::write(&path, text)
+                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                Some(path)
+            }
+            None => None,
+        };
         let mut redis = Self {
             child: None,
             port,
             dir,
             password: password.map(str::to_owned),
+            extra: args.iter().map(|a| (*a).to_owned()).collect(),
+            sentinel_config,
             paused: AtomicBool::new(false),
         };
         redis.spawn()?;
@@ -56,6 +103,9 @@ impl LocalRedis {
         // Empty at every start: no snapshot from an earlier life.
         let _ = std::fs::remove_file(self.dir.join("dump.rdb"));
         let mut cmd = Command::new("redis-server");
+        if let Some(config) = &self.sentinel_config {
+            cmd.arg(config).arg("--sentinel");
+        }
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .arg("--dir")
@@ -65,6 +115,7 @@ impl LocalRedis {
         if let Some(p) = &self.password {
             cmd.args(["--requirepass", p]);
         }
+        cmd.args(&self.extra);
         let child = cmd.spawn().map_err(|e| {
             format!(
                 "could not start redis-server ({e}); install it (Debian: apt-get install redis-server) \
@@ -133,6 +184,11 @@ impl LocalRedis {
     pub fn restart(&mut self) -> Result<(), String> {
         self.kill();
         self.spawn()
+    }
+
+    /// Its working directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     pub fn url(&self) -> String {

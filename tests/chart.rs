@@ -157,6 +157,11 @@ fn lint_passes_with_the_defaults_and_with_each_option_set() {
         &["metrics.serviceMonitor.enabled=true"],
         &["podDisruptionBudget.enabled=false"],
         &["redis.existingSecret=redis-auth", "redis.caSecret=redis-ca"],
+        &[
+            r"redis.url=redis+sentinel://s1:26379\,s2:26379/mymaster",
+            "redis.sentinelSecret=sentinel-pw",
+        ],
+        &[r"redis.url=rediss+cluster://n1:6379\,n2:6379"],
         &["replicaCount=1", "podAntiAffinity=hard"],
         &["rbac.create=false", "serviceAccount.create=false"],
         &["admissionPolicy.enabled=false"],
@@ -351,6 +356,11 @@ fn bad_values_are_refused_with_the_key_named() {
         (&["replicaCount=0"], "replicaCount"),
         (&["redis.urll=redis://x"], "urll"),
         (&["redis.url=http://x"], "redis.url"),
+        (&["redis.url=redis+foo://x"], "redis.url"),
+        (
+            &["redis.sentinelSecret=sentinel-pw"],
+            "redis.sentinelSecret",
+        ),
         (&["podAntiAffinity=sometimes"], "podAntiAffinity"),
         (&["redis.url="], "set redis.url"),
         (&["watchNamespace=Team_A"], "watchNamespace"),
@@ -387,6 +397,74 @@ fn bad_values_are_refused_with_the_key_named() {
             "{sets:?}: {expected:?} not in {err}"
         );
     }
+    // Every URL form the binary takes is let through (a comma in --set
+    // separates values, hence the backslash).
+    for url in [
+        "rediss://h:6380/2",
+        r"redis+sentinel://s1:26379\,s2:26379/mymaster",
+        "rediss+sentinel://s1/mymaster/1",
+        r"redis+cluster://n1:6379\,n2:6379",
+        "rediss+cluster://n1",
+    ] {
+        let set = format!("redis.url={url}");
+        template(&helm, &[set.as_str()]).unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+}
+
+#[test]
+fn the_sentinels_password_is_a_file_from_its_own_secret() {
+    let Some(helm) = helm_or_skip("sentinel password") else {
+        return;
+    };
+    let sentinel = [
+        r"redis.url=redis+sentinel://s1:26379\,s2:26379/mymaster",
+        "redis.sentinelSecret=sentinel-pw",
+    ];
+    let docs_ = docs(&template(&helm, &sentinel).unwrap());
+    let spec = &controller(&docs_)["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
+        "redis+sentinel://s1:26379,s2:26379/mymaster"
+    );
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE").unwrap()["value"],
+        "/etc/leasehold/redis-sentinel-password/password"
+    );
+    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_none());
+    let mount = c["volumeMounts"]
+        .as_sequence()
+        .expect("volumeMounts")
+        .iter()
+        .find(|m| m["mountPath"] == "/etc/leasehold/redis-sentinel-password")
+        .expect("the sentinels' password mounted");
+    assert_eq!(mount["readOnly"], true);
+    let volume = spec["volumes"]
+        .as_sequence()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mount's volume");
+    assert_eq!(volume["secret"]["secretName"], "sentinel-pw");
+    assert_eq!(volume["secret"]["items"][0]["key"], "password");
+    assert_eq!(volume["secret"]["items"][0]["path"], "password");
+    assert!(kind(&docs_, "Secret").is_empty());
+
+    // With the primary's password too: two files from two Secrets.
+    let sets = [&sentinel[..], &["redis.existingSecret=redis-auth"][..]].concat();
+    let docs_ = docs(&template(&helm, &sets).unwrap());
+    let spec = &controller(&docs_)["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_some());
+    assert!(env(c, "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE").is_some());
+    assert_eq!(c["volumeMounts"].as_sequence().unwrap().len(), 2);
+    let secrets: Vec<&str> = spec["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|v| v["secret"]["secretName"].as_str().unwrap())
+        .collect();
+    assert_eq!(secrets, ["redis-auth", "sentinel-pw"]);
 }
 
 #[test]

@@ -102,6 +102,7 @@ async fn setup_with(redis: &RedisServer, pods: Vec<Value>, timings: ElectionConf
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(30),
         metrics: ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry()),
+        redis_settings: tokio::sync::watch::channel(Vec::new()).1,
     });
     Setup {
         ctx,
@@ -491,6 +492,7 @@ async fn a_standby_replica_writes_nothing() {
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(30),
         metrics: ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry()),
+        redis_settings: tokio::sync::watch::channel(Vec::new()).1,
     });
     reconcile(Arc::new(group()), ctx).await.unwrap();
     assert!(
@@ -537,6 +539,7 @@ async fn plan_follows(
             store: &view,
             swept: &[],
             local_now_ms: 0,
+            redis_warnings: &[],
         });
         let labelled = p
             .labels

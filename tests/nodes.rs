@@ -573,15 +573,75 @@ async fn a_restarted_test_redis_is_empty_even_after_a_snapshot() {
 async fn an_evicting_redis_is_reported() {
     let redis = RedisServer::start();
     let store = redis.store();
-    assert_eq!(
-        store.setting_warnings().await.unwrap(),
-        Vec::<String>::new()
-    );
+    assert_eq!(store.setting_warnings().await.unwrap(), Vec::new());
     redis.cli(&["CONFIG", "SET", "maxmemory-policy", "volatile-lru"]);
     let warnings = store.setting_warnings().await.unwrap();
     assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert_eq!(warnings[0].setting, "maxmemory-policy");
     assert!(
-        warnings[0].contains("volatile-lru") && warnings[0].contains("noeviction"),
+        warnings[0].message.contains("volatile-lru") && warnings[0].message.contains("noeviction"),
         "{warnings:?}"
     );
+}
+
+/// A primary with a replica and neither min-replicas-to-write nor any
+/// persistence is reported twice; setting both clears the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replicated_primary_without_guards_is_reported() {
+    let primary = RedisServer::start();
+    let replica = RedisServer::start();
+    replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port.to_string()]);
+    eventually(Duration::from_secs(10), "the replica connects", || {
+        primary
+            .cli(&["INFO", "replication"])
+            .contains("connected_slaves:1")
+    })
+    .await;
+    let store = primary.store();
+    let settings = |w: Vec<leasehold_engine::SettingWarning>| {
+        w.into_iter().map(|w| w.setting).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        settings(store.setting_warnings().await.unwrap()),
+        ["min-replicas-to-write", "persistence"]
+    );
+    primary.cli(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
+    primary.cli(&["CONFIG", "SET", "appendonly", "yes"]);
+    assert_eq!(
+        settings(store.setting_warnings().await.unwrap()),
+        Vec::<&str>::new()
+    );
+}
+
+/// The running watch exports each setting as a gauge and reads the server
+/// again: a setting changed at runtime is reported at the next reading,
+/// and cleared at the one after it is fixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settings_watch_exports_a_gauge_and_sees_changes() {
+    use leasehold_daemon::redis_settings::SettingsWatch;
+    let redis = RedisServer::start();
+    let mut registry = leasehold_daemon::metrics::new_registry();
+    let watch =
+        SettingsWatch::start_every(redis.store(), &mut registry, Duration::from_millis(200)).await;
+    let gauge = || {
+        leasehold_daemon::metrics::render(&registry)
+            .lines()
+            .find(|l| l.starts_with("leasehold_redis_setting_unsafe{setting=\"maxmemory-policy\"}"))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    assert!(gauge().ends_with(" 0"), "{}", gauge());
+    redis.cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let mut current = watch.current();
+    tokio::time::timeout(Duration::from_secs(3), current.wait_for(|w| !w.is_empty()))
+        .await
+        .expect("the change is seen within a few readings")
+        .unwrap();
+    assert!(gauge().ends_with(" 1"), "{}", gauge());
+    redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    tokio::time::timeout(Duration::from_secs(3), current.wait_for(|w| w.is_empty()))
+        .await
+        .expect("the fix is seen within a few readings")
+        .unwrap();
+    assert!(gauge().ends_with(" 0"), "{}", gauge());
 }

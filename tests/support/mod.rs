@@ -6,6 +6,7 @@
 
 pub mod agent;
 pub mod proxy;
+pub mod sentinel;
 
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -143,6 +144,7 @@ pub fn controller_args(
         redis: leasehold_daemon::redis_args::RedisArgs {
             redis_url: redis.url(),
             redis_password_file: None,
+            redis_sentinel_password_file: None,
             redis_ca_file: None,
             prefix: prefix.into(),
             redis_replica_acks: leasehold_engine::ReplicaAcks::All,

@@ -37,15 +37,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
-{{/* The Redis URL: the in-release Redis when deployed (it wins over redis.url), else redis.url. */}}
+{{/*
+The Redis URL: the in-release Redis when deployed (it wins over redis.url),
+else redis.url. redis.sentinelSecret is refused unless the URL is a Sentinel
+one, as the binary refuses --redis-sentinel-password-file.
+*/}}
 {{- define "leasehold.redisUrl" -}}
+{{- $url := "" }}
 {{- if .Values.redis.deploy }}
-{{- printf "redis://%s-redis.%s.svc:6379" (include "leasehold.fullname" .) .Release.Namespace }}
+{{- $url = printf "redis://%s-redis.%s.svc:6379" (include "leasehold.fullname" .) .Release.Namespace }}
 {{- else if .Values.redis.url }}
-{{- .Values.redis.url }}
+{{- $url = .Values.redis.url }}
 {{- else }}
-{{- fail "redis: set redis.url to your Redis (redis://host:6379), or redis.deploy=true for a throwaway one" }}
+{{- fail "redis: set redis.url to your Redis (redis://host:6379, redis+sentinel://s1:26379,s2:26379/MASTER, redis+cluster://n1:6379,n2:6379; rediss... for TLS), or redis.deploy=true for a throwaway one" }}
 {{- end }}
+{{- if and .Values.redis.sentinelSecret (not (contains "+sentinel://" $url)) }}
+{{- fail "redis.sentinelSecret is for a redis+sentinel:// or rediss+sentinel:// redis.url only (not with redis.deploy=true)" }}
+{{- end }}
+{{- $url }}
 {{- end }}
 
 {{/*

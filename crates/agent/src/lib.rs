@@ -27,6 +27,7 @@ use leasehold_daemon::election_args::ElectionArgs;
 use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http;
 use leasehold_daemon::names::{validate_object_name, NamespacedName};
+use leasehold_daemon::redis_settings::SettingsWatch;
 use leasehold_engine::config::{validate_name, ElectionConfig, NodeConfig};
 use leasehold_engine::{Event, Group, Node, NodeOptions};
 
@@ -242,6 +243,8 @@ pub async fn run(args: AgentArgs) -> Result<u8, AgentError> {
 /// kept by a handle so that [`Agent::stop`] ends them all.
 struct Agent {
     settings: Settings,
+    /// Reports the Redis server's unsafe settings while the agent runs.
+    _redis_settings: SettingsWatch,
     namespace: String,
     node: Node,
     /// `(LeaderGroup name, handle)`.
@@ -269,7 +272,6 @@ impl Agent {
     /// the groups and starts the API server, the role files and the command.
     async fn start(args: &AgentArgs, settings: Settings) -> Result<Self, AgentError> {
         let store = args.redis.connect()?;
-        leasehold_daemon::redis_args::warn_about_settings(&store).await;
         let listener = http::bind(args.listen).await?;
         let probe_listener = match args.probe_listen {
             Some(addr) if addr == args.listen => {
@@ -304,6 +306,7 @@ impl Agent {
             ..Default::default()
         };
         let agent_metrics = metrics::AgentMetrics::register(&mut registry);
+        let redis_settings = SettingsWatch::start(store.clone(), &mut registry).await;
         let node = Node::start_with(store.clone(), &settings.node_id, settings.node, options)
             .await
             .map_err(StartError::from)?;
@@ -374,6 +377,7 @@ impl Agent {
             "agent started"
         );
         Ok(Self {
+            _redis_settings: redis_settings,
             settings,
             namespace: args.namespace.clone(),
             node,

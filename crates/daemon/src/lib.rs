@@ -10,6 +10,7 @@ pub mod http;
 pub mod metrics;
 pub mod names;
 pub mod redis_args;
+pub mod redis_settings;
 pub mod signal;
 
 use tracing_subscriber::EnvFilter;

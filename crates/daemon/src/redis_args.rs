@@ -12,12 +12,15 @@ use crate::error::FlagError;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RedisArgs {
-    /// Redis holding the engine's state: redis://[user[:password]@]host[:port][/db], or rediss:// for TLS.
+    /// Redis holding the engine's state: redis://[user[:password]@]host[:port][/db] (rediss:// for TLS); behind Sentinel redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/db]; a Redis Cluster redis+cluster://[user[:password]@]host[:port][,host[:port]...] (rediss+sentinel://, rediss+cluster:// for TLS).
     #[arg(long, env = "LEASEHOLD_REDIS_URL")]
     pub redis_url: String,
     /// File holding the Redis password (a mounted Secret); wins over a password in the URL.
     #[arg(long, env = "LEASEHOLD_REDIS_PASSWORD_FILE")]
     pub redis_password_file: Option<PathBuf>,
+    /// File holding the sentinels' own password, when they require one (a redis+sentinel:// URL's password is the primary's).
+    #[arg(long, env = "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE")]
+    pub redis_sentinel_password_file: Option<PathBuf>,
     /// PEM file of the CA that signed a rediss:// server's certificate, if not a public one.
     #[arg(long, env = "LEASEHOLD_REDIS_CA_FILE")]
     pub redis_ca_file: Option<PathBuf>,
@@ -59,11 +62,23 @@ impl RedisArgs {
     /// Reads the files and prepares the (lazy) connection; an error names
     /// the flag at fault.
     pub fn connect(&self) -> Result<Store, FlagError> {
-        let password = read("--redis-password-file", &self.redis_password_file)?.map(|p| {
+        let secret = |p: Vec<u8>| {
             String::from_utf8_lossy(&p)
                 .trim_end_matches(['\r', '\n'])
                 .to_owned()
-        });
+        };
+        let password = read("--redis-password-file", &self.redis_password_file)?.map(secret);
+        let sentinel_password = read(
+            "--redis-sentinel-password-file",
+            &self.redis_sentinel_password_file,
+        )?
+        .map(secret);
+        if sentinel_password.is_some() && !self.redis_url.contains("+sentinel://") {
+            return Err(FlagError::worded(
+                "--redis-sentinel-password-file",
+                "--redis-sentinel-password-file is used only with a redis+sentinel:// or rediss+sentinel:// --redis-url".to_owned(),
+            ));
+        }
         let ca = read("--redis-ca-file", &self.redis_ca_file)?;
         if !(1..=10_000).contains(&self.redis_replica_wait_ms) {
             return Err(FlagError::worded(
@@ -74,40 +89,24 @@ impl RedisArgs {
                 ),
             ));
         }
-        let store = Store::connect_with(
-            &self.redis_url,
-            &self.prefix,
-            password.as_deref(),
-            ca.as_deref(),
-        )
-        .map_err(|e| match e {
-            leasehold_engine::ConnectError::Prefix(e) => FlagError::new("--prefix", e),
-            e @ (leasehold_engine::ConnectError::CaWithoutTls
-            | leasehold_engine::ConnectError::InvalidCa(_)) => FlagError::new("--redis-ca-file", e),
-            e => FlagError::new("--redis-url", e),
-        })?;
+        let options = leasehold_engine::ConnectOptions {
+            password: password.as_deref(),
+            ca_pem: ca.as_deref(),
+            sentinel_password: sentinel_password.as_deref(),
+        };
+        let store = Store::connect_with_options(&self.redis_url, &self.prefix, options).map_err(
+            |e| match e {
+                leasehold_engine::ConnectError::Prefix(e) => FlagError::new("--prefix", e),
+                e @ (leasehold_engine::ConnectError::CaWithoutTls
+                | leasehold_engine::ConnectError::InvalidCa(_)) => {
+                    FlagError::new("--redis-ca-file", e)
+                }
+                e => FlagError::new("--redis-url", e),
+            },
+        )?;
         Ok(store.with_replica_acks(
             self.redis_replica_acks,
             std::time::Duration::from_millis(self.redis_replica_wait_ms),
         ))
-    }
-}
-
-/// Logs, once at start, every setting of the Redis server that breaks the
-/// guarantees (see `Store::setting_warnings`). Bounded by a second: a Redis
-/// that does not answer yet is retried by the engine, not here.
-pub async fn warn_about_settings(store: &Store) {
-    match leasehold_engine::store::bounded(
-        std::time::Duration::from_secs(1),
-        store.setting_warnings(),
-    )
-    .await
-    {
-        Ok(warnings) => {
-            for warning in warnings {
-                tracing::warn!("{warning}");
-            }
-        }
-        Err(e) => tracing::debug!(error = %e, "could not read the Redis server's settings"),
     }
 }

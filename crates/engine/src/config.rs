@@ -83,6 +83,21 @@ pub const REPLICA_WAIT: Duration = Duration::from_millis(250);
 /// How often the number of connected replicas is re-read from the primary.
 pub const REPLICA_COUNT_REFRESH: Duration = Duration::from_secs(1);
 
+/// Behind Sentinel, the primary a call goes to was named by a majority of
+/// the sentinels at most this long ago; older, they are asked again before
+/// the call. A process cut off from the sentinel majority thus makes no
+/// write for longer than this, so a leader in a minority partition fails
+/// its renewals and demotes within its ttl. Sentinel's
+/// `down-after-milliseconds` must be at least this (its default is 30 s).
+pub const SENTINEL_RECHECK: Duration = Duration::from_secs(1);
+
+/// How long one sentinel may take to name the primary.
+pub const SENTINEL_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// In a Redis Cluster, how often the node serving the prefix's slot is
+/// looked up again (and at once after an error, a MOVED say).
+pub const CLUSTER_RECHECK: Duration = Duration::from_secs(5);
+
 /// Most unread commands a node's command stream keeps (the oldest go first).
 /// Commands are rare (a step-down per request) and read at once, even while
 /// the application's inbox is full. publish.lua carries the same number.

@@ -46,7 +46,9 @@ pub use events::{Event, LostReason, Observer, Operation};
 pub use inbox::topic::TopicError;
 pub use inbox::{Delivery, Inbox, Message, Overflow, PublishOptions, Published, Retain};
 pub use node::{Node, NodeOptions, StepDownRequest};
-pub use store::{ConnectError, NodeInfo, ReplicaAcks, Store, StoreError};
+pub use store::{
+    ConnectError, ConnectOptions, NodeInfo, ReplicaAcks, SettingWarning, Store, StoreError,
+};
 
 /// Every error the engine's API returns.
 #[derive(Debug, thiserror::Error)]

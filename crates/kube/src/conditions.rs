@@ -15,6 +15,10 @@ pub mod types {
     pub const LEADER_ELECTED: &str = "LeaderElected";
     /// Another group writes the same label key on some of these pods.
     pub const LABEL_CONFLICT: &str = "LabelConflict";
+    /// The Redis server's settings keep the guarantees (see the README's
+    /// "What Redis must provide"); False names what to change. Not part of
+    /// Ready: the group works, with a weaker guarantee.
+    pub const REDIS_SETTINGS_SAFE: &str = "RedisSettingsSafe";
     /// A leader is elected and labelled, and nothing above is wrong.
     pub const READY: &str = "Ready";
 }
@@ -32,6 +36,8 @@ pub mod reasons {
     pub const NO_CONFLICT: &str = "NoConflict";
     pub const SAME_ROLE_LABEL: &str = "SameRoleLabel";
     pub const READY: &str = "Ready";
+    pub const SAFE_SETTINGS: &str = "SafeSettings";
+    pub const UNSAFE_SETTINGS: &str = "UnsafeSettings";
     pub const NOT_READY: &str = "NotReady";
 }
 

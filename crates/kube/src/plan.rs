@@ -20,6 +20,7 @@ use crate::selector::PodSelector;
 use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::config::ElectionConfig;
 use leasehold_engine::store::GroupState;
+use leasehold_engine::SettingWarning;
 
 /// The role label's values.
 pub const LEADER: &str = "leader";
@@ -65,6 +66,8 @@ pub struct Observed<'a> {
     pub swept: &'a [(String, u64)],
     /// The local wall clock in ms, used only when Redis's is not at hand.
     pub local_now_ms: u64,
+    /// What is wrong with the Redis server's settings, as last read.
+    pub redis_warnings: &'a [SettingWarning],
 }
 
 /// One label to set (`Some`) or remove (`None`) on one pod.
@@ -164,6 +167,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         ),
         leader_elected(holder, leader_pod.as_deref(), term),
         label_conflict(&conflicts),
+        redis_settings(observed.redis_warnings),
         condition(
             types::READY,
             ready,
@@ -248,6 +252,30 @@ fn spec_validity(spec: &LeaderGroupSpec) -> (Condition, Option<ElectionConfig>) 
     }
 }
 
+/// Rule: the Redis server's unsafe settings are reported on every group,
+/// one sentence each, without making any group unready.
+fn redis_settings(warnings: &[SettingWarning]) -> Condition {
+    if warnings.is_empty() {
+        return condition(
+            types::REDIS_SETTINGS_SAFE,
+            true,
+            reasons::SAFE_SETTINGS,
+            "nothing in the Redis server's settings weakens a guarantee",
+        );
+    }
+    let message = warnings
+        .iter()
+        .map(|w| w.message.as_str())
+        .collect::<Vec<_>>()
+        .join(" ");
+    condition(
+        types::REDIS_SETTINGS_SAFE,
+        false,
+        reasons::UNSAFE_SETTINGS,
+        message,
+    )
+}
+
 /// Rule: while Redis cannot be read, every label stays as it is (a guess
 /// could label two pods); only the conditions say so.
 fn while_redis_is_unavailable(
@@ -277,7 +305,9 @@ fn while_redis_is_unavailable(
         previous
             .conditions
             .iter()
-            .find(|c| c.type_ == types::LEADER_ELECTED)
+            .filter(|c| {
+                [types::LEADER_ELECTED, types::REDIS_SETTINGS_SAFE].contains(&c.type_.as_str())
+            })
             .cloned(),
     );
     let now = time_of(observed.local_now_ms);

@@ -63,6 +63,7 @@ fn run(g: &LeaderGroup, pods: &[PodView], store: &StoreView) -> Plan {
         store,
         swept: &[],
         local_now_ms: NOW,
+        redis_warnings: &[],
     })
 }
 
@@ -270,6 +271,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
         store: &store,
         swept: &[],
         local_now_ms: NOW,
+        redis_warnings: &[],
     });
     assert!(p.labels.is_empty(), "beta yields the pod to alpha");
     let c = cond(&p.status, "LabelConflict");
@@ -293,6 +295,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
         store: &store,
         swept: &[],
         local_now_ms: NOW,
+        redis_warnings: &[],
     });
     assert_eq!(p.labels, vec![change("a", Some(LEADER))]);
     assert_eq!(cond(&p.status, "LabelConflict").status, "True");
@@ -309,6 +312,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
         store: &store,
         swept: &[],
         local_now_ms: NOW,
+        redis_warnings: &[],
     });
     assert_eq!(p.labels, vec![change("a", Some(LEADER))]);
     assert_eq!(cond(&p.status, "LabelConflict").status, "False");
@@ -534,6 +538,7 @@ fn a_sweep_of_former_members_is_reported_once() {
         store: &store,
         swept: &swept,
         local_now_ms: NOW,
+        redis_warnings: &[],
     });
     let sweep = p.status.last_sweep.clone().expect("lastSweep");
     assert_eq!(sweep.nodes, ["shop/b"]);
@@ -553,6 +558,7 @@ fn a_sweep_of_former_members_is_reported_once() {
         store: &store,
         swept: &swept,
         local_now_ms: NOW,
+        redis_warnings: &[],
     });
     assert!(!p.events.iter().any(|e| e.reason == "NodesSwept"));
 }
@@ -586,4 +592,38 @@ fn a_deleted_group_takes_its_role_labels_off_leader_first() {
         selector: spec().selector,
     }];
     assert!(role_labels_to_remove(&g, &pods, &others).is_empty());
+}
+
+#[test]
+fn unsafe_redis_settings_are_a_condition_of_every_group_but_not_unreadiness() {
+    let g = group("web", spec(), None);
+    let pods = [pod("a", Some(LEADER))];
+    let store = state(Some("a"), 1, &["a"]);
+    let safe = run(&g, &pods, &store);
+    assert_eq!(cond(&safe.status, "RedisSettingsSafe").status, "True");
+    let warnings = [leasehold_engine::SettingWarning {
+        setting: "maxmemory-policy",
+        message: "redis maxmemory-policy is allkeys-lru: set noeviction".into(),
+    }];
+    let p = plan(&Observed {
+        group: &g,
+        pods: &pods,
+        others: &[],
+        store: &store,
+        swept: &[],
+        local_now_ms: NOW,
+        redis_warnings: &warnings,
+    });
+    let c = cond(&p.status, "RedisSettingsSafe");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "UnsafeSettings")
+    );
+    assert!(c.message.contains("allkeys-lru"), "{}", c.message);
+    assert_eq!(cond(&p.status, "Ready").status, "True");
+    // While Redis cannot be read, the last report stands.
+    let mut later = g.clone();
+    later.status = Some(p.status.clone());
+    let down = run(&later, &pods, &StoreView::Unavailable("down".into()));
+    assert_eq!(cond(&down.status, "RedisSettingsSafe").status, "False");
 }

@@ -43,6 +43,8 @@ pub struct Context {
     /// Requeue interval: the safety net under the watch and Redis events.
     pub resync: Duration,
     pub metrics: Arc<ControllerMetrics>,
+    /// The Redis server's unsafe settings, as last read (for a condition).
+    pub redis_settings: tokio::sync::watch::Receiver<Vec<leasehold_engine::SettingWarning>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -125,6 +127,7 @@ pub async fn reconcile(
         store: &world.store,
         swept: &world.swept,
         local_now_ms: wall_ms(),
+        redis_warnings: &ctx.redis_settings.borrow().clone(),
     });
     apply_to_redis(&plan, &redis_group, ctx).await;
     if !apply_labels(&plan.labels, &namespace, ctx).await? {

@@ -30,6 +30,7 @@ use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http::{self, Response};
 use leasehold_daemon::metrics::{self, EngineMetrics};
 use leasehold_daemon::names::NamespacedName;
+use leasehold_daemon::redis_settings::SettingsWatch;
 use leasehold_engine::config::{validate_name, ElectionConfig, NodeConfig};
 use leasehold_engine::events::Event;
 use leasehold_engine::{Node, NodeOptions};
@@ -125,9 +126,9 @@ pub async fn run_with(
     let node_id = NamespacedName::new(&args.namespace, &args.pod_name).to_string();
     validate_name("node id", &node_id).map_err(|e| FlagError::new("--namespace/--pod-name", e))?;
     let store = args.redis.connect()?;
-    leasehold_daemon::redis_args::warn_about_settings(&store).await;
     let listener = http::bind(args.listen).await?;
     let mut registry = metrics::new_registry();
+    let redis_settings = SettingsWatch::start(store.clone(), &mut registry).await;
     let (node, leadership) =
         start_replica(&args, &node_id, replicas, &store, &mut registry).await?;
     let controller_metrics = ControllerMetrics::register(&mut registry);
@@ -151,6 +152,7 @@ pub async fn run_with(
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(args.resync_seconds.max(1)),
         metrics: controller_metrics.clone(),
+        redis_settings: redis_settings.current(),
     });
 
     let (triggers_tx, triggers) = mpsc::unbounded_channel::<ObjectRef<LeaderGroup>>();

@@ -17,6 +17,7 @@ use redis::{PushInfo, PushKind, Value};
 use tokio::sync::{mpsc, Notify};
 
 use crate::backoff::Backoff;
+use crate::config::SENTINEL_RECHECK;
 use crate::store::Store;
 
 type Routes = Arc<Mutex<HashMap<String, Arc<Notify>>>>;
@@ -34,11 +35,11 @@ impl Wake {
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let (changes, changes_rx) = mpsc::unbounded_channel();
         let healthy = Arc::new(AtomicBool::new(false));
-        let conn = store.subscriber(push_tx);
         let dispatcher =
             crate::task::Task::spawn(dispatch(push_rx, routes.clone(), healthy.clone()));
         let subscriber = crate::task::Task::spawn(keep_subscribed(
-            conn,
+            store.clone(),
+            push_tx,
             routes.clone(),
             changes_rx,
             healthy.clone(),
@@ -114,21 +115,26 @@ async fn dispatch(
 /// (un)subscribe is retried; once subscribed, the connection manager
 /// resubscribes by itself after reconnecting.
 async fn keep_subscribed(
-    conn: Result<redis::aio::ConnectionManager, crate::store::StoreError>,
+    store: Store,
+    sink: mpsc::UnboundedSender<PushInfo>,
     routes: Routes,
     mut changes: mpsc::UnboundedReceiver<()>,
     healthy: Arc<AtomicBool>,
 ) {
-    let mut conn = match conn {
-        Ok(conn) => conn,
-        Err(e) => {
-            tracing::warn!(error = %e, "no pub/sub connection: followers wake on their retry tick only");
-            return;
+    let mut backoff = Backoff::default();
+    // Behind Sentinel the primary may be unknown for a while at start.
+    let mut conn = loop {
+        match store.subscriber(sink.clone()).await {
+            Ok(conn) => break conn,
+            Err(e) => {
+                tracing::debug!(error = %e, "no pub/sub connection yet: followers wake on their retry tick");
+                backoff.wait().await;
+            }
         }
     };
+    backoff.reset();
     // Sets: a process may follow thousands of groups.
     let mut subscribed: HashSet<String> = HashSet::new();
-    let mut backoff = Backoff::default();
     loop {
         let wanted: HashSet<String> = lock(&routes).keys().cloned().collect();
         let add: Vec<&String> = wanted.difference(&subscribed).collect();
@@ -143,8 +149,27 @@ async fn keep_subscribed(
         if ok {
             subscribed = wanted;
             backoff.reset();
-            if changes.recv().await.is_none() {
-                return;
+            // Until the routes change; meanwhile, behind Sentinel or in a
+            // Cluster, follow the primary: releases are published there.
+            let primaries = store.primaries_found();
+            loop {
+                tokio::select! {
+                    change = changes.recv() => match change {
+                        Some(()) => break,
+                        None => return,
+                    },
+                    _ = tokio::time::sleep(SENTINEL_RECHECK) => {
+                        if store.primaries_found() == primaries {
+                            continue;
+                        }
+                        if let Ok(moved) = store.subscriber(sink.clone()).await {
+                            healthy.store(false, Ordering::SeqCst);
+                            conn = moved;
+                            subscribed.clear();
+                            break;
+                        }
+                    }
+                }
             }
         } else {
             healthy.store(false, Ordering::SeqCst);

@@ -3,7 +3,7 @@
 //! record kept elsewhere, such as a custom resource's status).
 
 use super::{as_int, scripts, Store, StoreError};
-use crate::config::ElectionConfig;
+use crate::config::{self, ElectionConfig};
 
 impl Store {
     /// Writes a group's timings; nodes apply them at their next claim or
@@ -21,7 +21,7 @@ impl Store {
             .arg("ttlMs")
             .arg("renewIntervalMs")
             .arg("retryIntervalMs")
-            .query_async(&mut self.conn())
+            .query_async(&mut self.conn().await?)
             .await?;
         let wanted = [
             config.ttl_ms,
@@ -39,12 +39,12 @@ impl Store {
             .arg(config.renew_interval_ms)
             .arg("retryIntervalMs")
             .arg(config.retry_interval_ms)
-            .query_async(&mut self.conn())
+            .query_async(&mut self.conn().await?)
             .await?;
         let _: i64 = redis::cmd("PUBLISH")
             .arg(&keys.released)
             .arg("config")
-            .query_async(&mut self.conn())
+            .query_async(&mut self.conn().await?)
             .await?;
         Ok(())
     }
@@ -68,44 +68,63 @@ impl Store {
     pub fn follow_events(&self) -> tokio::sync::mpsc::UnboundedReceiver<crate::Event> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
         let (push_tx, mut pushes) = tokio::sync::mpsc::unbounded_channel();
-        let conn = self.subscriber(push_tx);
+        let store = self.clone();
         let channel = self.keys().events();
         tokio::spawn(async move {
-            let Ok(mut conn) = conn else { return };
             let mut backoff = crate::backoff::Backoff::default();
-            while conn.subscribe(&channel).await.is_err() {
-                if tx.is_closed() {
-                    return;
-                }
-                backoff.wait().await;
-            }
-            // Ends as soon as the receiver is dropped, not at the next event.
-            loop {
-                let push = tokio::select! {
-                    _ = tx.closed() => break,
-                    push = pushes.recv() => match push {
-                        Some(push) => push,
-                        None => break,
-                    },
+            // Once per primary: behind Sentinel or in a Cluster the events
+            // are published on whichever is current.
+            'primary: loop {
+                let primaries = store.primaries_found();
+                let conn = loop {
+                    match store.subscriber(push_tx.clone()).await {
+                        Ok(conn) => break conn,
+                        Err(_) if tx.is_closed() => return,
+                        Err(_) => backoff.wait().await,
+                    }
                 };
-                if push.kind != redis::PushKind::Message {
-                    continue;
+                let mut conn = conn;
+                while conn.subscribe(&channel).await.is_err() {
+                    if tx.is_closed() {
+                        return;
+                    }
+                    backoff.wait().await;
                 }
-                let Some(redis::Value::BulkString(payload)) = push.data.get(1) else {
-                    continue;
-                };
-                match serde_json::from_slice::<crate::Event>(payload) {
-                    Ok(event) => {
-                        if tx.send(event).is_err() {
-                            break;
+                backoff.reset();
+                let mut recheck = tokio::time::interval(config::SENTINEL_RECHECK);
+                // Ends as soon as the receiver is dropped, not at the next event.
+                loop {
+                    let push = tokio::select! {
+                        _ = tx.closed() => return,
+                        _ = recheck.tick() => {
+                            if store.primaries_found() != primaries {
+                                continue 'primary;
+                            }
+                            continue;
+                        }
+                        push = pushes.recv() => match push {
+                            Some(push) => push,
+                            None => return,
+                        },
+                    };
+                    if push.kind != redis::PushKind::Message {
+                        continue;
+                    }
+                    let Some(redis::Value::BulkString(payload)) = push.data.get(1) else {
+                        continue;
+                    };
+                    match serde_json::from_slice::<crate::Event>(payload) {
+                        Ok(event) => {
+                            if tx.send(event).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) => {
+                            tracing::debug!(error = %e, "skipped an event this version cannot read")
                         }
                     }
-                    Err(e) => {
-                        tracing::debug!(error = %e, "skipped an event this version cannot read")
-                    }
                 }
             }
-            drop(conn);
         });
         rx
     }

@@ -188,7 +188,8 @@ impl Store {
             .set_connection_timeout(Some(config::CONNECT_TIMEOUT))
             .set_response_timeout(None);
         Ok(self
-            .client
+            .client()
+            .await?
             .get_multiplexed_async_connection_with_config(&config)
             .await?)
     }
@@ -282,7 +283,7 @@ impl Store {
             .arg(self.keys.commands(node))
             .arg("MINID")
             .arg(first_unread)
-            .query_async(&mut self.conn())
+            .query_async(&mut self.conn().await?)
             .await?;
         Ok(())
     }
@@ -313,7 +314,7 @@ impl Store {
             .cmd("HGET")
             .arg(self.keys.node(node))
             .arg("dropped")
-            .query_async(&mut self.conn())
+            .query_async(&mut self.conn().await?)
             .await?;
         Ok((backlog, dropped.unwrap_or(0)))
     }
@@ -322,7 +323,7 @@ impl Store {
     pub async fn subscriptions(&self, node: &str) -> Result<Vec<String>, StoreError> {
         let mut subs: Vec<String> = redis::cmd("SMEMBERS")
             .arg(self.keys.node_subs(node))
-            .query_async(&mut self.conn())
+            .query_async(&mut self.conn().await?)
             .await?;
         subs.sort();
         Ok(subs)

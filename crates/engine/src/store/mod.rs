@@ -14,6 +14,7 @@ mod control;
 mod keys;
 mod messaging;
 mod replication;
+mod route;
 mod safety;
 mod scripts;
 
@@ -29,6 +30,8 @@ pub use messaging::NodeInfo;
 pub(crate) use messaging::{Destination, InboxEntry, Outgoing, PublishOutcome};
 pub use replication::ReplicaAcks;
 use replication::Replication;
+use route::{Route, Topology};
+pub use safety::SettingWarning;
 
 use crate::config::{self, ConfigError, ElectionConfig};
 
@@ -45,6 +48,10 @@ pub enum StoreError {
         "the lease write reached {acked} of the {wanted} replicas it must reach (WAIT timed out)"
     )]
     Unconfirmed { acked: u64, wanted: u64 },
+    /// No primary to talk to: the sentinels do not agree on one, or no
+    /// cluster node answers.
+    #[error("{0}")]
+    Topology(String),
 }
 
 /// Runs one store call, giving up after `limit`. A hung connection (a paused
@@ -62,8 +69,10 @@ pub async fn bounded<T>(
 /// Why [`Store::connect`] refused to start.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error("redis_url is invalid ({0}); expected redis://[user:password@]host[:port][/db] or rediss://…")]
+    #[error("redis_url is invalid ({0}); expected {forms}", forms = route::URL_FORMS)]
     Url(redis::RedisError),
+    #[error("redis_url is invalid ({0}); expected {forms}", forms = route::URL_FORMS)]
+    UrlForm(String),
     #[error(transparent)]
     Prefix(#[from] ConfigError),
     #[error("could not set up the redis connection: {0}")]
@@ -164,9 +173,7 @@ pub struct GroupState {
 /// A handle on Redis: cheap to clone, shared by every loop of a process.
 #[derive(Clone)]
 pub struct Store {
-    conn: ConnectionManager,
-    client: redis::Client,
-    info: redis::ConnectionInfo,
+    route: Arc<Route>,
     keys: Arc<Keys>,
     replication: Arc<Replication>,
 }
@@ -177,6 +184,19 @@ impl std::fmt::Debug for Store {
             .field("prefix", &self.keys.prefix())
             .finish()
     }
+}
+
+/// How to reach Redis beyond its URL. All optional.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ConnectOptions<'a> {
+    /// The password of the Redis server (wins over one in the URL).
+    pub password: Option<&'a str>,
+    /// PEM of the CA that signed the server's (and the sentinels')
+    /// certificate, for a `rediss` URL.
+    pub ca_pem: Option<&'a [u8]>,
+    /// The sentinels' own password, for a Sentinel URL whose sentinels
+    /// require one.
+    pub sentinel_password: Option<&'a str>,
 }
 
 /// No response timeout here: every engine call is bounded by its caller, with
@@ -213,13 +233,17 @@ impl Store {
     /// connection is made lazily: a Redis that is down at start is normal
     /// weather, and the first calls fail and are retried like any other.
     pub fn connect(url: &str, prefix: &str) -> Result<Self, ConnectError> {
-        Self::open(url, prefix, None, None)
+        Self::connect_with_options(url, prefix, ConnectOptions::default())
     }
 
     /// Like [`Store::connect`], for a `rediss://` URL whose server certificate
     /// is signed by the CA in `ca_pem` (PEM) rather than a public one.
     pub fn connect_with_ca(url: &str, prefix: &str, ca_pem: &[u8]) -> Result<Self, ConnectError> {
-        Self::open(url, prefix, Some(ca_pem), None)
+        let options = ConnectOptions {
+            ca_pem: Some(ca_pem),
+            ..ConnectOptions::default()
+        };
+        Self::connect_with_options(url, prefix, options)
     }
 
     /// Like [`Store::connect`], with the password given apart from the URL
@@ -231,53 +255,66 @@ impl Store {
         password: Option<&str>,
         ca_pem: Option<&[u8]>,
     ) -> Result<Self, ConnectError> {
-        Self::open(url, prefix, ca_pem, password)
+        let options = ConnectOptions {
+            password,
+            ca_pem,
+            ..ConnectOptions::default()
+        };
+        Self::connect_with_options(url, prefix, options)
     }
 
-    fn open(
+    /// Like [`Store::connect`], for any URL form: `redis://` and `rediss://`
+    /// name the server; `redis+sentinel://` names sentinels that name the
+    /// primary; `redis+cluster://` names nodes of a Redis Cluster, in which
+    /// all keys go to one slot: the prefix becomes a hash tag, `{PREFIX}`.
+    pub fn connect_with_options(
         url: &str,
         prefix: &str,
-        ca_pem: Option<&[u8]>,
-        password: Option<&str>,
+        options: ConnectOptions<'_>,
     ) -> Result<Self, ConnectError> {
         config::validate_prefix(prefix)?;
         // rustls needs a process-wide crypto provider; a second install is a no-op error.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut info = url
+        let parsed = route::parse(url).map_err(ConnectError::UrlForm)?;
+        let mut info = parsed
+            .redis_url
+            .as_str()
             .into_connection_info()
             .map_err(ConnectError::Url)?
             .set_tcp_settings(tcp_settings());
-        if let Some(password) = password {
+        if let Some(password) = options.password {
             let settings = info.redis_settings().clone().set_password(password);
             info = info.set_redis_settings(settings);
         }
-        if let Some(pem) = ca_pem {
-            if !url.starts_with("rediss://") {
+        if let Some(pem) = options.ca_pem {
+            if !parsed.tls {
                 return Err(ConnectError::CaWithoutTls);
             }
             check_ca(pem)?;
         }
-        let client = match ca_pem {
-            None => redis::Client::open(info),
-            Some(pem) => redis::Client::build_with_tls(
-                info,
-                redis::TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(pem.to_vec()),
-                },
+        let (route, key_prefix) = match &parsed.topology {
+            Topology::Direct => {
+                let client = route::client(info, options.ca_pem).map_err(ConnectError::Url)?;
+                (Route::fixed(client)?, prefix.to_owned())
+            }
+            Topology::Sentinel { sentinels, master } => (
+                Route::sentinel(
+                    info,
+                    options.ca_pem,
+                    sentinels,
+                    master,
+                    options.sentinel_password,
+                )?,
+                prefix.to_owned(),
             ),
-        }
-        .map_err(ConnectError::Url)?;
-        // The client's info now carries the TLS settings; the pub/sub
-        // connection is built from the same.
-        let info = client.get_connection_info().clone();
-        let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config())
-            .map_err(ConnectError::Setup)?;
+            Topology::Cluster { seeds } => {
+                let tag = format!("{{{prefix}}}");
+                (Route::cluster(info, options.ca_pem, seeds, &tag), tag)
+            }
+        };
         Ok(Self {
-            conn,
-            client,
-            info,
-            keys: Arc::new(Keys::new(prefix)),
+            route: Arc::new(route),
+            keys: Arc::new(Keys::new(&key_prefix)),
             replication: Arc::default(),
         })
     }
@@ -297,16 +334,17 @@ impl Store {
     /// A separate RESP3 connection whose pub/sub messages go to `sink`; it
     /// resubscribes by itself after a reconnect. Blocking and push traffic
     /// never share the command connection.
-    pub(crate) fn subscriber(
+    pub(crate) async fn subscriber(
         &self,
         sink: tokio::sync::mpsc::UnboundedSender<redis::PushInfo>,
     ) -> Result<ConnectionManager, StoreError> {
-        let settings = self
-            .info
+        let primary = self.route.primary().await?;
+        let info = primary.client.get_connection_info().clone();
+        let settings = info
             .redis_settings()
             .clone()
             .set_protocol(ProtocolVersion::RESP3);
-        let client = redis::Client::open(self.info.clone().set_redis_settings(settings))?;
+        let client = redis::Client::open(info.set_redis_settings(settings))?;
         let config = manager_config()
             .set_push_sender(sink)
             .set_automatic_resubscription();
@@ -315,12 +353,16 @@ impl Store {
 
     /// The Redis server's clock, in ms since the epoch.
     pub async fn time_ms(&self) -> Result<u64, StoreError> {
-        let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(&mut self.conn()).await?;
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut self.conn().await?)
+            .await?;
         Ok(secs * 1000 + micros / 1000)
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
-        let _: String = redis::cmd("PING").query_async(&mut self.conn()).await?;
+        let _: String = redis::cmd("PING")
+            .query_async(&mut self.conn().await?)
+            .await?;
         Ok(())
     }
 
@@ -329,17 +371,52 @@ impl Store {
         let _: i64 = redis::cmd("PUBLISH")
             .arg(channel)
             .arg(payload)
-            .query_async(&mut self.conn())
+            .query_async(&mut self.conn().await?)
             .await?;
         Ok(())
     }
 
-    fn conn(&self) -> ConnectionManager {
-        self.conn.clone()
+    /// The shared command connection to the current primary.
+    async fn conn(&self) -> Result<ConnectionManager, StoreError> {
+        Ok(self.route.primary().await?.conn)
+    }
+
+    /// How many times the store found a new primary behind Sentinel or in
+    /// a Cluster (always 0 for a plain URL): a change is the moment to
+    /// look at the new primary's settings.
+    pub fn primaries_found(&self) -> u64 {
+        self.route.primaries_found()
+    }
+
+    /// The client of the current primary, for connections of their own.
+    pub(crate) async fn client(&self) -> Result<redis::Client, StoreError> {
+        Ok(self.route.primary().await?.client)
+    }
+
+    /// Passes `result` on; a failure makes the route look for the primary
+    /// again before the next call (a failover may be under way).
+    fn noted<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(e) = &result {
+            self.route.failed(e);
+        }
+        result
     }
 
     async fn run(&self, invocation: &mut redis::ScriptInvocation<'_>) -> Result<Value, StoreError> {
-        Ok(invocation.invoke_async(&mut self.conn()).await?)
+        self.run_on(&mut self.conn().await?, invocation).await
+    }
+
+    async fn run_on(
+        &self,
+        conn: &mut ConnectionManager,
+        invocation: &mut redis::ScriptInvocation<'_>,
+    ) -> Result<Value, StoreError> {
+        self.noted(invocation.invoke_async(conn).await.map_err(Into::into))
+    }
+
+    /// Confirms the lease write just made on `conn` (see [`ReplicaAcks`]).
+    async fn confirm(&self, conn: &mut ConnectionManager) -> Result<(), StoreError> {
+        self.noted(self.replication.confirm(conn).await)
     }
 
     // ---- election ----
@@ -353,8 +430,10 @@ impl Store {
         seen_term: u64,
         candidacy_ms: u64,
     ) -> Result<Claim, StoreError> {
+        let mut conn = self.conn().await?;
         let reply = self
-            .run(
+            .run_on(
+                &mut conn,
                 scripts::CLAIM
                     .key(&group.lease)
                     .key(&group.term)
@@ -374,7 +453,7 @@ impl Store {
         match int_at(&items, 0)? {
             1 => {
                 // Leading only once the replicas have the lease too.
-                self.replication.confirm(&mut self.conn()).await?;
+                self.confirm(&mut conn).await?;
                 Ok(Claim::Won {
                     term: uint_at(&items, 1)?,
                     fresh: int_at(&items, 2)? == 1,
@@ -399,8 +478,10 @@ impl Store {
         ttl_ms: u64,
         candidacy_ms: u64,
     ) -> Result<Renewal, StoreError> {
+        let mut conn = self.conn().await?;
         let reply = self
-            .run(
+            .run_on(
+                &mut conn,
                 scripts::RENEW
                     .key(&group.lease)
                     .key(&group.members)
@@ -416,7 +497,7 @@ impl Store {
         let items = array(reply)?;
         Ok(match int_at(&items, 0)? {
             1 => {
-                self.replication.confirm(&mut self.conn()).await?;
+                self.confirm(&mut conn).await?;
                 Renewal::Renewed {
                     config: group_config(items.get(1)),
                     term: uint_at(&items, 2)?,

@@ -1,0 +1,192 @@
+//! In a Redis Cluster: three primaries and a replica, real `redis-server`
+//! processes. Every key of a prefix lives in one slot (the prefix is the
+//! hash tag), on the node serving it; nodes find that node from any seed
+//! and follow it when a replica takes the slot over.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use leasehold_engine::{ElectionConfig, Node, Store};
+use support::sentinel::slowly;
+use support::{free_port, node_config, LocalRedis};
+
+const GROUP: &str = "test/group";
+
+/// Longer than the failover takes (writes to the slot stop for a moment
+/// while the replica takes over): the leader keeps its lease through it.
+const CFG: ElectionConfig = ElectionConfig {
+    ttl_ms: 5000,
+    renew_interval_ms: 1000,
+    retry_interval_ms: 300,
+};
+
+/// A cluster node and its cluster bus port.
+fn cluster_node() -> (LocalRedis, u16) {
+    let bus_port = free_port();
+    let bus = bus_port.to_string();
+    let node = LocalRedis::start_with_args(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "2000",
+        "--cluster-port",
+        &bus,
+    ])
+    .expect("a cluster node");
+    (node, bus_port)
+}
+
+fn cli(node: &LocalRedis, args: &[&str]) -> String {
+    node.cli(args).expect("redis-cli")
+}
+
+/// The node that says it serves `slot` as a primary.
+fn owner(nodes: &[LocalRedis], slot: &str) -> usize {
+    let slot: u64 = slot.parse().expect("a slot number");
+    let serves = |n: &LocalRedis| {
+        // CLUSTER NODES: id addr flags master ping pong epoch link slots...
+        cli(n, &["CLUSTER", "NODES"]).lines().any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 8
+                && fields[2].contains("myself")
+                && fields[2].contains("master")
+                && fields[8..].iter().any(|range| {
+                    let (a, b) = range.split_once('-').unwrap_or((range, range));
+                    matches!((a.parse::<u64>(), b.parse::<u64>()),
+                        (Ok(a), Ok(b)) if (a..=b).contains(&slot))
+                })
+        })
+    };
+    nodes.iter().position(serves).unwrap_or(usize::MAX)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_the_store_lives_in_one_slot_and_follows_a_failover() {
+    let (nodes, buses): (Vec<LocalRedis>, Vec<u16>) = (0..4).map(|_| cluster_node()).unzip();
+    let primaries: Vec<String> = nodes[..3]
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let created = std::process::Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&primaries)
+        .args(["--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stdout)
+    );
+    let slot = cli(&nodes[0], &["CLUSTER", "KEYSLOT", "{lh}"]);
+    let owner_at_start = owner(&nodes[..3], &slot);
+    // The fourth node replicates the slot's owner.
+    let meet = cli(
+        &nodes[3],
+        &[
+            "CLUSTER",
+            "MEET",
+            "127.0.0.1",
+            &nodes[0].port.to_string(),
+            &buses[0].to_string(),
+        ],
+    );
+    assert_eq!(meet, "OK");
+    let owner_id = cli(&nodes[owner_at_start], &["CLUSTER", "MYID"]);
+    slowly(Duration::from_secs(20), "the fourth node joins", || {
+        cli(&nodes[3], &["CLUSTER", "REPLICATE", &owner_id]) == "OK"
+    })
+    .await;
+    slowly(
+        Duration::from_secs(20),
+        "the cluster is ok and the replica in sync",
+        || {
+            nodes
+                .iter()
+                .all(|n| cli(n, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+                && cli(&nodes[3], &["INFO", "replication"]).contains("master_link_status:up")
+        },
+    )
+    .await;
+
+    // A seed that does not serve the slot is enough.
+    let seed = (owner_at_start + 1) % 3;
+    let url = format!("redis+cluster://127.0.0.1:{}", nodes[seed].port);
+    let start = |id: &'static str| {
+        let url = url.clone();
+        async move {
+            let store = Store::connect(&url, "lh").expect("a cluster URL");
+            let node = Node::start(store, id, node_config()).await.expect("node");
+            let group = node.join(GROUP, CFG).expect("join");
+            (node, group)
+        }
+    };
+    let (a, ga) = start("test/a").await;
+    // A fresh store on a Redis up for less than a ttl waits out the ttl.
+    support::eventually(Duration::from_millis(3 * CFG.ttl_ms), "a leads", || {
+        ga.is_leader()
+    })
+    .await;
+    let (b, gb) = start("test/b").await;
+    let lease = cli(
+        &nodes[owner_at_start],
+        &["GET", "{lh}:g:{test/group}:lease"],
+    );
+    assert!(
+        lease.starts_with("test/a#"),
+        "the lease on the slot's owner: {lease:?}"
+    );
+    let keys = cli(
+        &nodes[owner_at_start],
+        &["CLUSTER", "COUNTKEYSINSLOT", &slot],
+    );
+    assert!(
+        keys.parse::<u64>().unwrap() >= 5,
+        "keys in the slot: {keys}"
+    );
+    for other in (0..3).filter(|i| *i != owner_at_start) {
+        assert_eq!(
+            cli(&nodes[other], &["DBSIZE"]),
+            "0",
+            "keys outside the slot's owner"
+        );
+    }
+
+    // The replica takes the slot over.
+    let failover = Instant::now();
+    assert_eq!(cli(&nodes[3], &["CLUSTER", "FAILOVER"]), "OK");
+    slowly(
+        Duration::from_secs(20),
+        "the replica serves the slot",
+        || owner(&nodes, &slot) == 3,
+    )
+    .await;
+    // The leader renews on the new owner and keeps its term.
+    slowly(Duration::from_secs(10), "a renews on the new owner", || {
+        cli(&nodes[3], &["PTTL", "{lh}:g:{test/group}:lease"])
+            .parse::<i64>()
+            .is_ok_and(|ms| ms > (CFG.ttl_ms - CFG.renew_interval_ms) as i64)
+    })
+    .await;
+    assert_eq!(
+        ga.leader_term(),
+        Some(1),
+        "a lost its lease in the failover"
+    );
+    assert!(!gb.is_leader());
+    eprintln!(
+        "a renewed on the new owner {:?} after the failover began",
+        failover.elapsed()
+    );
+
+    a.close().await.unwrap();
+    support::eventually(Duration::from_millis(3 * CFG.ttl_ms), "b leads", || {
+        gb.is_leader()
+    })
+    .await;
+    assert!(gb.leader_term() > Some(1), "{:?}", gb.leader_term());
+    b.close().await.unwrap();
+}

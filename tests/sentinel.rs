@@ -1,0 +1,362 @@
+//! Behind Sentinel: nodes find the primary through three real sentinels
+//! and follow it across failovers; a term never has two holders and two
+//! nodes never lead at once, whatever the failover (forced, a primary
+//! killed while its replica lags, a primary cut off with its leader).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use leasehold_daemon::redis_settings::SettingsWatch;
+use leasehold_engine::{ElectionConfig, Group, Node, Role, Store};
+use support::node_config;
+use support::proxy::Proxy;
+use support::sentinel::Deployment;
+
+const GROUP: &str = "test/group";
+
+/// Sentinels find a silent primary down after this. At least two of the
+/// engine's Sentinel rechecks (1 s), as the README asks.
+const DOWN_AFTER_MS: u64 = 2000;
+
+/// A call timeout (the retry interval) of 300 ms, so a WAIT on a busy
+/// machine is not mistaken for a lagging replica.
+const CFG: ElectionConfig = ElectionConfig {
+    ttl_ms: 1500,
+    renew_interval_ms: 400,
+    retry_interval_ms: 300,
+};
+
+/// What the referee saw while sampling every group's own view.
+#[derive(Debug, Default)]
+struct Tally {
+    samples: u64,
+    /// Instants at which two groups said they lead.
+    two_leaders: u64,
+    /// The highest term any group led under.
+    highest: u64,
+    /// A leader under a term below one led under earlier.
+    backwards: u64,
+}
+
+impl Tally {
+    fn sample(&mut self, groups: &[&Group]) {
+        self.samples += 1;
+        let terms: Vec<u64> = groups.iter().filter_map(|g| g.leader_term()).collect();
+        if terms.len() > 1 {
+            self.two_leaders += 1;
+        }
+        for term in terms {
+            if term < self.highest {
+                self.backwards += 1;
+            }
+            self.highest = self.highest.max(term);
+        }
+    }
+
+    /// Samples every 5 ms until `done`, or panics with `what` after `limit`.
+    async fn until(
+        &mut self,
+        groups: &[&Group],
+        limit: Duration,
+        what: &str,
+        mut done: impl FnMut() -> bool,
+    ) -> Duration {
+        let start = Instant::now();
+        loop {
+            self.sample(groups);
+            if done() {
+                return start.elapsed();
+            }
+            assert!(
+                start.elapsed() < limit,
+                "not within {limit:?}: {what}; {self:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn assert_clean(&self) {
+        assert!(self.samples > 100, "{self:?}");
+        assert_eq!(self.two_leaders, 0, "two leaders at once: {self:?}");
+        assert_eq!(self.backwards, 0, "a term went backwards: {self:?}");
+    }
+}
+
+async fn member(url: &str, id: &str) -> (Node, Group) {
+    member_with(url, id, CFG).await
+}
+
+async fn member_with(url: &str, id: &str, cfg: ElectionConfig) -> (Node, Group) {
+    member_of(Store::connect(url, "lh").expect("a sentinel URL"), id, cfg).await
+}
+
+async fn member_of(store: Store, id: &str, cfg: ElectionConfig) -> (Node, Group) {
+    let node = Node::start(store, id, node_config()).await.expect("node");
+    let group = node.join(GROUP, cfg).expect("join");
+    (node, group)
+}
+
+/// A forced failover (`SENTINEL FAILOVER`): the replica has every
+/// confirmed write, so the leader goes on leading under its term on the
+/// new primary, and when it leaves, the next leader gets a higher term
+/// there, one ttl after the new primary was first claimed on. The ttl is
+/// longer here than elsewhere: writes stop for a moment in a failover
+/// (between the promotion and the sentinels naming the new primary, about
+/// a second), and a lease shorter than that would lapse, safely but
+/// without showing that the leader is followed. The new primary's settings
+/// are read as soon as it is found: its eviction policy is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_follow_a_forced_failover() {
+    const CFG: ElectionConfig = ElectionConfig {
+        ttl_ms: 5000,
+        renew_interval_ms: 1000,
+        retry_interval_ms: 300,
+    };
+    let d = Deployment::start(1, DOWN_AFTER_MS).await;
+    d.servers[1].cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let mut tally = Tally::default();
+    let store = Store::connect(&d.url(), "lh").unwrap();
+    let mut registry = leasehold_daemon::metrics::new_registry();
+    // Read at start and on a new primary only, in this test.
+    let watch =
+        SettingsWatch::start_every(store.clone(), &mut registry, Duration::from_secs(3600)).await;
+    let (a, ga) = member_of(store, "test/a", CFG).await;
+    tally
+        .until(&[&ga], Duration::from_secs(5), "a leads", || ga.is_leader())
+        .await;
+    let (b, gb) = member_with(&d.url(), "test/b", CFG).await;
+    let groups = [&ga, &gb];
+    tally
+        .until(&groups, Duration::from_secs(2), "b follows a", || {
+            matches!(support::role(&gb), Role::Follower { ref leader, .. } if leader == "test/a")
+        })
+        .await;
+
+    let evicting = || {
+        watch
+            .current()
+            .borrow()
+            .iter()
+            .any(|w| w.setting == "maxmemory-policy")
+    };
+    assert!(!evicting(), "{:?}", watch.current().borrow());
+    d.sentinels[0]
+        .cli(&["SENTINEL", "FAILOVER", support::sentinel::MASTER])
+        .unwrap();
+    let mut new = None;
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(20),
+            "the sentinels name the replica",
+            || {
+                new = d.primary().filter(|p| *p == 1);
+                new.is_some()
+            },
+        )
+        .await;
+    // a renews on the new primary (a's route asks the sentinels again at
+    // least once a second): the lease there is refreshed.
+    let renewed_there = || {
+        d.servers[1]
+            .cli(&["PTTL", "lh:g:{test/group}:lease"])
+            .parse::<i64>()
+            .is_ok_and(|ms| ms > (CFG.ttl_ms - CFG.renew_interval_ms) as i64)
+    };
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(5),
+            "a renews on the new primary",
+            renewed_there,
+        )
+        .await;
+    assert_eq!(
+        ga.leader_term(),
+        Some(1),
+        "a lost its lease in the failover"
+    );
+    // Read within a poll (1 s) of the primary being found, plus the read.
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(3),
+            "the new primary's settings are read",
+            evicting,
+        )
+        .await;
+
+    a.close().await.unwrap();
+    tally
+        .until(
+            &[&gb],
+            Duration::from_millis(4 * CFG.ttl_ms),
+            "b leads",
+            || gb.is_leader(),
+        )
+        .await;
+    assert!(gb.leader_term() > Some(1), "{:?}", gb.leader_term());
+    let lease = d.servers[1].cli(&["GET", "lh:g:{test/group}:lease"]);
+    assert!(
+        lease.starts_with("test/b#"),
+        "lease on the new primary: {lease}"
+    );
+    tally.assert_clean();
+    b.close().await.unwrap();
+}
+
+/// The primary is killed while its replica lags (replication stalled):
+/// the leader's renewals are no longer confirmed, so it stops leading; a
+/// claim made on the old primary meanwhile is not confirmed either. The
+/// sentinels promote the lagging replica, and the next leader there gets a
+/// term above every term anyone led under.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_while_its_replica_lags() {
+    let mut d = Deployment::start(1, DOWN_AFTER_MS).await;
+    let mut tally = Tally::default();
+    let (a, ga) = member(&d.url(), "test/a").await;
+    let (_b, gb) = member(&d.url(), "test/b").await;
+    let groups = [&ga, &gb];
+    tally
+        .until(&groups, Duration::from_secs(5), "a leader", || {
+            ga.is_leader() || gb.is_leader()
+        })
+        .await;
+    let first = tally.highest;
+
+    d.links[1].as_ref().unwrap().pause();
+    let stalled = Instant::now();
+    tally
+        .until(
+            &groups,
+            Duration::from_millis(2 * CFG.ttl_ms),
+            "nobody leads",
+            || !ga.is_leader() && !gb.is_leader(),
+        )
+        .await;
+    // Nobody leads while the replica lags: every claim is unconfirmed.
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(5),
+            "a second without a leader",
+            || stalled.elapsed() > Duration::from_millis(2 * CFG.ttl_ms),
+        )
+        .await;
+    assert_eq!(tally.highest, first, "someone led while the replica lagged");
+
+    d.servers[0].kill();
+    let new = d.failed_over_from(0, Duration::from_secs(30)).await;
+    assert_eq!(new, 1);
+    d.links[1].as_ref().unwrap().resume();
+    let took = tally
+        .until(
+            &groups,
+            Duration::from_secs(15),
+            "a leader on the new primary",
+            || ga.is_leader() || gb.is_leader(),
+        )
+        .await;
+    assert!(tally.highest > first, "{tally:?}");
+    tally.assert_clean();
+    eprintln!("leader on the new primary {took:?} after the sentinels named it");
+    a.close().await.unwrap();
+}
+
+/// The old primary is cut off together with the old leader: the leader can
+/// still write to it, but reaches no sentinel; the sentinels, the other
+/// node and the replica no longer reach the primary (their users are
+/// switched off there, and the replication link is closed). The sentinels
+/// promote the replica. The old primary, with no replica left, confirms
+/// every write at once, so only the sentinels' word can stop the old
+/// leader: its route has no sentinel majority behind it, so it makes no
+/// write; it stops leading within its ttl, before the new primary hands out
+/// a lease, and the new leader's term is higher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_cut_off_with_the_old_primary_stops_leading() {
+    let mut d = Deployment::start(1, DOWN_AFTER_MS).await;
+    // A user per node, so the partition can shut b out of the old primary
+    // and leave a in.
+    for server in &d.servers {
+        for user in ["a", "b"] {
+            server.cli(&["ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all"]);
+        }
+    }
+    d.servers[1].cli(&["CONFIG", "SET", "masteruser", "a"]);
+    d.servers[1].cli(&["CONFIG", "SET", "masterauth", "pw"]);
+    // a reaches the sentinels through proxies, which the partition cuts.
+    let mut fronts = Vec::new();
+    for s in &d.sentinels {
+        fronts.push(Proxy::start(s.port).await);
+    }
+    let ports: Vec<u16> = fronts.iter().map(|p| p.port).collect();
+    let as_user = |url: String, user: &str| url.replacen("://", &format!("://{user}:pw@"), 1);
+    let mut tally = Tally::default();
+    let (a, ga) = member(&as_user(d.url_via(&ports), "a"), "test/a").await;
+    tally
+        .until(&[&ga], Duration::from_secs(5), "a leads", || ga.is_leader())
+        .await;
+    let (b, gb) = member(&as_user(d.url(), "b"), "test/b").await;
+    let groups = [&ga, &gb];
+    tally
+        .until(&groups, Duration::from_secs(2), "b follows a", || {
+            matches!(support::role(&gb), Role::Follower { ref leader, .. } if leader == "test/a")
+        })
+        .await;
+
+    // The partition.
+    for front in &fronts {
+        front.pause();
+        front.cut();
+    }
+    let link = d.links[1].take().unwrap();
+    link.cut();
+    drop(link);
+    let as_a = ["--user", "a", "--pass", "pw", "--no-auth-warning"];
+    let old = &d.servers[0];
+    for user in ["default", "b"] {
+        old.cli(&[&as_a[..], &["ACL", "SETUSER", user, "off"]].concat());
+        old.cli(&[&as_a[..], &["CLIENT", "KILL", "USER", user]].concat());
+    }
+    let cut = Instant::now();
+
+    let stopped = tally
+        .until(
+            &groups,
+            Duration::from_millis(CFG.ttl_ms + 2 * CFG.retry_interval_ms + 1000),
+            "a stops leading",
+            || !ga.is_leader(),
+        )
+        .await;
+    eprintln!("a stopped leading {stopped:?} after the cut");
+    d.failed_over_from(0, Duration::from_secs(30)).await;
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(15),
+            "b leads on the new primary",
+            || gb.is_leader(),
+        )
+        .await;
+    assert!(gb.leader_term() > Some(1), "{:?}", gb.leader_term());
+    eprintln!("b leads {:?} after the cut", cut.elapsed());
+    // a does not lead again while it cannot reach the sentinels, though the
+    // old primary still takes its writes.
+    tally
+        .until(&groups, Duration::from_secs(10), "two more ttls", || {
+            cut.elapsed() > stopped + Duration::from_millis(4 * CFG.ttl_ms)
+        })
+        .await;
+    let role = old.cli(&[&as_a[..], &["ROLE"]].concat());
+    assert_eq!(
+        role.lines().next(),
+        Some("master"),
+        "the old primary must still take writes, or the test proves nothing"
+    );
+    let info = old.cli(&[&as_a[..], &["INFO", "replication"]].concat());
+    assert!(info.contains("connected_slaves:0"), "{info}");
+    tally.assert_clean();
+    drop(a);
+    b.close().await.unwrap();
+}

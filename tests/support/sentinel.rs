@@ -1,0 +1,137 @@
+//! A Sentinel deployment started by the test: a primary, replicas (each
+//! linked through a proxy the test can stall or cut), and three sentinels
+//! with a quorum of two. Every process is a real `redis-server`.
+
+use std::time::Duration;
+
+use super::proxy::Proxy;
+use super::{LocalRedis, RedisServer};
+
+pub const MASTER: &str = "lh-primary";
+
+pub struct Deployment {
+    /// Every data server; `servers[0]` is the first primary.
+    pub servers: Vec<RedisServer>,
+    /// `links[i]` carries replication from whichever primary `servers[i]`
+    /// followed first (the first primary): `None` for the primary.
+    pub links: Vec<Option<Proxy>>,
+    pub sentinels: Vec<LocalRedis>,
+    pub down_after_ms: u64,
+}
+
+/// Waits until `check` holds, or panics with `what` after `limit`; checks
+/// every 50 ms, since each check starts `redis-cli` processes.
+pub async fn slowly(limit: Duration, what: &str, mut check: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !check() {
+        assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Commands that make every server a quick and willing replica and primary.
+fn tune(server: &RedisServer) {
+    // Sync at once (the default waits 5 s for more replicas to join).
+    server.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+    server.cli(&["CONFIG", "SET", "repl-timeout", "5"]);
+}
+
+impl Deployment {
+    /// A primary with `replicas` replicas and three sentinels that find a
+    /// silent primary down after `down_after_ms`; returns once every
+    /// sentinel knows every replica and the other sentinels.
+    pub async fn start(replicas: usize, down_after_ms: u64) -> Self {
+        let primary = RedisServer::start();
+        tune(&primary);
+        let mut servers = vec![primary];
+        let mut links = vec![None];
+        for _ in 0..replicas {
+            let replica = RedisServer::start();
+            tune(&replica);
+            let link = Proxy::start(servers[0].port).await;
+            replica.cli(&["REPLICAOF", "127.0.0.1", &link.port.to_string()]);
+            servers.push(replica);
+            links.push(Some(link));
+        }
+        let connected = format!("connected_slaves:{replicas}");
+        slowly(Duration::from_secs(10), "the replicas are in sync", || {
+            servers[0]
+                .cli(&["INFO", "replication"])
+                .contains(&connected)
+                && servers[1..].iter().all(|r| {
+                    r.cli(&["INFO", "replication"])
+                        .contains("master_link_status:up")
+                })
+        })
+        .await;
+        let sentinels: Vec<LocalRedis> = (0..3)
+            .map(|_| {
+                LocalRedis::start_sentinel(servers[0].port, MASTER, 2, down_after_ms)
+                    .expect("a sentinel")
+            })
+            .collect();
+        let ready = format!("slaves={replicas},sentinels=3");
+        slowly(
+            Duration::from_secs(30),
+            "the sentinels know the replicas and each other",
+            || {
+                sentinels.iter().all(|s| {
+                    s.cli(&["INFO", "sentinel"])
+                        .map(|i| i.contains(&ready))
+                        .unwrap_or(false)
+                })
+            },
+        )
+        .await;
+        Self {
+            servers,
+            links,
+            sentinels,
+            down_after_ms,
+        }
+    }
+
+    /// The URL a node uses: every sentinel, then the master's name.
+    pub fn url(&self) -> String {
+        self.url_via(&self.sentinels.iter().map(|s| s.port).collect::<Vec<_>>())
+    }
+
+    /// The URL with the sentinels at these ports (proxies in front of them).
+    pub fn url_via(&self, ports: &[u16]) -> String {
+        let hosts: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        format!("redis+sentinel://{}/{MASTER}", hosts.join(","))
+    }
+
+    /// The primary's port as each sentinel names it (0: no answer).
+    pub fn named(&self) -> Vec<u16> {
+        self.sentinels
+            .iter()
+            .map(|s| {
+                s.cli(&["SENTINEL", "get-master-addr-by-name", MASTER])
+                    .ok()
+                    .and_then(|out| out.lines().nth(1).and_then(|p| p.trim().parse().ok()))
+                    .unwrap_or(0)
+            })
+            .collect()
+    }
+
+    /// The index of the server a majority of sentinels names.
+    pub fn primary(&self) -> Option<usize> {
+        let named = self.named();
+        self.servers
+            .iter()
+            .position(|s| named.iter().filter(|p| **p == s.port).count() >= 2)
+    }
+
+    /// Waits until a majority of sentinels names a server other than
+    /// `old`; returns its index.
+    pub async fn failed_over_from(&self, old: usize, limit: Duration) -> usize {
+        let mut new = None;
+        slowly(limit, "the sentinels name a new primary", || {
+            new = self.primary().filter(|p| *p != old);
+            new.is_some()
+        })
+        .await;
+        new.expect("checked")
+    }
+}
