@@ -6,14 +6,17 @@
 //! and step-down of the leader, the sweep of a dead node, Redis stalled for
 //! less and more than a ttl), `cost` (Redis calls and CPU of holding and
 //! following 1, 100 and 10,000 groups at rest), `messaging`
-//! (publish-to-delivery latency, throughput, fan-out) and `idle` (what an
-//! idle node costs). Timings default to a scaled-down ttl 1000 / renew 300 /
+//! (publish-to-delivery latency, throughput, fan-out), `idle` (what an
+//! idle node costs) and `replicas` (what confirming lease writes with a
+//! replica costs: claim latency and calls per renewal, on Redis servers of
+//! its own). Timings default to a scaled-down ttl 1000 / renew 300 /
 //! retry 200 ms so a full run takes minutes; the bounds scale with them.
 
 mod agents;
 mod cost;
 mod failover;
 mod messaging;
+mod replicas;
 mod report;
 
 use std::io::IsTerminal;
@@ -35,6 +38,7 @@ pub enum Scenario {
     Cost,
     Messaging,
     Idle,
+    Replicas,
     All,
 }
 
@@ -203,6 +207,9 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     }
     if all || args.scenario == Scenario::Idle {
         rows.extend(messaging::idle(&url, &args).await?);
+    }
+    if all || args.scenario == Scenario::Replicas {
+        rows.extend(replicas::run(&args).await?);
     }
     if std::io::stderr().is_terminal() {
         eprintln!();

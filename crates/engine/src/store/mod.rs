@@ -403,20 +403,20 @@ impl Store {
     }
 
     async fn run(&self, invocation: &mut redis::ScriptInvocation<'_>) -> Result<Value, StoreError> {
-        self.run_on(&mut self.conn().await?, invocation).await
+        let mut conn = self.conn().await?;
+        self.noted(invocation.invoke_async(&mut conn).await.map_err(Into::into))
     }
 
-    async fn run_on(
+    /// A claim or renewal (`call`, an `EVALSHA` of `script`) with the
+    /// `WAIT` for the replicas in the same request (see [`ReplicaAcks`]);
+    /// the caller checks the confirmation when the write took a lease.
+    async fn write_lease(
         &self,
-        conn: &mut ConnectionManager,
-        invocation: &mut redis::ScriptInvocation<'_>,
-    ) -> Result<Value, StoreError> {
-        self.noted(invocation.invoke_async(conn).await.map_err(Into::into))
-    }
-
-    /// Confirms the lease write just made on `conn` (see [`ReplicaAcks`]).
-    async fn confirm(&self, conn: &mut ConnectionManager) -> Result<(), StoreError> {
-        self.noted(self.replication.confirm(conn).await)
+        script: &redis::Script,
+        call: &redis::Cmd,
+    ) -> Result<(Value, replication::Confirmation), StoreError> {
+        let mut conn = self.conn().await?;
+        self.noted(self.replication.write(&mut conn, script, call).await)
     }
 
     // ---- election ----
@@ -430,30 +430,27 @@ impl Store {
         seen_term: u64,
         candidacy_ms: u64,
     ) -> Result<Claim, StoreError> {
-        let mut conn = self.conn().await?;
-        let reply = self
-            .run_on(
-                &mut conn,
-                scripts::CLAIM
-                    .key(&group.lease)
-                    .key(&group.term)
-                    .key(&group.members)
-                    .key(&group.config)
-                    .key(self.keys.born())
-                    .key(self.keys.node(id))
-                    .key(self.keys.replid())
-                    .arg(id)
-                    .arg(incarnation)
-                    .arg(ttl_ms)
-                    .arg(seen_term)
-                    .arg(candidacy_ms),
-            )
-            .await?;
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(scripts::CLAIM.get_hash())
+            .arg(7)
+            .arg(&group.lease)
+            .arg(&group.term)
+            .arg(&group.members)
+            .arg(&group.config)
+            .arg(self.keys.born())
+            .arg(self.keys.node(id))
+            .arg(self.keys.replid())
+            .arg(id)
+            .arg(incarnation)
+            .arg(ttl_ms)
+            .arg(seen_term)
+            .arg(candidacy_ms);
+        let (reply, confirmation) = self.write_lease(&scripts::CLAIM, &call).await?;
         let items = array(reply)?;
         match int_at(&items, 0)? {
             1 => {
                 // Leading only once the replicas have the lease too.
-                self.confirm(&mut conn).await?;
+                self.noted(confirmation.check())?;
                 Ok(Claim::Won {
                     term: uint_at(&items, 1)?,
                     fresh: int_at(&items, 2)? == 1,
@@ -478,26 +475,23 @@ impl Store {
         ttl_ms: u64,
         candidacy_ms: u64,
     ) -> Result<Renewal, StoreError> {
-        let mut conn = self.conn().await?;
-        let reply = self
-            .run_on(
-                &mut conn,
-                scripts::RENEW
-                    .key(&group.lease)
-                    .key(&group.members)
-                    .key(&group.config)
-                    .key(&group.term)
-                    .arg(id)
-                    .arg(incarnation)
-                    .arg(term)
-                    .arg(ttl_ms)
-                    .arg(candidacy_ms),
-            )
-            .await?;
+        let mut call = redis::cmd("EVALSHA");
+        call.arg(scripts::RENEW.get_hash())
+            .arg(4)
+            .arg(&group.lease)
+            .arg(&group.members)
+            .arg(&group.config)
+            .arg(&group.term)
+            .arg(id)
+            .arg(incarnation)
+            .arg(term)
+            .arg(ttl_ms)
+            .arg(candidacy_ms);
+        let (reply, confirmation) = self.write_lease(&scripts::RENEW, &call).await?;
         let items = array(reply)?;
         Ok(match int_at(&items, 0)? {
             1 => {
-                self.confirm(&mut conn).await?;
+                self.noted(confirmation.check())?;
                 Renewal::Renewed {
                     config: group_config(items.get(1)),
                     term: uint_at(&items, 2)?,

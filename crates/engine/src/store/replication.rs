@@ -5,14 +5,18 @@
 //! `WAIT` says the write reached the replicas it must reach; an unconfirmed
 //! one is a store error (a claim does not lead, a renewal demotes).
 //!
-//! `WAIT` runs on the connection the script ran on, right after it, so it
-//! covers that write. With no replica (the default policy, [`ReplicaAcks::All`],
-//! on a lone Redis) nothing is waited for.
+//! `WAIT` goes in the same request as the script, on the same connection,
+//! so it covers that write and costs no round trip of its own; had it gone
+//! apart, a reconnection in between would have run it on a fresh
+//! connection that made no write, and it would have confirmed nothing as
+//! if it were the write. With no replica (the default policy,
+//! [`ReplicaAcks::All`], on a lone Redis) nothing is waited for.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
+use redis::{Cmd, Script, Value};
 
 use super::StoreError;
 use crate::config::{REPLICA_COUNT_REFRESH, REPLICA_WAIT};
@@ -57,26 +61,48 @@ impl Replication {
         }
     }
 
-    /// Confirms the writes made so far on `conn`: returns once enough
-    /// replicas have them, or [`StoreError::Unconfirmed`].
-    pub async fn confirm(&self, conn: &mut ConnectionManager) -> Result<(), StoreError> {
+    /// Runs `call` (an `EVALSHA` of `script`) followed, in the same
+    /// request, by a `WAIT` for the replicas the policy asks for; returns
+    /// the script's reply and what `WAIT` said.
+    pub async fn write(
+        &self,
+        conn: &mut ConnectionManager,
+        script: &Script,
+        call: &Cmd,
+    ) -> Result<(Value, Confirmation), StoreError> {
         let wanted = match self.acks {
-            ReplicaAcks::Off => return Ok(()),
+            ReplicaAcks::Off => 0,
             ReplicaAcks::AtLeast(n) => u64::from(n),
             ReplicaAcks::All => self.connected(conn).await?,
         };
-        if wanted == 0 {
-            return Ok(());
+        let mut loaded = false;
+        loop {
+            let result = if wanted == 0 {
+                call.query_async::<Value>(conn).await.map(|v| (v, 0))
+            } else {
+                redis::pipe()
+                    .add_command(call.clone())
+                    .cmd("WAIT")
+                    .arg(wanted)
+                    .arg(self.wait.as_millis() as u64)
+                    .query_async::<(Value, u64)>(conn)
+                    .await
+            };
+            match result {
+                // After a restart or a failover the server may not have the
+                // script yet.
+                Err(e)
+                    if !loaded
+                        && e.kind()
+                            == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) =>
+                {
+                    script.load_async(conn).await?;
+                    loaded = true;
+                }
+                Err(e) => return Err(e.into()),
+                Ok((reply, acked)) => return Ok((reply, Confirmation { wanted, acked })),
+            }
         }
-        let acked: u64 = redis::cmd("WAIT")
-            .arg(wanted)
-            .arg(self.wait.as_millis() as u64)
-            .query_async(conn)
-            .await?;
-        if acked < wanted {
-            return Err(StoreError::Unconfirmed { acked, wanted });
-        }
-        Ok(())
     }
 
     /// Connected replicas, as the primary last said (re-read once a second).
@@ -103,6 +129,27 @@ impl Replication {
         };
         *crate::locked(&self.known) = Some((now, count));
         Ok(count)
+    }
+}
+
+/// What `WAIT` said after a lease write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Confirmation {
+    pub wanted: u64,
+    pub acked: u64,
+}
+
+impl Confirmation {
+    /// Whether the write counts: [`StoreError::Unconfirmed`] if too few
+    /// replicas have it.
+    pub fn check(self) -> Result<(), StoreError> {
+        if self.acked < self.wanted {
+            return Err(StoreError::Unconfirmed {
+                acked: self.acked,
+                wanted: self.wanted,
+            });
+        }
+        Ok(())
     }
 }
 

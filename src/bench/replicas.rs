@@ -1,0 +1,167 @@
+//! What confirming lease writes with the replicas costs. Three setups, on
+//! Redis servers started here: a lone Redis (`--redis-replica-acks all`,
+//! the default, with nothing to wait for); a primary with one replica,
+//! writes confirmed (`all`); the same primary, not confirmed (`off`). In
+//! each, one in-process node claims `--trials` fresh groups one after
+//! another (time from join to leading: the claim script, and `WAIT` where
+//! confirmed, which a renewal makes the same way), then holds them for a
+//! few renew intervals while `INFO commandstats` counts what a renewal
+//! sends: the script, and at most one `WAIT` (the replica count comes from
+//! an `INFO` at most once a second).
+
+use std::time::{Duration, Instant};
+
+use leasehold::local_redis::LocalRedis;
+use leasehold_engine::config::REPLICA_WAIT;
+use leasehold_engine::{ElectionConfig, Node, NodeConfig, ReplicaAcks, Role, Store};
+
+use super::report::Row;
+use super::{progress, BenchArgs};
+
+struct Figures {
+    /// Join to leading, per group, sorted.
+    claims: Vec<Duration>,
+    scripts: u64,
+    waits: u64,
+    infos: u64,
+    held: Duration,
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    sorted
+        .get(((sorted.len().saturating_sub(1)) as f64 * p).round() as usize)
+        .copied()
+        .unwrap_or_default()
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+async fn measure(
+    url: &str,
+    prefix: &str,
+    acks: ReplicaAcks,
+    groups: usize,
+    timings: ElectionConfig,
+) -> Result<Figures, String> {
+    let store = Store::connect(url, prefix)
+        .map_err(|e| e.to_string())?
+        .with_replica_acks(acks, REPLICA_WAIT);
+    let node = Node::start(store, "bench/replicas", NodeConfig::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut claims = Vec::with_capacity(groups);
+    let mut held = Vec::with_capacity(groups);
+    for i in 0..groups {
+        let start = Instant::now();
+        let group = node
+            .join(&format!("bench/g{i}"), timings)
+            .map_err(|e| e.to_string())?;
+        let mut role = group.role();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            role.wait_for(|r| matches!(r, Role::Leader { .. })),
+        )
+        .await
+        .map_err(|_| format!("group {i} was not claimed within 5 s"))?
+        .map_err(|e| e.to_string())?;
+        claims.push(start.elapsed());
+        held.push(group);
+    }
+    claims.sort();
+    let hold = Duration::from_millis(timings.renew_interval_ms * 10);
+    let before = super::messaging::command_calls(url).await?;
+    tokio::time::sleep(hold).await;
+    let after = super::messaging::command_calls(url).await?;
+    let delta =
+        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    let figures = Figures {
+        claims,
+        scripts: delta("evalsha") + delta("eval"),
+        waits: delta("wait"),
+        // The second reading's own INFO is not the node's.
+        infos: delta("info").saturating_sub(1),
+        held: hold,
+    };
+    drop(held);
+    node.close().await.map_err(|e| e.to_string())?;
+    Ok(figures)
+}
+
+/// The replica scenario's rows.
+pub async fn run(args: &BenchArgs) -> Result<Vec<Row>, String> {
+    let timings = args.timings()?;
+    let groups = args.trials.max(1);
+    let lone = LocalRedis::start()?;
+    let primary = LocalRedis::start()?;
+    let replica = LocalRedis::start()?;
+    primary.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"])?;
+    replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port.to_string()])?;
+    let start = Instant::now();
+    while !primary
+        .cli(&["INFO", "replication"])?
+        .contains("connected_slaves:1")
+    {
+        if start.elapsed() > Duration::from_secs(10) {
+            return Err("the bench's replica did not connect within 10 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let setups = [
+        ("a lone Redis, acks all", &lone, "lone", ReplicaAcks::All),
+        (
+            "a primary with 1 replica, acks all",
+            &primary,
+            "all",
+            ReplicaAcks::All,
+        ),
+        (
+            "the same primary, acks off",
+            &primary,
+            "off",
+            ReplicaAcks::Off,
+        ),
+    ];
+    let mut measured = Vec::new();
+    for (label, server, prefix, acks) in setups {
+        progress(&format!("replicas: {label}, {groups} claims"));
+        // An established store (past its first ttl), as in production.
+        server.cli(&["SET", &format!("{prefix}:born"), "0"])?;
+        measured.push((
+            label,
+            measure(&server.url(), prefix, acks, groups, timings).await?,
+        ));
+    }
+    let mut rows = Vec::new();
+    let lone_p50 = percentile(&measured[0].1.claims, 0.5);
+    for (label, f) in &measured {
+        let p50 = percentile(&f.claims, 0.5);
+        rows.push(Row::new(
+            format!("claim to leading, {label} ({groups} groups one after another)"),
+            "–".into(),
+            format!(
+                "p50 {}, p99 {} (p50 {:+.3} ms against the lone Redis)",
+                ms(p50),
+                ms(percentile(&f.claims, 0.99)),
+                (p50.as_secs_f64() - lone_p50.as_secs_f64()) * 1000.0
+            ),
+            None,
+        ));
+        let per_script = f.waits as f64 / f.scripts.max(1) as f64;
+        let infos_per_s = f.infos as f64 / f.held.as_secs_f64();
+        rows.push(Row::new(
+            format!(
+                "holding {groups} groups for {} s, {label}: Redis calls",
+                f.held.as_secs_f64()
+            ),
+            "at most one WAIT per renewal; INFO at most 1/s".into(),
+            format!(
+                "{} scripts (renewals, heartbeats), {} WAIT ({per_script:.3} per script), {} INFO ({infos_per_s:.2}/s)",
+                f.scripts, f.waits, f.infos
+            ),
+            Some(f.waits <= f.scripts && infos_per_s <= 1.2),
+        ));
+    }
+    Ok(rows)
+}

@@ -1,0 +1,329 @@
+//! Chaos on the Sentinel topology: a primary, two replicas and three
+//! sentinels (real `redis-server` processes), three `leasehold agent`
+//! processes campaigning for one group through a `redis+sentinel://` URL,
+//! and one failover after another, of three kinds, picked at random:
+//! - forced: `SENTINEL FAILOVER`, the old primary demoted in order;
+//! - killed: the primary SIGKILLed, found down by the sentinels, restarted
+//!   empty to come back as a replica;
+//! - lagging: a replica SIGSTOPped (its replication stalls, so lease writes
+//!   cannot be confirmed), then the primary killed; the replica resumes
+//!   once the new primary is named.
+//!
+//! Every 5 ms each agent's report is read through its API, and each
+//! "leader under term t" it reports is offered to a fenced sink, which
+//! accepts a write only if no other agent ever wrote under t and no higher
+//! term was accepted before, and counts every refusal. Also counted: samples
+//! in which two agents report leading (under one term, or at all).
+//!
+//! Short by default (CI). `LEASEHOLD_SENTINEL_CHAOS_SECONDS=660` runs eleven
+//! minutes; `LEASEHOLD_CHAOS_SEED=N` repeats a run.
+
+mod support;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use support::agent::{args, Agent};
+use support::free_port;
+use support::sentinel::Deployment;
+
+const GROUP: &str = "chaos";
+const DOWN_AFTER_MS: u64 = 2000;
+const TTL_MS: u64 = 1500;
+const RENEW_MS: u64 = 400;
+const RETRY_MS: u64 = 300;
+
+/// Refuses a write under a term another writer used, or under a term
+/// below the highest accepted.
+#[derive(Debug, Default)]
+struct FencedSink {
+    holders: HashMap<u64, usize>,
+    highest: u64,
+    accepted: u64,
+    rejected: u64,
+}
+
+impl FencedSink {
+    fn write(&mut self, writer: usize, term: u64) {
+        let taken = self.holders.get(&term).is_some_and(|h| *h != writer);
+        if taken || term < self.highest {
+            self.rejected += 1;
+            eprintln!(
+                "sink: refused agent {writer} under term {term} (highest {}, holder {:?})",
+                self.highest,
+                self.holders.get(&term)
+            );
+            return;
+        }
+        self.holders.insert(term, writer);
+        self.highest = term;
+        self.accepted += 1;
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fault {
+    Forced,
+    Killed,
+    Lagging,
+}
+
+struct Referee {
+    agents: Vec<Agent>,
+    sink: FencedSink,
+    samples: u64,
+    two_leaders: u64,
+    same_term: u64,
+    /// When a leader was last seen.
+    last_leader: Option<Instant>,
+}
+
+impl Referee {
+    /// One sample of every agent; returns whether someone leads.
+    async fn sample(&mut self) -> bool {
+        let mut leaders = Vec::new();
+        for (i, agent) in self.agents.iter().enumerate() {
+            if let Some((role, Some(term))) = agent.role(GROUP).await {
+                if role == "leader" {
+                    leaders.push((i, term));
+                }
+            }
+        }
+        self.samples += 1;
+        if leaders.len() > 1 {
+            self.two_leaders += 1;
+            let mut terms: Vec<u64> = leaders.iter().map(|(_, t)| *t).collect();
+            terms.sort_unstable();
+            terms.dedup();
+            if terms.len() < leaders.len() {
+                self.same_term += 1;
+            }
+            eprintln!("two leaders: {leaders:?}");
+        }
+        for (i, term) in &leaders {
+            self.sink.write(*i, *term);
+        }
+        if !leaders.is_empty() {
+            self.last_leader = Some(Instant::now());
+        }
+        !leaders.is_empty()
+    }
+
+    /// Samples every 5 ms until `check` (run every 100 ms: it may start
+    /// `redis-cli`) holds; panics after `limit`.
+    async fn until(
+        &mut self,
+        limit: Duration,
+        what: &str,
+        mut check: impl FnMut() -> bool,
+    ) -> Duration {
+        let start = Instant::now();
+        let mut checked = start - Duration::from_secs(1);
+        loop {
+            self.sample().await;
+            if checked.elapsed() >= Duration::from_millis(100) {
+                checked = Instant::now();
+                if check() {
+                    return start.elapsed();
+                }
+            }
+            assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Samples until someone leads; returns when that was seen.
+    async fn until_led(&mut self, limit: Duration, what: &str) -> Instant {
+        let start = Instant::now();
+        loop {
+            if self.sample().await {
+                return Instant::now();
+            }
+            assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failovers_never_give_a_term_two_holders() {
+    let seconds: u64 = std::env::var("LEASEHOLD_SENTINEL_CHAOS_SECONDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(30);
+    let seed: u64 = std::env::var("LEASEHOLD_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    eprintln!("sentinel chaos: seed {seed} ({seconds} s; LEASEHOLD_CHAOS_SEED={seed} repeats it)");
+    let mut rng = fastrand::Rng::with_seed(seed);
+
+    let mut d = Deployment::start(2, DOWN_AFTER_MS).await;
+    let url = d.url();
+    let mut agents = Vec::new();
+    for i in 0..3 {
+        let port = free_port();
+        let id = format!("chaos/agent-{i}");
+        let mut flags = args(&id, &url, port, GROUP);
+        for (flag, value) in [
+            ("--ttl-ms", TTL_MS),
+            ("--renew-interval-ms", RENEW_MS),
+            ("--retry-interval-ms", RETRY_MS),
+        ] {
+            let at = flags.iter().position(|f| f == flag).expect("flag") + 1;
+            flags[at] = value.to_string();
+        }
+        agents.push(Agent::start(&id, port, flags).await);
+    }
+    let mut r = Referee {
+        agents,
+        sink: FencedSink::default(),
+        samples: 0,
+        two_leaders: 0,
+        same_term: 0,
+        last_leader: None,
+    };
+    r.until_led(Duration::from_secs(10), "a first leader").await;
+
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut failovers: Vec<(Fault, Duration, Duration, Duration)> = Vec::new();
+    while Instant::now() < deadline {
+        let old = d.primary().expect("a primary");
+        let replicas: Vec<usize> = (0..d.servers.len()).filter(|i| *i != old).collect();
+        let fault = [Fault::Forced, Fault::Killed, Fault::Lagging][rng.usize(..3)];
+        let start = Instant::now();
+        let mut stalled = None;
+        match fault {
+            Fault::Forced => {
+                let s = rng.usize(..d.sentinels.len());
+                let out = d.sentinels[s]
+                    .cli(&["SENTINEL", "FAILOVER", support::sentinel::MASTER])
+                    .unwrap();
+                assert_eq!(out, "OK", "SENTINEL FAILOVER");
+            }
+            Fault::Killed => d.servers[old].kill(),
+            Fault::Lagging => {
+                let lagging = replicas[rng.usize(..replicas.len())];
+                d.servers[lagging].pause();
+                stalled = Some(lagging);
+                // Long enough for a lease write to go unconfirmed.
+                r.until(Duration::from_secs(2), "the replica lags", || {
+                    start.elapsed() > Duration::from_millis(RENEW_MS + 300)
+                })
+                .await;
+                d.servers[old].kill();
+            }
+        }
+        let mut new = None;
+        let named = r
+            .until(
+                Duration::from_secs(30),
+                "the sentinels name a new primary",
+                || {
+                    new = d.primary().filter(|p| *p != old);
+                    new.is_some()
+                },
+            )
+            .await;
+        if let Some(lagging) = stalled {
+            d.servers[lagging].resume();
+        }
+        if fault != Fault::Forced {
+            // Back empty; the sentinels make it a replica of the new primary.
+            d.servers[old].restart();
+            d.servers[old].cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+        }
+        // The window without a leader that the failover caused.
+        let before = r.last_leader;
+        let led = r
+            .until_led(Duration::from_secs(30), "a leader after the failover")
+            .await;
+        let leaderless = match before {
+            Some(seen) if seen >= start => led.duration_since(seen),
+            Some(seen) => led.duration_since(start.max(seen)),
+            None => led.duration_since(start),
+        };
+        failovers.push((fault, named, leaderless, start.elapsed()));
+        let new = new.expect("named");
+        r.until(
+            Duration::from_secs(60),
+            "both replicas follow the new primary",
+            || {
+                d.servers[new]
+                    .cli(&["INFO", "replication"])
+                    .contains("connected_slaves:2")
+                    && d.primary() == Some(new)
+            },
+        )
+        .await;
+        r.until(Duration::from_secs(2), "a pause", || true).await;
+    }
+
+    let n = failovers.len();
+    let mut windows: Vec<Duration> = failovers.iter().map(|f| f.2).collect();
+    windows.sort();
+    let mut named: Vec<Duration> = failovers.iter().map(|f| f.1).collect();
+    named.sort();
+    let count = |k: Fault| failovers.iter().filter(|f| f.0 == k).count();
+    eprintln!(
+        "sentinel chaos: {n} failovers ({} forced, {} killed, {} lagging) in {seconds} s; {} samples; sink accepted {} refused {}; two leaders at once {} (same term {})",
+        count(Fault::Forced),
+        count(Fault::Killed),
+        count(Fault::Lagging),
+        r.samples,
+        r.sink.accepted,
+        r.sink.rejected,
+        r.two_leaders,
+        r.same_term,
+    );
+    eprintln!(
+        "sentinel chaos: fault to new primary named p50 {:?} p99 {:?}; leaderless window p50 {:?} p99 {:?} max {:?} (ttl {TTL_MS} ms, retry {RETRY_MS} ms)",
+        percentile(&named, 0.5),
+        percentile(&named, 0.99),
+        percentile(&windows, 0.5),
+        percentile(&windows, 0.99),
+        windows.last().copied().unwrap_or_default(),
+    );
+    // Against ttl + the failover (fault to the new primary named) + retry.
+    let budget = Duration::from_millis(TTL_MS + RETRY_MS);
+    let mut over: Vec<f64> = failovers
+        .iter()
+        .map(|f| f.2.as_secs_f64() - (f.1 + budget).as_secs_f64())
+        .collect();
+    over.sort_by(f64::total_cmp);
+    let pick = |p: f64| {
+        over.get(((over.len().saturating_sub(1)) as f64 * p).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    eprintln!(
+        "sentinel chaos: leaderless window minus (ttl + failover + retry): p50 {:+.3} s p99 {:+.3} s max {:+.3} s",
+        pick(0.5),
+        pick(0.99),
+        over.last().copied().unwrap_or(0.0)
+    );
+    for k in [Fault::Forced, Fault::Killed, Fault::Lagging] {
+        let mut w: Vec<Duration> = failovers.iter().filter(|f| f.0 == k).map(|f| f.2).collect();
+        w.sort();
+        eprintln!(
+            "sentinel chaos: {k:?}: leaderless p50 {:?} p99 {:?}",
+            percentile(&w, 0.5),
+            percentile(&w, 0.99)
+        );
+    }
+    assert_eq!(r.sink.rejected, 0, "the fenced sink refused writes");
+    assert_eq!(r.same_term, 0, "two agents led under one term");
+    assert_eq!(r.two_leaders, 0, "two agents led at once");
+    assert!(
+        n as u64 >= seconds / 15,
+        "only {n} failovers in {seconds} s"
+    );
+}
