@@ -105,6 +105,8 @@ impl LocalRedis {
         let mut cmd = Command::new("redis-server");
         if let Some(config) = &self.sentinel_config {
             cmd.arg(config).arg("--sentinel");
+            // A sentinel's log says why it did or did not fail over.
+            cmd.arg("--logfile").arg(self.dir.join("sentinel.log"));
         }
         cmd.args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])

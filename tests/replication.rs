@@ -204,3 +204,48 @@ async fn a_promoted_replica_is_a_store_born_again() {
     drop(b);
     c.close().await.unwrap();
 }
+
+/// A primary that loses its replica (here the replica is promoted, as in a
+/// failover the node has not followed yet) is believed only after the
+/// replica-loss grace (5 s): until then the leader's renewals wait for the
+/// replica that left, are not confirmed, and it stops leading. Before,
+/// the primary's "no replica" confirmed every write within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_that_lost_its_replica_is_believed_only_after_a_grace() {
+    let primary = RedisServer::start();
+    let (replica, _link) = replica_of(&primary).await;
+    let (a, ga) = leader(&primary, "test/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    let lost = Instant::now();
+    eventually(
+        Duration::from_secs(3),
+        "the primary counts no replica",
+        || {
+            primary
+                .cli(&["INFO", "replication"])
+                .contains("connected_slaves:0")
+        },
+    )
+    .await;
+    // The count is re-read once a second, so the replica was last seen at
+    // most 1 s before it left: no confirmation for 4 s at least; 500 ms of
+    // margin.
+    eventually(
+        Duration::from_millis(CFG.renew_interval_ms + 1000 + 3 * CFG.retry_interval_ms),
+        "a stops leading",
+        || !ga.is_leader(),
+    )
+    .await;
+    while lost.elapsed() < Duration::from_millis(3500) {
+        assert!(
+            !ga.is_leader(),
+            "a led again {:?} after the replica left",
+            lost.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Then the loss is believed, and a leads again on its lone primary.
+    eventually(Duration::from_secs(5), "a leads again", || ga.is_leader()).await;
+    a.close().await.unwrap();
+}

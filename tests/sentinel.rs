@@ -11,7 +11,7 @@ use leasehold_daemon::redis_settings::SettingsWatch;
 use leasehold_engine::{ElectionConfig, Group, Node, Role, Store};
 use support::node_config;
 use support::proxy::Proxy;
-use support::sentinel::Deployment;
+use support::sentinel::{Deployment, StaleSentinel};
 
 const GROUP: &str = "test/group";
 
@@ -158,11 +158,17 @@ async fn nodes_follow_a_forced_failover() {
         .await;
     // a renews on the new primary (a's route asks the sentinels again at
     // least once a second): the lease there is refreshed.
+    // A renewal there makes its time to live go up; a copy replicated
+    // from the old primary only counts down.
+    let mut last = i64::MAX;
     let renewed_there = || {
-        d.servers[1]
+        let pttl = d.servers[1]
             .cli(&["PTTL", "lh:g:{test/group}:lease"])
             .parse::<i64>()
-            .is_ok_and(|ms| ms > (CFG.ttl_ms - CFG.renew_interval_ms) as i64)
+            .unwrap_or(-2);
+        let rose = pttl > last;
+        last = pttl;
+        rose
     };
     tally
         .until(
@@ -356,6 +362,104 @@ async fn a_leader_cut_off_with_the_old_primary_stops_leading() {
     );
     let info = old.cli(&[&as_a[..], &["INFO", "replication"]].concat());
     assert!(info.contains("connected_slaves:0"), "{info}");
+    tally.assert_clean();
+    drop(a);
+    b.close().await.unwrap();
+}
+
+/// A node that still reaches one sentinel, cut off together with the old
+/// primary, while the other two fail over: that sentinel goes on naming
+/// the old primary, which still takes the node's writes. One sentinel is
+/// not a majority, so the node makes no write and stops leading; a node
+/// that trusted any one sentinel (as the redis crate's Sentinel client
+/// does) would lead on the old primary next to the new leader. The
+/// minority sentinel is a stand-in (`StaleSentinel`): see there why. The
+/// test watches for longer than the replica-loss grace, after which the
+/// old primary, with no replica left, would confirm that node's writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_in_the_minority_is_not_believed() {
+    let mut d = Deployment::start(1, DOWN_AFTER_MS).await;
+    for server in &d.servers {
+        for user in ["a", "b"] {
+            server.cli(&["ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all"]);
+        }
+    }
+    d.servers[1].cli(&["CONFIG", "SET", "masteruser", "a"]);
+    d.servers[1].cli(&["CONFIG", "SET", "masterauth", "pw"]);
+    // a asks the stand-in and, through proxies, two real sentinels.
+    let minority = StaleSentinel::start(d.servers[0].port).await;
+    let mut fronts = Vec::new();
+    for s in &d.sentinels[1..] {
+        fronts.push(Proxy::start(s.port).await);
+    }
+    let ports = [minority.port, fronts[0].port, fronts[1].port];
+    let as_user = |url: String, user: &str| url.replacen("://", &format!("://{user}:pw@"), 1);
+    let mut tally = Tally::default();
+    let (a, ga) = member(&as_user(d.url_via(&ports), "a"), "test/a").await;
+    tally
+        .until(&[&ga], Duration::from_secs(5), "a leads", || ga.is_leader())
+        .await;
+    let (b, gb) = member(&as_user(d.url(), "b"), "test/b").await;
+    let groups = [&ga, &gb];
+    tally
+        .until(&groups, Duration::from_secs(2), "b follows a", || {
+            matches!(support::role(&gb), Role::Follower { ref leader, .. } if leader == "test/a")
+        })
+        .await;
+
+    // The partition: the old primary, the stand-in and a on one side; the
+    // replica, the real sentinels and b on the other.
+    for front in &fronts {
+        front.pause();
+        front.cut();
+    }
+    let link = d.links[1].take().unwrap();
+    link.cut();
+    drop(link);
+    let as_a = ["--user", "a", "--pass", "pw", "--no-auth-warning"];
+    let old = &d.servers[0];
+    for user in ["default", "b"] {
+        old.cli(&[&as_a[..], &["ACL", "SETUSER", user, "off"]].concat());
+        old.cli(&[&as_a[..], &["CLIENT", "KILL", "USER", user]].concat());
+    }
+    let cut = Instant::now();
+
+    let stopped = tally
+        .until(
+            &groups,
+            Duration::from_millis(CFG.ttl_ms + 2 * CFG.retry_interval_ms + 1000),
+            "a stops leading",
+            || !ga.is_leader(),
+        )
+        .await;
+    eprintln!("a stopped leading {stopped:?} after the cut");
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(20),
+            "b leads on the new primary",
+            || gb.is_leader(),
+        )
+        .await;
+    assert!(gb.leader_term() > Some(1), "{:?}", gb.leader_term());
+    // Past the replica-loss grace (5 s), a does not lead again.
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(15),
+            "the grace and two ttls",
+            || {
+                cut.elapsed()
+                    > Duration::from_secs(5) + stopped + Duration::from_millis(2 * CFG.ttl_ms)
+            },
+        )
+        .await;
+    let role = old.cli(&[&as_a[..], &["ROLE"]].concat());
+    assert_eq!(
+        role.lines().next(),
+        Some("master"),
+        "the old primary must still take writes"
+    );
     tally.assert_clean();
     drop(a);
     b.close().await.unwrap();

@@ -24,8 +24,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use support::agent::{args, Agent};
-use support::free_port;
 use support::sentinel::Deployment;
+use support::{free_port, LocalRedis};
 
 const GROUP: &str = "chaos";
 const DOWN_AFTER_MS: u64 = 2000;
@@ -115,7 +115,18 @@ impl Referee {
         &mut self,
         limit: Duration,
         what: &str,
+        check: impl FnMut() -> bool,
+    ) -> Duration {
+        self.until_or(limit, what, check, || ()).await
+    }
+
+    /// Like [`Referee::until`], running `explain` before it panics.
+    async fn until_or(
+        &mut self,
+        limit: Duration,
+        what: &str,
         mut check: impl FnMut() -> bool,
+        explain: impl FnOnce(),
     ) -> Duration {
         let start = Instant::now();
         let mut checked = start - Duration::from_secs(1);
@@ -127,7 +138,10 @@ impl Referee {
                     return start.elapsed();
                 }
             }
-            assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+            if start.elapsed() >= limit {
+                explain();
+                panic!("not within {limit:?}: {what}");
+            }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -141,6 +155,35 @@ impl Referee {
             }
             assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
+/// Prints what the sentinels and servers say, for a failover that did not
+/// happen.
+fn diagnose(d: &Deployment, fault: Fault) {
+    eprintln!(
+        "sentinel chaos: no failover after a {fault:?} fault; named {:?}",
+        d.named()
+    );
+    for (i, s) in d.servers.iter().enumerate() {
+        let role = LocalRedis::cli(s, &["ROLE"]).unwrap_or_else(|e| e);
+        eprintln!("server {i} (port {}): {}", s.port, role.replace('\n', " "));
+    }
+    if let Ok(replicas) = d.sentinels[0].cli(&["SENTINEL", "replicas", support::sentinel::MASTER]) {
+        eprintln!(
+            "sentinel 0 on the replicas: {}",
+            replicas.replace('\n', " ")
+        );
+    }
+    for (i, s) in d.sentinels.iter().enumerate() {
+        let path = s.dir().join("sentinel.log");
+        let log =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| format!("{}: {e}", path.display()));
+        let tail: Vec<&str> = log.lines().rev().take(40).collect();
+        eprintln!("sentinel {i} log, last lines:");
+        for line in tail.iter().rev() {
+            eprintln!("  {line}");
         }
     }
 }
@@ -203,11 +246,25 @@ async fn failovers_never_give_a_term_two_holders() {
         let mut stalled = None;
         match fault {
             Fault::Forced => {
-                let s = rng.usize(..d.sentinels.len());
-                let out = d.sentinels[s]
-                    .cli(&["SENTINEL", "FAILOVER", support::sentinel::MASTER])
-                    .unwrap();
-                assert_eq!(out, "OK", "SENTINEL FAILOVER");
+                // A sentinel refuses while it still winds up the last one
+                // (INPROG) or sees no replica fit yet (NOGOODSLAVE).
+                let mut tries = 0;
+                loop {
+                    let s = rng.usize(..d.sentinels.len());
+                    let out = d.sentinels[s]
+                        .cli(&["SENTINEL", "FAILOVER", support::sentinel::MASTER])
+                        .unwrap();
+                    if out == "OK" {
+                        break;
+                    }
+                    tries += 1;
+                    if tries == 50 {
+                        diagnose(&d, fault);
+                        panic!("SENTINEL FAILOVER: {out}");
+                    }
+                    r.until(Duration::from_secs(1), "a moment", || true).await;
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
             }
             Fault::Killed => d.servers[old].kill(),
             Fault::Lagging => {
@@ -224,13 +281,14 @@ async fn failovers_never_give_a_term_two_holders() {
         }
         let mut new = None;
         let named = r
-            .until(
+            .until_or(
                 Duration::from_secs(30),
                 "the sentinels name a new primary",
                 || {
                     new = d.primary().filter(|p| *p != old);
                     new.is_some()
                 },
+                || diagnose(&d, fault),
             )
             .await;
         if let Some(lagging) = stalled {
@@ -239,7 +297,7 @@ async fn failovers_never_give_a_term_two_holders() {
         if fault != Fault::Forced {
             // Back empty; the sentinels make it a replica of the new primary.
             d.servers[old].restart();
-            d.servers[old].cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+            support::sentinel::tune(&d.servers[old]);
         }
         // The window without a leader that the failover caused.
         let before = r.last_leader;

@@ -30,7 +30,7 @@ pub async fn slowly(limit: Duration, what: &str, mut check: impl FnMut() -> bool
 }
 
 /// Commands that make every server a quick and willing replica and primary.
-fn tune(server: &RedisServer) {
+pub fn tune(server: &RedisServer) {
     // Sync at once (the default waits 5 s for more replicas to join).
     server.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
     server.cli(&["CONFIG", "SET", "repl-timeout", "5"]);
@@ -133,5 +133,80 @@ impl Deployment {
         })
         .await;
         new.expect("checked")
+    }
+}
+
+/// A stand-in for a sentinel on the minority side of a partition: it
+/// answers every `SENTINEL get-master-addr-by-name` with the address it was
+/// given, as a real sentinel that cannot hear of a failover goes on doing.
+/// (Cutting a real sentinel off from the others here would need network
+/// namespaces: sentinels also tell each other of a new primary directly.)
+/// It speaks just enough RESP for the redis crate's connection.
+pub struct StaleSentinel {
+    pub port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StaleSentinel {
+    pub async fn start(primary_port: u16) -> Self {
+        use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (read, mut write) = stream.into_split();
+                    let mut read = BufReader::new(read);
+                    let mut line = String::new();
+                    loop {
+                        // A command: *N, then N bulk strings.
+                        line.clear();
+                        if read.read_line(&mut line).await.unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let Some(n) = line
+                            .trim()
+                            .strip_prefix('*')
+                            .and_then(|n| n.parse::<usize>().ok())
+                        else {
+                            return;
+                        };
+                        let mut args = Vec::new();
+                        for _ in 0..n {
+                            line.clear();
+                            read.read_line(&mut line).await.ok();
+                            let len: usize =
+                                line.trim().trim_start_matches('$').parse().unwrap_or(0);
+                            let mut buf = vec![0; len + 2];
+                            if read.read_exact(&mut buf).await.is_err() {
+                                return;
+                            }
+                            buf.truncate(len);
+                            args.push(String::from_utf8_lossy(&buf).to_lowercase());
+                        }
+                        let reply = match args.first().map(String::as_str) {
+                            Some("sentinel") => {
+                                let port = primary_port.to_string();
+                                format!("*2\r\n$9\r\n127.0.0.1\r\n${}\r\n{port}\r\n", port.len())
+                            }
+                            Some("ping") => "+PONG\r\n".to_owned(),
+                            _ => "+OK\r\n".to_owned(),
+                        };
+                        if write.write_all(reply.as_bytes()).await.is_err() {
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self { port, task }
+    }
+}
+
+impl Drop for StaleSentinel {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }

@@ -48,17 +48,19 @@ impl SettingsWatch {
             gauges,
             tx,
         };
-        state.read(&store).await;
+        let mut primaries = store.primaries_found();
+        let mut read_at = state.read(&store).await.then(Instant::now);
         let task = tokio::spawn(async move {
-            let mut read_at = Instant::now();
-            let mut primaries = store.primaries_found();
             loop {
                 tokio::time::sleep(PRIMARY_CHANGE_POLL.min(recheck)).await;
                 let found = store.primaries_found();
-                if found != primaries || read_at.elapsed() >= recheck {
+                let due = read_at.is_none_or(|at| at.elapsed() >= recheck);
+                // Marked read only when the read worked: a failed one (at
+                // start, or the first after a failover) is tried again at
+                // the next poll.
+                if (found != primaries || due) && state.read(&store).await {
                     primaries = found;
-                    read_at = Instant::now();
-                    state.read(&store).await;
+                    read_at = Some(Instant::now());
                 }
             }
         });
@@ -85,14 +87,15 @@ struct State {
 }
 
 impl State {
-    async fn read(&mut self, store: &Store) {
+    /// Reads the settings; false if the server did not answer.
+    async fn read(&mut self, store: &Store) -> bool {
         let read =
             leasehold_engine::store::bounded(Duration::from_secs(1), store.setting_warnings());
         let warnings = match read.await {
             Ok(w) => w,
             Err(e) => {
                 tracing::debug!(error = %e, "could not read the Redis server's settings");
-                return;
+                return false;
             }
         };
         let before = self.known.take().unwrap_or_default();
@@ -118,5 +121,6 @@ impl State {
         }
         self.tx.send_replace(warnings.clone());
         self.known = Some(warnings);
+        true
     }
 }

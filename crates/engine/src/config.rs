@@ -83,12 +83,24 @@ pub const REPLICA_WAIT: Duration = Duration::from_millis(250);
 /// How often the number of connected replicas is re-read from the primary.
 pub const REPLICA_COUNT_REFRESH: Duration = Duration::from_secs(1);
 
+/// With `--redis-replica-acks all`, a primary that reports fewer replicas
+/// than it had is believed only after this long: until then a lease write
+/// waits for as many as before (and so is not confirmed). A primary that a
+/// failover deposed but that still takes writes loses its replicas at the
+/// promotion; its word "no replica, nothing to wait for" must not confirm a
+/// lease while its clients have not yet moved to the new primary (behind
+/// Sentinel, at most `SENTINEL_RECHECK` + `SENTINEL_TIMEOUT` after the
+/// sentinels name it, and the promotion comes up to a second before that).
+/// A replica removed for good costs one lease round of this long.
+pub const REPLICA_LOSS_GRACE: Duration = Duration::from_secs(5);
+
 /// Behind Sentinel, the primary a call goes to was named by a majority of
 /// the sentinels at most this long ago; older, they are asked again before
 /// the call. A process cut off from the sentinel majority thus makes no
 /// write for longer than this, so a leader in a minority partition fails
 /// its renewals and demotes within its ttl. Sentinel's
-/// `down-after-milliseconds` must be at least this (its default is 30 s).
+/// `down-after-milliseconds` must be at least twice this, 2000 (its
+/// default is 30000).
 pub const SENTINEL_RECHECK: Duration = Duration::from_secs(1);
 
 /// How long one sentinel may take to name the primary.

@@ -111,7 +111,8 @@ async fn dispatch(
     }
 }
 
-/// Keeps the connection subscribed to exactly the routed channels. A failed
+/// Keeps a connection subscribed to exactly the routed channels, on the
+/// current primary (a new one after the store found another). A failed
 /// (un)subscribe is retried; once subscribed, the connection manager
 /// resubscribes by itself after reconnecting.
 async fn keep_subscribed(
@@ -122,36 +123,46 @@ async fn keep_subscribed(
     healthy: Arc<AtomicBool>,
 ) {
     let mut backoff = Backoff::default();
-    // Behind Sentinel the primary may be unknown for a while at start.
-    let mut conn = loop {
-        match store.subscriber(sink.clone()).await {
-            Ok(conn) => break conn,
-            Err(e) => {
-                tracing::debug!(error = %e, "no pub/sub connection yet: followers wake on their retry tick");
-                backoff.wait().await;
-            }
-        }
-    };
-    backoff.reset();
     // Sets: a process may follow thousands of groups.
     let mut subscribed: HashSet<String> = HashSet::new();
+    let mut conn = None;
+    // Which primary `conn` is on; read before the connection is made, so a
+    // primary found meanwhile is noticed.
+    let mut primaries = 0;
     loop {
+        let found = store.primaries_found();
+        if conn.is_none() || found != primaries {
+            // At start, and after a failover behind Sentinel or in a
+            // Cluster: releases are published on the current primary.
+            match store.subscriber(sink.clone()).await {
+                Ok(fresh) => {
+                    conn = Some(fresh);
+                    primaries = found;
+                    subscribed.clear();
+                    healthy.store(false, Ordering::SeqCst);
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "no pub/sub connection yet: followers wake on their retry tick");
+                    backoff.wait().await;
+                    continue;
+                }
+            }
+        }
+        let Some(c) = conn.as_mut() else { continue };
         let wanted: HashSet<String> = lock(&routes).keys().cloned().collect();
         let add: Vec<&String> = wanted.difference(&subscribed).collect();
         let drop: Vec<&String> = subscribed.difference(&wanted).collect();
         let mut ok = true;
         if !add.is_empty() {
-            ok &= conn.subscribe(&add).await.is_ok();
+            ok &= c.subscribe(&add).await.is_ok();
         }
         if ok && !drop.is_empty() {
-            ok &= conn.unsubscribe(&drop).await.is_ok();
+            ok &= c.unsubscribe(&drop).await.is_ok();
         }
         if ok {
             subscribed = wanted;
             backoff.reset();
-            // Until the routes change; meanwhile, behind Sentinel or in a
-            // Cluster, follow the primary: releases are published there.
-            let primaries = store.primaries_found();
+            // Until the routes change or the store finds another primary.
             loop {
                 tokio::select! {
                     change = changes.recv() => match change {
@@ -159,13 +170,7 @@ async fn keep_subscribed(
                         None => return,
                     },
                     _ = tokio::time::sleep(SENTINEL_RECHECK) => {
-                        if store.primaries_found() == primaries {
-                            continue;
-                        }
-                        if let Ok(moved) = store.subscriber(sink.clone()).await {
-                            healthy.store(false, Ordering::SeqCst);
-                            conn = moved;
-                            subscribed.clear();
+                        if store.primaries_found() != primaries {
                             break;
                         }
                     }

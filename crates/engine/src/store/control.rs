@@ -89,6 +89,9 @@ impl Store {
                         return;
                     }
                     backoff.wait().await;
+                    if store.primaries_found() != primaries {
+                        continue 'primary;
+                    }
                 }
                 backoff.reset();
                 let mut recheck = tokio::time::interval(config::SENTINEL_RECHECK);

@@ -415,8 +415,12 @@ impl Store {
         script: &redis::Script,
         call: &redis::Cmd,
     ) -> Result<(Value, replication::Confirmation), StoreError> {
-        let mut conn = self.conn().await?;
-        self.noted(self.replication.write(&mut conn, script, call).await)
+        let mut primary = self.route.primary().await?;
+        let result = self
+            .replication
+            .write(&mut primary.conn, primary.generation, script, call)
+            .await;
+        self.noted(result)
     }
 
     // ---- election ----

@@ -19,7 +19,7 @@ use redis::aio::ConnectionManager;
 use redis::{Cmd, Script, Value};
 
 use super::StoreError;
-use crate::config::{REPLICA_COUNT_REFRESH, REPLICA_WAIT};
+use crate::config::{REPLICA_COUNT_REFRESH, REPLICA_LOSS_GRACE, REPLICA_WAIT};
 
 /// How many replicas a lease write must reach before it counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,8 +42,54 @@ pub(crate) struct Replication {
     /// How long one `WAIT` may block (its own timeout; at least 1 ms, since
     /// 0 would block for ever).
     pub wait: Duration,
-    /// `(when read, connected replicas)`.
-    known: Mutex<Option<(Instant, u64)>>,
+    known: Mutex<Option<Replicas>>,
+}
+
+/// What one primary said of its replicas.
+#[derive(Debug, Clone, Copy)]
+struct Replicas {
+    /// Which primary (the route's count of primaries found when read).
+    primary: u64,
+    read_at: Instant,
+    connected: u64,
+    /// The most this primary had, and when it last had that many: fewer
+    /// count only after [`REPLICA_LOSS_GRACE`].
+    most: u64,
+    most_at: Instant,
+}
+
+impl Replicas {
+    fn first(primary: u64, now: Instant, connected: u64) -> Self {
+        Self {
+            primary,
+            read_at: now,
+            connected,
+            most: connected,
+            most_at: now,
+        }
+    }
+
+    /// The next reading of the same primary.
+    fn then(self, now: Instant, connected: u64) -> Self {
+        let (most, most_at) =
+            if connected >= self.most || now.duration_since(self.most_at) >= REPLICA_LOSS_GRACE {
+                (connected, now)
+            } else {
+                (self.most, self.most_at)
+            };
+        Self {
+            read_at: now,
+            connected,
+            most,
+            most_at,
+            ..self
+        }
+    }
+
+    /// How many replicas a write must reach.
+    fn wanted(&self) -> u64 {
+        self.connected.max(self.most)
+    }
 }
 
 impl Default for Replication {
@@ -64,16 +110,19 @@ impl Replication {
     /// Runs `call` (an `EVALSHA` of `script`) followed, in the same
     /// request, by a `WAIT` for the replicas the policy asks for; returns
     /// the script's reply and what `WAIT` said.
+    /// `primary` says which primary `conn` leads to (see
+    /// `Store::primaries_found`).
     pub async fn write(
         &self,
         conn: &mut ConnectionManager,
+        primary: u64,
         script: &Script,
         call: &Cmd,
     ) -> Result<(Value, Confirmation), StoreError> {
         let wanted = match self.acks {
             ReplicaAcks::Off => 0,
             ReplicaAcks::AtLeast(n) => u64::from(n),
-            ReplicaAcks::All => self.connected(conn).await?,
+            ReplicaAcks::All => self.wanted(conn, primary).await?,
         };
         let mut loaded = false;
         loop {
@@ -105,12 +154,17 @@ impl Replication {
         }
     }
 
-    /// Connected replicas, as the primary last said (re-read once a second).
-    async fn connected(&self, conn: &mut ConnectionManager) -> Result<u64, StoreError> {
+    /// The replicas to wait for: those the primary last said are
+    /// connected (re-read once a second), or as many as it had before if it
+    /// lost some less than [`REPLICA_LOSS_GRACE`] ago. Another primary
+    /// starts afresh.
+    async fn wanted(&self, conn: &mut ConnectionManager, primary: u64) -> Result<u64, StoreError> {
         let now = Instant::now();
-        if let Some((at, count)) = *crate::locked(&self.known) {
-            if now.duration_since(at) < REPLICA_COUNT_REFRESH {
-                return Ok(count);
+        let known = *crate::locked(&self.known);
+        let known = known.filter(|k| k.primary == primary);
+        if let Some(k) = known {
+            if now.duration_since(k.read_at) < REPLICA_COUNT_REFRESH {
+                return Ok(k.wanted());
             }
         }
         let info: redis::RedisResult<String> = redis::cmd("INFO")
@@ -127,8 +181,19 @@ impl Replication {
             }
             Err(e) => return Err(e.into()),
         };
-        *crate::locked(&self.known) = Some((now, count));
-        Ok(count)
+        let next = match known {
+            Some(k) => k.then(now, count),
+            None => Replicas::first(primary, now, count),
+        };
+        if next.wanted() > count {
+            tracing::debug!(
+                connected = count,
+                before = next.most,
+                "the primary lost replicas: lease writes wait for as many as before for a while"
+            );
+        }
+        *crate::locked(&self.known) = Some(next);
+        Ok(next.wanted())
     }
 }
 
@@ -164,6 +229,24 @@ fn connected_replicas(info: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fewer_replicas_count_only_after_the_grace() {
+        let t0 = Instant::now();
+        let r = Replicas::first(1, t0, 2);
+        assert_eq!(r.wanted(), 2);
+        // One gone: still two wanted, until the grace has passed since two
+        // were last seen.
+        let r = r.then(t0 + Duration::from_secs(1), 1);
+        assert_eq!(r.wanted(), 2);
+        let r = r.then(t0 + REPLICA_LOSS_GRACE - Duration::from_millis(1), 0);
+        assert_eq!(r.wanted(), 2);
+        let r = r.then(t0 + REPLICA_LOSS_GRACE, 0);
+        assert_eq!(r.wanted(), 0);
+        // More count at once.
+        let r = r.then(t0 + REPLICA_LOSS_GRACE + Duration::from_secs(1), 3);
+        assert_eq!(r.wanted(), 3);
+    }
 
     #[test]
     fn the_replica_count_is_read_from_info_replication() {

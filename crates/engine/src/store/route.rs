@@ -81,10 +81,13 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, String> {
         None => (None, authority),
     };
     let default_port = if kind == "sentinel" { 26379 } else { 6379 };
-    let hosts = hosts
+    let mut hosts = hosts
         .split(',')
         .map(|h| host_port(h, default_port))
         .collect::<Result<Vec<_>, _>>()?;
+    // A sentinel listed twice would count twice towards a majority.
+    let mut seen = std::collections::HashSet::new();
+    hosts.retain(|h| seen.insert(h.clone()));
     let mut segments = path.split('/').filter(|s| !s.is_empty());
     let (topology, db) = if kind == "sentinel" {
         let master = segments
@@ -158,6 +161,9 @@ fn host_port(text: &str, default_port: u16) -> Result<(String, u16), String> {
 pub(crate) struct Primary {
     pub client: Client,
     pub conn: ConnectionManager,
+    /// Which one: the count of primaries found when it was (0 for a fixed
+    /// one), so what is learnt of one primary is not taken for another's.
+    pub generation: u64,
 }
 
 /// What is known of the primary behind Sentinel or in a Cluster.
@@ -233,7 +239,11 @@ impl Route {
     pub fn fixed(client: Client) -> Result<Self, ConnectError> {
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config())
             .map_err(ConnectError::Setup)?;
-        Ok(Self::Fixed(Primary { client, conn }))
+        Ok(Self::Fixed(Primary {
+            client,
+            conn,
+            generation: 0,
+        }))
     }
 
     /// A route found through Sentinel; `sentinel_password` authenticates to
@@ -344,12 +354,14 @@ impl Discovery {
             Finder::Sentinel { .. } => SENTINEL_RECHECK,
             Finder::Cluster { .. } => CLUSTER_RECHECK,
         };
-        let stale = self.stale.swap(false, Ordering::SeqCst);
         if let Some(f) = found.as_ref() {
-            if !stale && f.checked.elapsed() < recheck {
+            if !self.stale.load(Ordering::SeqCst) && f.checked.elapsed() < recheck {
                 return Ok(f.primary.clone());
             }
         }
+        // The answer is as old as the question: a lookup that takes a while
+        // does not stretch how long it is trusted.
+        let asked = Instant::now();
         let known = found.as_ref().map(|f| f.addr.clone());
         let addr = match self
             .finder
@@ -358,7 +370,6 @@ impl Discovery {
         {
             Ok(addr) => addr,
             Err(e) => {
-                self.stale.store(true, Ordering::SeqCst);
                 // A Cluster node refuses what it must not take; a primary
                 // the sentinels no longer vouch for gets nothing.
                 return match (&self.finder, found.as_ref()) {
@@ -367,20 +378,26 @@ impl Discovery {
                 };
             }
         };
-        let now = Instant::now();
+        // Cleared only by an answer: a lookup that failed, or that the
+        // caller gave up on, leaves the next call to look again.
+        self.stale.store(false, Ordering::SeqCst);
         if let Some(f) = found.as_mut().filter(|f| f.addr == addr) {
-            f.checked = now;
+            f.checked = asked;
             return Ok(f.primary.clone());
         }
         tracing::info!(primary = %format!("{}:{}", addr.0, addr.1), "redis primary found");
         let client = client(at_addr(&self.template, &addr), self.ca_pem.as_deref())?;
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config())?;
-        let primary = Primary { client, conn };
-        self.generation.fetch_add(1, Ordering::SeqCst);
+        let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
+        let primary = Primary {
+            client,
+            conn,
+            generation,
+        };
         *found = Some(Found {
             addr,
             primary: primary.clone(),
-            checked: now,
+            checked: asked,
         });
         Ok(primary)
     }
@@ -429,9 +446,14 @@ async fn ask_sentinels(
             .await
         });
     }
+    // Done as soon as a majority agrees, or can no longer agree; the
+    // sentinels not heard from yet are dropped (the set aborts them).
+    let majority = sentinels.len() / 2 + 1;
     let mut votes: Vec<((String, u16), usize)> = Vec::new();
     let mut unanswered = 0;
+    let mut pending = sentinels.len();
     while let Some(answer) = asks.join_next().await {
+        pending -= 1;
         match answer {
             Ok(Ok(Ok(Some(addr)))) => match votes.iter_mut().find(|(a, _)| *a == addr) {
                 Some((_, n)) => *n += 1,
@@ -439,17 +461,21 @@ async fn ask_sentinels(
             },
             _ => unanswered += 1,
         }
+        let best = votes.iter().map(|(_, n)| *n).max().unwrap_or(0);
+        if best >= majority || best + pending < majority {
+            break;
+        }
     }
-    let majority = sentinels.len() / 2 + 1;
     votes
         .iter()
         .find(|(_, n)| *n >= majority)
         .map(|(addr, _)| addr.clone())
         .ok_or_else(|| {
             StoreError::Topology(format!(
-                "no majority of the {} sentinels names a primary for {master:?} ({} did not answer, named: {})",
+                "no majority of the {} sentinels names a primary for {master:?} ({} did not answer, {} not waited for, named: {})",
                 sentinels.len(),
                 unanswered,
+                pending,
                 votes
                     .iter()
                     .map(|((h, p), n)| format!("{h}:{p} by {n}"))
