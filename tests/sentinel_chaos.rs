@@ -4,7 +4,7 @@
 //! and one failover after another, of three kinds, picked at random:
 //! - forced: `SENTINEL FAILOVER`, the old primary demoted in order;
 //! - killed: the primary SIGKILLed, found down by the sentinels, restarted
-//!   empty to come back as a replica;
+//!   empty as a replica of the new primary;
 //! - lagging: a replica SIGSTOPped (its replication stalls, so lease writes
 //!   cannot be confirmed), then the primary killed; the replica resumes
 //!   once the new primary is named.
@@ -329,9 +329,13 @@ async fn failovers_never_give_a_term_two_holders() {
             d.servers[lagging].resume();
         }
         if fault != Fault::Forced {
-            // Back empty; the sentinels make it a replica of the new primary.
+            // Back empty, as a replica of the new primary, the way a
+            // restarted Redis pod comes back (the sentinels would do it
+            // too, at their next look at it, up to 10 s later).
             d.servers[old].restart();
             support::sentinel::tune(&d.servers[old]);
+            let new_port = d.servers[new.expect("named")].port.to_string();
+            d.servers[old].cli(&["REPLICAOF", "127.0.0.1", &new_port]);
         }
         // The window without a leader that the failover caused.
         let before = r.last_leader;
