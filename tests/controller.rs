@@ -9,10 +9,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Method, Request, Response};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::client::Body;
+use kube::core::PartialObjectMeta;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::Store as Reflector;
+use kube::runtime::watcher;
 use leasehold_engine::{ElectionConfig, Node};
 use leasehold_kube::crd::{LeaderGroup, LeaderGroupSpec, DEFAULT_ROLE_LABEL};
 use leasehold_kube::event_log::EventLog;
@@ -80,6 +84,7 @@ async fn setup_with(redis: &RedisServer, pods: Vec<Value>, timings: ElectionConf
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
     let seen: Seen = Arc::default();
+    let cache = pod_cache(&pods);
     let server = cluster(handle, pods, seen.clone());
     let controller = Arc::new(node(redis, "ops/controller-0").await);
     let leadership = controller
@@ -99,6 +104,7 @@ async fn setup_with(redis: &RedisServer, pods: Vec<Value>, timings: ElectionConf
         leadership,
         events: EventLog::new(client, reporter),
         groups: Writer::<LeaderGroup>::default().as_reader(),
+        pods: cache,
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(30),
         metrics: ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry()),
@@ -109,6 +115,19 @@ async fn setup_with(redis: &RedisServer, pods: Vec<Value>, timings: ElectionConf
         seen,
         _server: server,
     }
+}
+
+/// The pod cache a running controller's watch would have filled with `pods`.
+fn pod_cache(pods: &[Value]) -> Reflector<PartialObjectMeta<Pod>> {
+    let mut writer = Writer::<PartialObjectMeta<Pod>>::default();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for pod in pods {
+        let meta: PartialObjectMeta<Pod> =
+            serde_json::from_value(pod.clone()).expect("pod metadata");
+        writer.apply_watcher_event(&watcher::Event::InitApply(meta));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    writer.as_reader()
 }
 
 fn writes(seen: &Seen) -> Vec<String> {
@@ -298,12 +317,12 @@ async fn the_running_controller_cleans_up_after_a_deleted_group() {
     let controller = tokio::spawn(run_with(client, args, async move {
         let _ = stopped.await;
     }));
-    // Once this replica is active (its reconciles list pods), delete.
+    // Once this replica is active (its reconciles write the status), delete.
     eventually(Duration::from_secs(5), "the controller is active", || {
         seen.lock()
             .unwrap()
             .iter()
-            .any(|r| r.starts_with("GET /api/v1/namespaces/shop/pods"))
+            .any(|r| r.starts_with("PATCH ") && r.contains("/leadergroups/web/status"))
     })
     .await;
     assert!(
@@ -489,6 +508,7 @@ async fn a_standby_replica_writes_nothing() {
         leadership,
         events: EventLog::new(client, reporter),
         groups: Writer::<LeaderGroup>::default().as_reader(),
+        pods: pod_cache(&[]),
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(30),
         metrics: ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry()),
@@ -690,6 +710,8 @@ fn leader_patched(seen: &Seen, pod: &str) -> bool {
 /// reconciles) against the mock API: the first leader is labelled, and after
 /// a step-down the new leader is labelled within a second, although the
 /// resync interval is an hour: only the engine's event can have triggered it.
+/// The pods are listed once, by the watch behind the pod cache (before, each
+/// reconcile listed the namespace's pods).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_running_controller_follows_engine_events_without_a_resync() {
     use leasehold_kube::run::run_with;
@@ -743,6 +765,27 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // Two leader changes, so several reconciles: the pods were listed once,
+    // by the watch that keeps the cache, not by each reconcile.
+    let pod_lists = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| {
+            r.starts_with("GET /api/v1/pods") || r.starts_with("GET /api/v1/namespaces/shop/pods")
+        })
+        .count();
+    let reconciles = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.starts_with("PATCH ") && r.contains("/leadergroups/web/status"))
+        .count();
+    assert!(reconciles >= 2, "{:#?}", seen.lock().unwrap());
+    assert_eq!(
+        pod_lists, 1,
+        "pods listed {pod_lists} times in {reconciles} reconciles"
+    );
     let _ = stop.send(());
     let ended = tokio::time::timeout(Duration::from_secs(10), controller)
         .await

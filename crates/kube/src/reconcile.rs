@@ -7,8 +7,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Action;
 use kube::runtime::reflector::Store as Reflector;
 use kube::{Api, Resource, ResourceExt};
@@ -38,6 +40,9 @@ pub struct Context {
     pub leadership: Group,
     pub events: EventLog,
     pub groups: Reflector<LeaderGroup>,
+    /// The pods of the watched namespaces, their metadata only, kept by one
+    /// watch: a reconcile reads them here, never with a LIST of its own.
+    pub pods: Reflector<PartialObjectMeta<Pod>>,
     /// Nodes this replica's sweeper removed recently (node id, ms).
     pub swept: Mutex<Vec<(String, u64)>>,
     /// Requeue interval: the safety net under the watch and Redis events.
@@ -51,12 +56,10 @@ pub struct Context {
 pub enum ReconcileError {
     #[error("LeaderGroup has no namespace")]
     NoNamespace,
-    #[error("listing pods in {namespace}: {source}")]
-    ListPods {
-        namespace: String,
-        #[source]
-        source: kube::Error,
-    },
+    /// The pod cache has not been filled by its first LIST yet: nothing is
+    /// decided on a partial view of the pods.
+    #[error("the pod cache is not filled yet")]
+    PodsNotCached,
     #[error("labelling pod {pod}: {source}")]
     LabelPod {
         pod: String,
@@ -74,7 +77,7 @@ impl ReconcileError {
     pub fn kind(&self) -> &'static str {
         match self {
             Self::NoNamespace => "no_namespace",
-            Self::ListPods { .. } => "list_pods",
+            Self::PodsNotCached => "pods_not_cached",
             Self::LabelPod { .. } => "label_pod",
             Self::Status(_) => "status",
             Self::NotActive => "not_active",
@@ -82,7 +85,7 @@ impl ReconcileError {
     }
 }
 
-fn pod_view(pod: &Pod) -> PodView {
+fn pod_view(pod: &PartialObjectMeta<Pod>) -> PodView {
     PodView {
         name: pod.name_any(),
         labels: pod.metadata.labels.clone().unwrap_or_default(),
@@ -158,7 +161,7 @@ pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, Recon
     }
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
     let namespace = namespace.as_str();
-    let pods = list_pods(namespace, ctx).await?;
+    let pods = cached_pods(namespace, ctx)?;
     let others = other_groups(group, namespace, ctx);
     let changes = role_labels_to_remove(group, &pods, &others);
     if !apply_labels(&changes, namespace, ctx).await? {
@@ -173,18 +176,17 @@ pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, Recon
     Ok(changes.len())
 }
 
-async fn list_pods(namespace: &str, ctx: &Context) -> Result<Vec<PodView>, ReconcileError> {
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    Ok(pods_api
-        .list(&ListParams::default())
-        .await
-        .map_err(|source| ReconcileError::ListPods {
-            namespace: namespace.to_owned(),
-            source,
-        })?
-        .items
+/// The namespace's pods, from the cache.
+fn cached_pods(namespace: &str, ctx: &Context) -> Result<Vec<PodView>, ReconcileError> {
+    if !matches!(ctx.pods.wait_until_ready().now_or_never(), Some(Ok(()))) {
+        return Err(ReconcileError::PodsNotCached);
+    }
+    Ok(ctx
+        .pods
+        .state()
         .iter()
-        .map(pod_view)
+        .filter(|p| p.namespace().as_deref() == Some(namespace))
+        .map(|p| pod_view(p))
         .collect())
 }
 
@@ -220,7 +222,7 @@ impl World {
         redis_group: &str,
         ctx: &Context,
     ) -> Result<Self, ReconcileError> {
-        let pods = list_pods(namespace, ctx).await?;
+        let pods = cached_pods(namespace, ctx)?;
         let others = other_groups(group, namespace, ctx);
         let store = match bounded(STORE_READ, ctx.node.store().group_state(redis_group)).await {
             Ok(state) => StoreView::Available(state),
@@ -344,9 +346,8 @@ pub fn error_policy(_group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<C
     match error {
         ReconcileError::NoNamespace => Action::await_change(),
         ReconcileError::LabelPod { .. } => Action::requeue(Duration::from_secs(1)),
-        ReconcileError::ListPods { .. } | ReconcileError::Status(_) => {
-            Action::requeue(Duration::from_secs(5))
-        }
+        ReconcileError::PodsNotCached => Action::requeue(Duration::from_secs(1)),
+        ReconcileError::Status(_) => Action::requeue(Duration::from_secs(5)),
         ReconcileError::NotActive => Action::requeue(ctx.resync),
     }
 }

@@ -13,9 +13,10 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::Controller;
 use kube::runtime::events::Reporter;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, ResourceExt};
 use tokio::sync::mpsc;
@@ -137,6 +138,9 @@ pub async fn run_with(
     let groups: Api<LeaderGroup> = watched(&client, &args);
     let controller = Controller::new(groups.clone(), watcher::Config::default());
     let reflector = controller.store();
+    // One watch of the pods' metadata feeds the cache reconciles read and
+    // the triggers of the groups a pod change concerns.
+    let (pods, pods_writer) = reflector::store::<PartialObjectMeta<Pod>>();
     let ctx = Arc::new(Context {
         client: client.clone(),
         node: node.clone(),
@@ -149,6 +153,7 @@ pub async fn run_with(
             },
         ),
         groups: reflector.clone(),
+        pods,
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(args.resync_seconds.max(1)),
         metrics: controller_metrics.clone(),
@@ -156,6 +161,16 @@ pub async fn run_with(
     });
 
     let (triggers_tx, triggers) = mpsc::unbounded_channel::<ObjectRef<LeaderGroup>>();
+    let pod_changes = follow_pods(
+        watcher(
+            watched::<PartialObjectMeta<Pod>>(&client, &args),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(pods_writer),
+        reflector.clone(),
+        triggers_tx.clone(),
+    );
     let bridge = bridge_engine_events(
         store.follow_events(),
         node.events(),
@@ -172,11 +187,6 @@ pub async fn run_with(
     });
     tracing::info!(node = %node.id(), listen = %args.listen, "controller started");
     let controller = controller
-        .watches(
-            watched::<Pod>(&client, &args),
-            watcher::Config::default(),
-            groups_of_pod(reflector),
-        )
         .reconcile_on(UnboundedReceiverStream(triggers))
         .reconcile_all_on(UnboundedReceiverStream(became_active))
         .graceful_shutdown_on(shutdown.clone())
@@ -190,6 +200,7 @@ pub async fn run_with(
         tokio::join!(
             controller,
             until(shutdown.clone(), bridge),
+            until(shutdown.clone(), pod_changes),
             until(shutdown.clone(), activity),
             until(shutdown, deletions),
         );
@@ -246,21 +257,44 @@ where
 /// The groups a pod change concerns: those of its namespace that select it
 /// or whose label key it carries.
 fn groups_of_pod(
+    groups: &kube::runtime::reflector::Store<LeaderGroup>,
+    pod: &PartialObjectMeta<Pod>,
+) -> Vec<ObjectRef<LeaderGroup>> {
+    let ns = pod.namespace().unwrap_or_default();
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
+    groups
+        .state()
+        .into_iter()
+        .filter(|g| g.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|g| {
+            labels.contains_key(&g.spec.role_label) || selector::matches(&g.spec.selector, &labels)
+        })
+        .map(|g| ObjectRef::from_obj(&*g))
+        .collect()
+}
+
+/// Runs the pod watch (which keeps the cache behind `Context::pods`) and
+/// triggers the groups each changed pod concerns. A watch error is retried
+/// with the watcher's default backoff; meanwhile the cache keeps its last
+/// state.
+async fn follow_pods(
+    events: impl futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<Pod>>>>,
     groups: kube::runtime::reflector::Store<LeaderGroup>,
-) -> impl Fn(Pod) -> Vec<ObjectRef<LeaderGroup>> {
-    move |pod| {
-        let ns = pod.namespace().unwrap_or_default();
-        let labels = pod.metadata.labels.clone().unwrap_or_default();
-        groups
-            .state()
-            .into_iter()
-            .filter(|g| g.namespace().as_deref() == Some(ns.as_str()))
-            .filter(|g| {
-                labels.contains_key(&g.spec.role_label)
-                    || selector::matches(&g.spec.selector, &labels)
-            })
-            .map(|g| ObjectRef::from_obj(&*g))
-            .collect()
+    triggers: mpsc::UnboundedSender<ObjectRef<LeaderGroup>>,
+) {
+    let changes = events.touched_objects();
+    futures::pin_mut!(changes);
+    while let Some(change) = changes.next().await {
+        match change {
+            Ok(pod) => {
+                for group in groups_of_pod(&groups, &pod) {
+                    if triggers.send(group).is_err() {
+                        return;
+                    }
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "pod watch"),
+        }
     }
 }
 
