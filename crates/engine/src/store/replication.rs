@@ -160,13 +160,21 @@ impl Replication {
     /// starts afresh.
     async fn wanted(&self, conn: &mut ConnectionManager, primary: u64) -> Result<u64, StoreError> {
         let now = Instant::now();
-        let known = *crate::locked(&self.known);
-        let known = known.filter(|k| k.primary == primary);
-        if let Some(k) = known {
-            if now.duration_since(k.read_at) < REPLICA_COUNT_REFRESH {
-                return Ok(k.wanted());
+        let known = {
+            let mut stored = crate::locked(&self.known);
+            let known = stored.filter(|k| k.primary == primary);
+            if let Some(k) = known {
+                if now.duration_since(k.read_at) < REPLICA_COUNT_REFRESH {
+                    return Ok(k.wanted());
+                }
+                // This call reads the count again; the calls meanwhile use
+                // the last one, so the leases renewed together cost one
+                // INFO, not one each. (A failed read leaves the old count
+                // for another refresh interval.)
+                *stored = Some(Replicas { read_at: now, ..k });
             }
-        }
+            known
+        };
         let info: redis::RedisResult<String> = redis::cmd("INFO")
             .arg("replication")
             .query_async(conn)
