@@ -97,6 +97,57 @@ async fn member_of(store: Store, id: &str, cfg: ElectionConfig) -> (Node, Group)
     (node, group)
 }
 
+/// `redis-cli` flags to act as user `a`, the one the old primary keeps.
+const AS_A: [&str; 5] = ["--user", "a", "--pass", "pw", "--no-auth-warning"];
+
+/// A user per node on every server (password `pw`), so a partition can shut
+/// b out of the old primary and leave a in; the replica replicates as a.
+fn users_a_and_b(d: &Deployment) {
+    for server in &d.servers {
+        for user in ["a", "b"] {
+            server.cli(&["ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all"]);
+        }
+    }
+    d.servers[1].cli(&["CONFIG", "SET", "masteruser", "a"]);
+    d.servers[1].cli(&["CONFIG", "SET", "masterauth", "pw"]);
+}
+
+/// Node a (asking the sentinels at `ports`) and node b (asking the real
+/// ones directly), as users a and b; returns once a leads and b follows.
+async fn a_leads_b_follows(
+    d: &Deployment,
+    ports: &[u16],
+    tally: &mut Tally,
+) -> ((Node, Group), (Node, Group)) {
+    let as_user = |url: String, user: &str| url.replacen("://", &format!("://{user}:pw@"), 1);
+    let (a, ga) = member(&as_user(d.url_via(ports), "a"), "test/a").await;
+    tally
+        .until(&[&ga], Duration::from_secs(5), "a leads", || ga.is_leader())
+        .await;
+    let (b, gb) = member(&as_user(d.url(), "b"), "test/b").await;
+    tally
+        .until(&[&ga, &gb], Duration::from_secs(2), "b follows a", || {
+            matches!(support::role(&gb), Role::Follower { ref leader, .. } if leader == "test/a")
+        })
+        .await;
+    ((a, ga), (b, gb))
+}
+
+/// The old primary's side of a partition: its replication link closed for
+/// good (so it counts no replica), and every user but a shut out of it
+/// (the sentinels, as `default`, and b). Returns the moment of the cut.
+fn cut_off_old_primary(d: &mut Deployment) -> Instant {
+    let link = d.links[1].take().expect("the replica's link");
+    link.cut();
+    drop(link);
+    let old = &d.servers[0];
+    for user in ["default", "b"] {
+        old.cli(&[&AS_A[..], &["ACL", "SETUSER", user, "off"]].concat());
+        old.cli(&[&AS_A[..], &["CLIENT", "KILL", "USER", user]].concat());
+    }
+    Instant::now()
+}
+
 /// A forced failover (`SENTINEL FAILOVER`): the replica has every
 /// confirmed write, so the leader goes on leading under its term on the
 /// new primary, and when it leaves, the next leader gets a higher term
@@ -282,50 +333,24 @@ async fn a_primary_killed_while_its_replica_lags() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_cut_off_with_the_old_primary_stops_leading() {
     let mut d = Deployment::start(1, DOWN_AFTER_MS).await;
-    // A user per node, so the partition can shut b out of the old primary
-    // and leave a in.
-    for server in &d.servers {
-        for user in ["a", "b"] {
-            server.cli(&["ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all"]);
-        }
-    }
-    d.servers[1].cli(&["CONFIG", "SET", "masteruser", "a"]);
-    d.servers[1].cli(&["CONFIG", "SET", "masterauth", "pw"]);
+    users_a_and_b(&d);
     // a reaches the sentinels through proxies, which the partition cuts.
     let mut fronts = Vec::new();
     for s in &d.sentinels {
         fronts.push(Proxy::start(s.port).await);
     }
     let ports: Vec<u16> = fronts.iter().map(|p| p.port).collect();
-    let as_user = |url: String, user: &str| url.replacen("://", &format!("://{user}:pw@"), 1);
     let mut tally = Tally::default();
-    let (a, ga) = member(&as_user(d.url_via(&ports), "a"), "test/a").await;
-    tally
-        .until(&[&ga], Duration::from_secs(5), "a leads", || ga.is_leader())
-        .await;
-    let (b, gb) = member(&as_user(d.url(), "b"), "test/b").await;
+    let ((a, ga), (b, gb)) = a_leads_b_follows(&d, &ports, &mut tally).await;
     let groups = [&ga, &gb];
-    tally
-        .until(&groups, Duration::from_secs(2), "b follows a", || {
-            matches!(support::role(&gb), Role::Follower { ref leader, .. } if leader == "test/a")
-        })
-        .await;
 
     // The partition.
     for front in &fronts {
         front.pause();
         front.cut();
     }
-    let link = d.links[1].take().unwrap();
-    link.cut();
-    drop(link);
-    let as_a = ["--user", "a", "--pass", "pw", "--no-auth-warning"];
+    let cut = cut_off_old_primary(&mut d);
     let old = &d.servers[0];
-    for user in ["default", "b"] {
-        old.cli(&[&as_a[..], &["ACL", "SETUSER", user, "off"]].concat());
-        old.cli(&[&as_a[..], &["CLIENT", "KILL", "USER", user]].concat());
-    }
-    let cut = Instant::now();
 
     let stopped = tally
         .until(
@@ -354,13 +379,13 @@ async fn a_leader_cut_off_with_the_old_primary_stops_leading() {
             cut.elapsed() > stopped + Duration::from_millis(4 * CFG.ttl_ms)
         })
         .await;
-    let role = old.cli(&[&as_a[..], &["ROLE"]].concat());
+    let role = old.cli(&[&AS_A[..], &["ROLE"]].concat());
     assert_eq!(
         role.lines().next(),
         Some("master"),
         "the old primary must still take writes, or the test proves nothing"
     );
-    let info = old.cli(&[&as_a[..], &["INFO", "replication"]].concat());
+    let info = old.cli(&[&AS_A[..], &["INFO", "replication"]].concat());
     assert!(info.contains("connected_slaves:0"), "{info}");
     tally.assert_clean();
     drop(a);
@@ -379,13 +404,7 @@ async fn a_leader_cut_off_with_the_old_primary_stops_leading() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_in_the_minority_is_not_believed() {
     let mut d = Deployment::start(1, DOWN_AFTER_MS).await;
-    for server in &d.servers {
-        for user in ["a", "b"] {
-            server.cli(&["ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all"]);
-        }
-    }
-    d.servers[1].cli(&["CONFIG", "SET", "masteruser", "a"]);
-    d.servers[1].cli(&["CONFIG", "SET", "masterauth", "pw"]);
+    users_a_and_b(&d);
     // a asks the stand-in and, through proxies, two real sentinels.
     let minority = StaleSentinel::start(d.servers[0].port).await;
     let mut fronts = Vec::new();
@@ -393,19 +412,9 @@ async fn a_sentinel_in_the_minority_is_not_believed() {
         fronts.push(Proxy::start(s.port).await);
     }
     let ports = [minority.port, fronts[0].port, fronts[1].port];
-    let as_user = |url: String, user: &str| url.replacen("://", &format!("://{user}:pw@"), 1);
     let mut tally = Tally::default();
-    let (a, ga) = member(&as_user(d.url_via(&ports), "a"), "test/a").await;
-    tally
-        .until(&[&ga], Duration::from_secs(5), "a leads", || ga.is_leader())
-        .await;
-    let (b, gb) = member(&as_user(d.url(), "b"), "test/b").await;
+    let ((a, ga), (b, gb)) = a_leads_b_follows(&d, &ports, &mut tally).await;
     let groups = [&ga, &gb];
-    tally
-        .until(&groups, Duration::from_secs(2), "b follows a", || {
-            matches!(support::role(&gb), Role::Follower { ref leader, .. } if leader == "test/a")
-        })
-        .await;
 
     // The partition: the old primary, the stand-in and a on one side; the
     // replica, the real sentinels and b on the other.
@@ -413,16 +422,8 @@ async fn a_sentinel_in_the_minority_is_not_believed() {
         front.pause();
         front.cut();
     }
-    let link = d.links[1].take().unwrap();
-    link.cut();
-    drop(link);
-    let as_a = ["--user", "a", "--pass", "pw", "--no-auth-warning"];
+    let cut = cut_off_old_primary(&mut d);
     let old = &d.servers[0];
-    for user in ["default", "b"] {
-        old.cli(&[&as_a[..], &["ACL", "SETUSER", user, "off"]].concat());
-        old.cli(&[&as_a[..], &["CLIENT", "KILL", "USER", user]].concat());
-    }
-    let cut = Instant::now();
 
     let stopped = tally
         .until(
@@ -454,7 +455,7 @@ async fn a_sentinel_in_the_minority_is_not_believed() {
             },
         )
         .await;
-    let role = old.cli(&[&as_a[..], &["ROLE"]].concat());
+    let role = old.cli(&[&AS_A[..], &["ROLE"]].concat());
     assert_eq!(
         role.lines().next(),
         Some("master"),
