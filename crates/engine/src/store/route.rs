@@ -120,11 +120,7 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, String> {
         return Err(format!("database {db:?} is not a number"));
     }
     let (host, port) = &hosts[0];
-    let host = if host.contains(':') {
-        format!("[{host}]")
-    } else {
-        host.clone()
-    };
+    let host = url_host(host);
     let user = userinfo.map(|u| format!("{u}@")).unwrap_or_default();
     let plain = if tls { "rediss" } else { "redis" };
     Ok(Parsed {
@@ -132,6 +128,15 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, String> {
         redis_url: format!("{plain}://{user}{host}:{port}/{db}"),
         tls,
     })
+}
+
+/// A host as it goes into a URL: an IPv6 address in brackets.
+fn url_host(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    }
 }
 
 /// `host[:port]` or `[v6]:port`.
@@ -261,11 +266,7 @@ impl Route {
         };
         let mut conns = Vec::new();
         for (host, port) in sentinels {
-            let host = if host.contains(':') {
-                format!("[{host}]")
-            } else {
-                host.clone()
-            };
+            let host = url_host(host);
             let mut info = format!("{scheme}://{host}:{port}")
                 .into_connection_info()
                 .map_err(ConnectError::Url)?

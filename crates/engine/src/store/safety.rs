@@ -24,15 +24,15 @@ impl Store {
     /// What is wrong with the current primary's settings (empty when
     /// nothing is).
     pub async fn setting_warnings(&self) -> Result<Vec<SettingWarning>, StoreError> {
-        let info: String = redis::cmd("INFO")
-            .query_async(&mut self.conn().await?)
-            .await?;
+        // One connection for both reads, so they are of one primary.
+        let mut conn = self.conn().await?;
+        let info: String = redis::cmd("INFO").query_async(&mut conn).await?;
         // The snapshot rule is not in INFO; a server that refuses CONFIG
         // (a managed one) is not judged on it.
         let save: Option<String> = redis::cmd("CONFIG")
             .arg("GET")
             .arg("save")
-            .query_async::<Vec<String>>(&mut self.conn().await?)
+            .query_async::<Vec<String>>(&mut conn)
             .await
             .ok()
             .and_then(|pair| pair.into_iter().nth(1));
