@@ -668,12 +668,20 @@ async fn transitions_are_published_as_json_on_the_events_channel() {
     let elected =
         format!(r#"{{"type":"elected","node":"test/a","group":"test/group","term":{term}}}"#);
     events.next_line_containing(&elected, limit);
+    // A node that joins behind a leader says so once, at its first claim.
+    let b = node(&redis, "test/b").await;
+    let _gb = b.join(GROUP, fast()).unwrap();
+    let following = format!(
+        r#"{{"type":"following","node":"test/b","group":"test/group","leader":"test/a","term":{term}}}"#
+    );
+    events.next_line_containing(&following, limit);
     n.step_down(GROUP).await.unwrap();
     let lost = format!(
         r#"{{"type":"lost","node":"test/a","group":"test/group","term":{term},"reason":"stepDown"}}"#
     );
     events.next_line_containing(&lost, limit);
     n.close().await.unwrap();
+    b.close().await.unwrap();
 }
 
 /// The controller writes a group's timings into Redis from its LeaderGroup;

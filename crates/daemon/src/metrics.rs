@@ -101,6 +101,7 @@ impl Observer for EngineMetrics {
             Event::Registered { .. } => self.registered.inc(),
             Event::Recovered { .. } => self.recovered.inc(),
             Event::Elected { .. } => self.elected.inc(),
+            Event::Following { .. } => return, // not counted: the group gauges tell roles
             Event::Lost { reason, .. } => self
                 .lost
                 .get_or_create(&[("reason", reason.as_str())])

@@ -127,6 +127,16 @@ pub enum Event {
         group: String,
         term: u64,
     },
+    /// This node follows the leader of a group: its first claim after
+    /// joining (or after being a candidate, e.g. while Redis was away) found
+    /// another node holding the lease. Lets a watcher (the controller) see
+    /// a new member without polling.
+    Following {
+        node: String,
+        group: String,
+        leader: String,
+        term: u64,
+    },
     /// This node stopped leading a group.
     Lost {
         node: String,
@@ -163,7 +173,9 @@ impl Event {
     /// The group the event is about, if it is about one.
     pub fn group(&self) -> Option<&str> {
         match self {
-            Self::Elected { group, .. } | Self::Lost { group, .. } => Some(group),
+            Self::Elected { group, .. }
+            | Self::Following { group, .. }
+            | Self::Lost { group, .. } => Some(group),
             _ => None,
         }
     }

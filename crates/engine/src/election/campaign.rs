@@ -247,15 +247,24 @@ impl Campaign {
                 self.adopt(config);
                 st.seen_term = st.seen_term.max(term);
                 self.set_lease(st, None, None);
+                let was_following = matches!(*self.role.borrow(), Role::Follower { .. });
                 // No holder: the store is in its first ttl (claim.lua).
-                self.set_role(if holder.is_empty() {
-                    Role::Candidate
+                if holder.is_empty() {
+                    self.set_role(Role::Candidate);
                 } else {
-                    Role::Follower {
+                    if !was_following {
+                        self.shared.events.emit(Event::Following {
+                            node: self.node().to_owned(),
+                            group: self.group.clone(),
+                            leader: holder.clone(),
+                            term,
+                        });
+                    }
+                    self.set_role(Role::Follower {
                         leader: holder,
                         term,
-                    }
-                });
+                    });
+                }
                 // Wake 1 ms after the lease is due to expire, so Redis sees
                 // it expired; a release (or new timings) wakes us earlier
                 // through pub/sub. Never later than one ttl: a lease taken
