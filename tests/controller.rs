@@ -109,6 +109,9 @@ async fn setup_with(redis: &RedisServer, pods: Vec<Value>, timings: ElectionConf
         resync: Duration::from_secs(30),
         metrics: ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry()),
         redis_settings: tokio::sync::watch::channel(Vec::new()).1,
+        refusals: Default::default(),
+        holders_gone: Default::default(),
+        written: Default::default(),
     });
     Setup {
         ctx,
@@ -513,6 +516,9 @@ async fn a_standby_replica_writes_nothing() {
         resync: Duration::from_secs(30),
         metrics: ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry()),
         redis_settings: tokio::sync::watch::channel(Vec::new()).1,
+        refusals: Default::default(),
+        holders_gone: Default::default(),
+        written: Default::default(),
     });
     reconcile(Arc::new(group()), ctx).await.unwrap();
     assert!(
@@ -560,6 +566,7 @@ async fn plan_follows(
             swept: &[],
             local_now_ms: 0,
             redis_warnings: &[],
+            holder_gone_since_ms: Some(0),
         });
         let labelled = p
             .labels
@@ -810,6 +817,14 @@ async fn a_sweep_by_another_node_is_reflected_in_the_group() {
     let redis = RedisServer::start();
     let (a, ga) = elect(&redis, "shop/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    // c is a member when the controller first looks (the controller plans
+    // from the status it wrote itself, which lists c, not from this stale
+    // copy the mock keeps serving).
+    let (c, gc) = elect(&redis, "shop/c").await;
+    eventually(Duration::from_secs(3), "c follows", || {
+        matches!(support::role(&gc), leasehold_engine::Role::Follower { .. })
+    })
+    .await;
     // The group as last written: c was a member.
     let mut listed = group();
     listed.status = Some(leasehold_kube::crd::LeaderGroupStatus {
@@ -862,6 +877,7 @@ async fn a_sweep_by_another_node_is_reflected_in_the_group() {
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
     a.close().await.unwrap();
+    c.close().await.unwrap();
 }
 
 /// A fresh install, Redis started with it: the controller, at its default

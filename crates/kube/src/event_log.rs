@@ -35,13 +35,14 @@ impl EventLog {
         group: &LeaderGroup,
     ) -> Result<(), kube::Error> {
         let namespace = group.namespace().unwrap_or_else(|| "default".into());
+        let now = k8s_openapi::jiff::Timestamp::now();
         let event = Event {
             metadata: ObjectMeta {
-                generate_name: Some(format!("{}.", group.name_any())),
+                name: Some(event_name(&group.name_any(), now.as_nanosecond())),
                 namespace: Some(namespace.clone()),
                 ..Default::default()
             },
-            event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+            event_time: Some(MicroTime(now)),
             action: Some(ACTION.into()),
             reason: Some(planned.reason.into()),
             note: Some(planned.note.clone()),
@@ -60,5 +61,37 @@ impl EventLog {
             .create(&PostParams::default(), &event)
             .await
             .map(drop)
+    }
+}
+
+/// `NAME.<nanoseconds in hex>`, the name client-go gives an Event. Not
+/// `generateName: "NAME."`: API servers up to 1.21 check a generated name's
+/// prefix as a whole name, and a trailing dot fails that (422), so no
+/// Event was ever recorded there. A name too long for the suffix is cut.
+pub fn event_name(object: &str, nanos: i128) -> String {
+    let suffix = format!(".{:x}", nanos.max(0));
+    let room = MAX_NAME.saturating_sub(suffix.len());
+    let mut head = &object[..object.len().min(room)];
+    while head.ends_with(['.', '-']) {
+        head = &head[..head.len() - 1];
+    }
+    format!("{head}{suffix}")
+}
+
+/// The longest object name (a DNS subdomain).
+const MAX_NAME: usize = 253;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_names_are_valid_object_names() {
+        assert_eq!(event_name("web", 0x1234), "web.1234");
+        let long = format!("{}-{}", "a".repeat(235), "b".repeat(20));
+        let name = event_name(&long, i128::from(i64::MAX));
+        assert!(name.len() <= MAX_NAME, "{}", name.len());
+        assert!(name.ends_with(".7fffffffffffffff"), "{name}");
+        assert!(leasehold_daemon::names::validate_object_name("event", &name).is_ok());
     }
 }

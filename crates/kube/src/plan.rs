@@ -68,7 +68,19 @@ pub struct Observed<'a> {
     pub local_now_ms: u64,
     /// What is wrong with the Redis server's settings, as last read.
     pub redis_warnings: &'a [SettingWarning],
+    /// When (ms, Redis clock) this controller first found the group without
+    /// the holder its status names, if it has (see [`awaiting_successor`]).
+    pub holder_gone_since_ms: Option<u64>,
 }
+
+/// How long a group whose holder is gone, while other members are live,
+/// is left as it is before it is reported leaderless. A successor claims
+/// within milliseconds (at once on the wake-up after a release, at the
+/// expiry for a crashed holder), so waiting this long turns most leader
+/// changes into one set of writes (two label patches, one status, one
+/// Event) instead of two; a group nobody takes over is reported this
+/// much later.
+pub const SUCCESSOR_GRACE_MS: u64 = 250;
 
 /// One label to set (`Some`) or remove (`None`) on one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -104,6 +116,10 @@ pub struct Plan {
     pub restore_term: Option<u64>,
     /// Timings to write into the group's config in Redis, when valid.
     pub config: Option<ElectionConfig>,
+    /// Nothing to write yet: the holder is gone and a successor is
+    /// expected. `(since_ms, remaining_ms)`: since when (Redis clock) and
+    /// how much longer to wait before looking again.
+    pub awaiting_successor: Option<(u64, u64)>,
 }
 
 /// Milliseconds since the epoch as a Kubernetes time (second precision, as
@@ -137,6 +153,19 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let pods = PodsOfGroup::sort(observed);
     let (term, restore_term) = the_term_never_goes_back(&previous, state);
     let holder = live_holder(state);
+    if let Some(wait) = awaiting_successor(&previous, holder, state, observed.holder_gone_since_ms)
+    {
+        return Plan {
+            labels: Vec::new(),
+            write_status: false,
+            status: previous,
+            events: Vec::new(),
+            step_down: None,
+            restore_term: None,
+            config: None,
+            awaiting_successor: Some(wait),
+        };
+    }
     let holder_pod = holder.and_then(|h| pod_of(h, namespace));
     let members = members(state, holder, namespace, &pods, observed.pods);
     // An unusable role label is reported (SpecValid) and nothing is labelled:
@@ -219,7 +248,28 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         step_down,
         restore_term,
         config,
+        awaiting_successor: None,
     }
+}
+
+/// Rule: when the holder the status names is gone and another member is
+/// live, nothing is written for [`SUCCESSOR_GRACE_MS`] from when this was
+/// first seen (`gone_since`, or now): the successor's claim usually comes
+/// within it, and the change is then written once. Returns `(since,
+/// remaining)` in ms while waiting.
+fn awaiting_successor(
+    previous: &LeaderGroupStatus,
+    holder: Option<&str>,
+    state: &GroupState,
+    gone_since: Option<u64>,
+) -> Option<(u64, u64)> {
+    let old = previous.holder.as_deref()?;
+    if holder.is_some() || !state.members.iter().any(|(node, _)| node != old) {
+        return None;
+    }
+    let since = gone_since.unwrap_or(state.now_ms);
+    let waited = state.now_ms.saturating_sub(since);
+    (waited < SUCCESSOR_GRACE_MS).then(|| (since, SUCCESSOR_GRACE_MS - waited))
 }
 
 /// Rule: the spec is checked by the schema's rules (for API servers
@@ -324,6 +374,7 @@ fn while_redis_is_unavailable(
         step_down: None,
         restore_term: None,
         config,
+        awaiting_successor: None,
     }
 }
 
@@ -578,39 +629,38 @@ pub fn role_labels_to_remove(
     changes
 }
 
-/// Rule: a change of holder is told by `LeaderLost` (a warning when nobody
-/// took over) and `LeaderElected` events.
+/// Rule: a change of holder is one Event: `LeaderElected` naming the new
+/// leader (and the node it took over from), or a `LeaderLost` warning when
+/// nobody took over.
 fn leader_change_events(
     previous: &LeaderGroupStatus,
     holder: Option<&str>,
     holder_pod: Option<&str>,
     term: u64,
 ) -> Vec<PlannedEvent> {
-    let mut events = Vec::new();
     if holder == previous.holder.as_deref() {
-        return events;
+        return Vec::new();
     }
-    if let Some(old) = &previous.holder {
-        let how = if holder.is_some() {
-            "replaced"
-        } else {
-            "expired"
-        };
-        events.push(PlannedEvent {
+    let event = match (holder, &previous.holder) {
+        (Some(new), old) => {
+            let who = holder_pod.map_or_else(|| format!("node {new}"), |p| format!("pod {p}"));
+            let after = old
+                .as_ref()
+                .map_or_else(String::new, |old| format!(", after node {old}"));
+            PlannedEvent {
+                reason: event_reasons::LEADER_ELECTED,
+                note: format!("{who} leads under term {term}{after}"),
+                warning: false,
+            }
+        }
+        (None, Some(old)) => PlannedEvent {
             reason: event_reasons::LEADER_LOST,
-            note: format!("node {old} lost the lease ({how})"),
-            warning: holder.is_none(),
-        });
-    }
-    if let Some(new) = holder {
-        let who = holder_pod.map_or_else(|| format!("node {new}"), |p| format!("pod {p}"));
-        events.push(PlannedEvent {
-            reason: event_reasons::LEADER_ELECTED,
-            note: format!("{who} leads under term {term}"),
-            warning: false,
-        });
-    }
-    events
+            note: format!("node {old} lost the lease and nobody took over"),
+            warning: true,
+        },
+        (None, None) => return Vec::new(),
+    };
+    vec![event]
 }
 
 /// Rule: a sweep that removed nodes this group last listed as members is

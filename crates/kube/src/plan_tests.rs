@@ -64,6 +64,7 @@ fn run(g: &LeaderGroup, pods: &[PodView], store: &StoreView) -> Plan {
         swept: &[],
         local_now_ms: NOW,
         redis_warnings: &[],
+        holder_gone_since_ms: Some(0),
     })
 }
 
@@ -131,9 +132,13 @@ fn on_a_leader_change_the_old_label_goes_before_the_new_one_comes() {
         p.labels,
         vec![change("a", Some(FOLLOWER)), change("b", Some(LEADER))]
     );
+    // One Event for the change, naming both.
     let reasons: Vec<&str> = p.events.iter().map(|e| e.reason).collect();
-    assert_eq!(reasons, ["LeaderLost", "LeaderElected"]);
-    assert!(p.events[0].note.contains("replaced"));
+    assert_eq!(reasons, ["LeaderElected"]);
+    assert_eq!(
+        p.events[0].note,
+        "pod b leads under term 2, after node shop/a"
+    );
     assert_eq!(p.status.transitions, 2);
     // The order holds whichever pod sorts first.
     let g = group("web", spec(), None);
@@ -160,10 +165,69 @@ fn a_crashed_leader_whose_lease_expired_loses_its_label_before_any_successor() {
     assert_eq!(cond(&p.status, "LeaderElected").status, "False");
     assert_eq!(cond(&p.status, "Ready").status, "False");
     assert_eq!(p.events[0].reason, "LeaderLost");
-    assert!(p.events[0].warning && p.events[0].note.contains("expired"));
+    assert!(p.events[0].warning && p.events[0].note.contains("nobody took over"));
     // Still a live member but no longer holder: it becomes a follower.
     let p = run(&g, &pods, &state(None, 4, &["a", "b"]));
     assert_eq!(p.labels, vec![change("a", Some(FOLLOWER))]);
+}
+
+#[test]
+fn a_gone_holder_is_left_alone_for_a_moment_while_a_successor_is_expected() {
+    let prev = run(
+        &group("web", spec(), None),
+        &[pod("a", None), pod("b", None)],
+        &state(Some("a"), 4, &["a", "b"]),
+    )
+    .status;
+    let g = group("web", spec(), Some(prev.clone()));
+    let pods = [pod("a", Some(LEADER)), pod("b", Some(FOLLOWER))];
+    let gone = state(None, 4, &["b"]);
+    let StoreView::Available(st) = &gone else {
+        unreachable!()
+    };
+    let now = st.now_ms;
+    let at = |since: Option<u64>| {
+        plan(&Observed {
+            group: &g,
+            pods: &pods,
+            others: &[],
+            store: &gone,
+            swept: &[],
+            local_now_ms: NOW,
+            redis_warnings: &[],
+            holder_gone_since_ms: since,
+        })
+    };
+    // First seen now: nothing is written, look again after the grace.
+    let p = at(None);
+    assert_eq!(p.awaiting_successor, Some((now, SUCCESSOR_GRACE_MS)));
+    assert!(p.labels.is_empty() && p.events.is_empty() && !p.write_status);
+    assert_eq!(p.status, prev);
+    // Seen 100 ms ago: the rest of the grace.
+    let p = at(Some(now - 100));
+    assert_eq!(
+        p.awaiting_successor,
+        Some((now - 100, SUCCESSOR_GRACE_MS - 100))
+    );
+    // The grace is over and nobody took over: leaderless, said once.
+    let p = at(Some(now - SUCCESSOR_GRACE_MS));
+    assert_eq!(p.awaiting_successor, None);
+    assert_eq!(p.labels, vec![change("a", None)]);
+    assert_eq!(p.events[0].reason, "LeaderLost");
+    // No other live member: nobody to wait for.
+    let alone = state(None, 4, &[]);
+    let p = plan(&Observed {
+        group: &g,
+        pods: &pods,
+        others: &[],
+        store: &alone,
+        swept: &[],
+        local_now_ms: NOW,
+        redis_warnings: &[],
+        holder_gone_since_ms: None,
+    });
+    assert_eq!(p.awaiting_successor, None);
+    assert_eq!(p.labels, vec![change("a", None), change("b", None)]);
 }
 
 #[test]
@@ -272,6 +336,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
         swept: &[],
         local_now_ms: NOW,
         redis_warnings: &[],
+        holder_gone_since_ms: Some(0),
     });
     assert!(p.labels.is_empty(), "beta yields the pod to alpha");
     let c = cond(&p.status, "LabelConflict");
@@ -296,6 +361,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
         swept: &[],
         local_now_ms: NOW,
         redis_warnings: &[],
+        holder_gone_since_ms: Some(0),
     });
     assert_eq!(p.labels, vec![change("a", Some(LEADER))]);
     assert_eq!(cond(&p.status, "LabelConflict").status, "True");
@@ -313,6 +379,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
         swept: &[],
         local_now_ms: NOW,
         redis_warnings: &[],
+        holder_gone_since_ms: Some(0),
     });
     assert_eq!(p.labels, vec![change("a", Some(LEADER))]);
     assert_eq!(cond(&p.status, "LabelConflict").status, "False");
@@ -539,6 +606,7 @@ fn a_sweep_of_former_members_is_reported_once() {
         swept: &swept,
         local_now_ms: NOW,
         redis_warnings: &[],
+        holder_gone_since_ms: Some(0),
     });
     let sweep = p.status.last_sweep.clone().expect("lastSweep");
     assert_eq!(sweep.nodes, ["shop/b"]);
@@ -559,6 +627,7 @@ fn a_sweep_of_former_members_is_reported_once() {
         swept: &swept,
         local_now_ms: NOW,
         redis_warnings: &[],
+        holder_gone_since_ms: Some(0),
     });
     assert!(!p.events.iter().any(|e| e.reason == "NodesSwept"));
 }
@@ -613,6 +682,7 @@ fn unsafe_redis_settings_are_a_condition_of_every_group_but_not_unreadiness() {
         swept: &[],
         local_now_ms: NOW,
         redis_warnings: &warnings,
+        holder_gone_since_ms: Some(0),
     });
     let c = cond(&p.status, "RedisSettingsSafe");
     assert_eq!(

@@ -4,6 +4,7 @@
 //! starts, and again right before every label patch and the status write
 //! (the Kubernetes writes a stale replica could get wrong).
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -16,7 +17,7 @@ use kube::runtime::reflector::Store as Reflector;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use crate::crd::LeaderGroup;
+use crate::crd::{LeaderGroup, LeaderGroupStatus};
 use crate::event_log::EventLog;
 use crate::metrics::ControllerMetrics;
 use crate::plan::{
@@ -50,6 +51,20 @@ pub struct Context {
     pub metrics: Arc<ControllerMetrics>,
     /// The Redis server's unsafe settings, as last read (for a condition).
     pub redis_settings: tokio::sync::watch::Receiver<Vec<leasehold_engine::SettingWarning>>,
+    /// Refused label patches in a row, per group (`NAMESPACE/NAME`), for
+    /// the back-off of [`refusal_delay`]; a reconcile that completes
+    /// clears its group's count.
+    pub refusals: Mutex<HashMap<String, u32>>,
+    /// Groups found without the holder their status names, since when (ms,
+    /// Redis clock): the plan waits a moment for the successor
+    /// (`plan::SUCCESSOR_GRACE_MS`) before it reports them leaderless.
+    pub holders_gone: Mutex<HashMap<String, u64>>,
+    /// The status this replica last wrote per group, with the
+    /// resourceVersion the group had when it was written. A reconcile
+    /// triggered before the watch brings that write back would otherwise
+    /// plan from the older status and write the same change (and its
+    /// Event) again.
+    pub written: Mutex<HashMap<String, (String, LeaderGroupStatus)>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -122,6 +137,7 @@ pub async fn reconcile(
     let ctx = ctx.as_ref();
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
     let redis_group = NamespacedName::new(&namespace, group.name_any()).to_string();
+    let group = with_own_last_status(&group, &redis_group, ctx);
     let world = World::read(&group, &namespace, &redis_group, ctx).await?;
     let plan = plan(&Observed {
         group: &group,
@@ -131,7 +147,13 @@ pub async fn reconcile(
         swept: &world.swept,
         local_now_ms: wall_ms(),
         redis_warnings: &ctx.redis_settings.borrow().clone(),
+        holder_gone_since_ms: ctx.holders_gone.lock().unwrap().get(&redis_group).copied(),
     });
+    if let Some((since, remaining)) = plan.awaiting_successor {
+        ctx.holders_gone.lock().unwrap().insert(redis_group, since);
+        return Ok(Action::requeue(Duration::from_millis(remaining)));
+    }
+    ctx.holders_gone.lock().unwrap().remove(&redis_group);
     apply_to_redis(&plan, &redis_group, ctx).await;
     if !apply_labels(&plan.labels, &namespace, ctx).await? {
         // No longer the active replica: the rest is the new one's to write.
@@ -144,9 +166,37 @@ pub async fn reconcile(
     }
     record_events(&plan, &group, ctx).await;
     write_status(&plan, &group, &namespace, ctx).await?;
+    if plan.write_status {
+        if let Some(version) = group.resource_version() {
+            ctx.written
+                .lock()
+                .unwrap()
+                .insert(redis_group.clone(), (version, plan.status.clone()));
+        }
+    }
+    ctx.refusals.lock().unwrap().remove(&redis_group);
     ctx.metrics
         .set_leader(redis_group, plan.status.leader.is_some());
     Ok(Action::requeue(ctx.resync))
+}
+
+/// `group` with the status this replica last wrote in place of the one
+/// the cache has, when the cache is still at the version that write
+/// started from (its own write not seen yet). Any newer version holds that
+/// write, or a newer one, and is taken as it is.
+fn with_own_last_status(group: &LeaderGroup, key: &str, ctx: &Context) -> LeaderGroup {
+    let mut group = group.clone();
+    let mut written = ctx.written.lock().unwrap();
+    match written.get(key) {
+        Some((version, status)) if group.metadata.resource_version.as_ref() == Some(version) => {
+            group.status = Some(status.clone());
+        }
+        Some(_) => {
+            written.remove(key);
+        }
+        None => {}
+    }
+    group
 }
 
 /// A deleted group: its role labels come off its pods (see
@@ -332,15 +382,25 @@ pub fn refused(error: &ReconcileError) -> bool {
 /// Requeue delay by what went wrong: a conflict or a missing pod clears up
 /// fast, an unreachable API server takes longer, a refused patch waits for
 /// the resync (someone has to change the policy or the group).
-pub fn error_policy(_group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
+pub fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_failed(error.kind());
     if refused(error) {
+        let key = NamespacedName::new(group.namespace().unwrap_or_default(), group.name_any());
+        let refusals = {
+            let mut counts = ctx.refusals.lock().unwrap();
+            let n = counts.entry(key.to_string()).or_insert(0);
+            *n = n.saturating_add(1);
+            *n
+        };
+        let delay = refusal_delay(refusals, ctx.resync);
         tracing::error!(
             kind = error.kind(),
             %error,
+            refusals,
+            retry_in = ?delay,
             "the API server refused a label patch; check the controller's RBAC and the chart's admissionPolicy.allowedLabelKeys (it must list the group's roleLabel)"
         );
-        return Action::requeue(ctx.resync);
+        return Action::requeue(delay);
     }
     tracing::warn!(kind = error.kind(), %error, "reconcile failed");
     match error {
@@ -352,9 +412,32 @@ pub fn error_policy(_group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<C
     }
 }
 
+/// When to try again after the `refusals`-th refused label patch in a row:
+/// 1 s, doubling, at most the resync. An API server that has just started
+/// answers 403 until its RBAC caches are filled, so the first retries come
+/// soon; a refusal that stays (RBAC or an admission policy missing the
+/// label key) is retried, and logged, once per resync.
+pub fn refusal_delay(refusals: u32, resync: Duration) -> Duration {
+    let doublings = refusals.saturating_sub(1).min(16);
+    (REFUSAL_FIRST_RETRY * 2u32.pow(doublings)).min(resync.max(REFUSAL_FIRST_RETRY))
+}
+
+const REFUSAL_FIRST_RETRY: Duration = Duration::from_secs(1);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn refused_patches_back_off_from_a_second_to_the_resync() {
+        let resync = Duration::from_secs(30);
+        let delays: Vec<u64> = (1..=7)
+            .map(|n| refusal_delay(n, resync).as_secs())
+            .collect();
+        assert_eq!(delays, [1, 2, 4, 8, 16, 30, 30]);
+        assert_eq!(refusal_delay(u32::MAX, resync), resync);
+        assert_eq!(refusal_delay(1, Duration::ZERO), REFUSAL_FIRST_RETRY);
+    }
 
     fn label_error(code: u16) -> ReconcileError {
         let status = kube::core::Status {

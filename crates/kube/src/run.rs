@@ -158,6 +158,9 @@ pub async fn run_with(
         resync: Duration::from_secs(args.resync_seconds.max(1)),
         metrics: controller_metrics.clone(),
         redis_settings: redis_settings.current(),
+        refusals: Default::default(),
+        holders_gone: Default::default(),
+        written: Default::default(),
     });
 
     let (triggers_tx, triggers) = mpsc::unbounded_channel::<ObjectRef<LeaderGroup>>();
