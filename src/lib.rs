@@ -1,5 +1,7 @@
 //! The `leasehold` command's library side: what the demo, the bench and the
 //! project's tests share beyond the crates they run, namely a throwaway
-//! `redis-server` ([`local_redis`]).
+//! `redis-server` ([`local_redis`]) and a throwaway Kubernetes API server
+//! ([`local_kube`]).
 
+pub mod local_kube;
 pub mod local_redis;

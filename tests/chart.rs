@@ -6,37 +6,16 @@
 //! one and sets `CI`; under `CI` a missing helm fails these tests, elsewhere
 //! they say they were skipped. The checks that need no helm always run.
 
-use std::path::{Path, PathBuf};
+mod support;
+
+use std::path::Path;
 use std::process::Command;
 
 use serde::Deserialize;
 use serde_yaml::Value;
+use support::helm_or_skip;
 
 const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/leasehold");
-
-fn helm() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("LEASEHOLD_HELM") {
-        return Some(PathBuf::from(path));
-    }
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths)
-        .map(|d| d.join("helm"))
-        .find(|p| p.is_file())
-}
-
-/// The helm binary, or `None` (skipped, said out loud) outside CI.
-fn helm_or_skip(test: &str) -> Option<PathBuf> {
-    match helm() {
-        Some(h) => Some(h),
-        None if std::env::var_os("CI").is_some() => panic!(
-            "{test}: helm is needed and was not found; set LEASEHOLD_HELM or put helm in PATH (.ci/run fetches a pinned one)"
-        ),
-        None => {
-            eprintln!("{test}: SKIPPED, no helm (set LEASEHOLD_HELM or put helm in PATH)");
-            None
-        }
-    }
-}
 
 /// `helm template` with `--set` values; Ok(rendered) or Err(stderr).
 fn template(helm: &Path, sets: &[&str]) -> Result<String, String> {

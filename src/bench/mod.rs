@@ -9,10 +9,15 @@
 //! (publish-to-delivery latency, throughput, fan-out), `idle` (what an
 //! idle node costs) and `replicas` (what confirming lease writes with a
 //! replica costs: claim latency and calls per renewal, on Redis servers of
-//! its own). Timings default to a scaled-down ttl 1000 / renew 300 /
+//! its own) and `controller` (the controller process against a real API
+//! server: label latency after a leader change, API requests per change,
+//! memory and CPU with one group and with `--controller-groups`; needs
+//! `scripts/kubernetes/build.sh apiserver`, and `all` skips it, said out
+//! loud, where that has not been run). Timings default to a scaled-down ttl 1000 / renew 300 /
 //! retry 200 ms so a full run takes minutes; the bounds scale with them.
 
 mod agents;
+mod controller;
 mod cost;
 mod failover;
 mod messaging;
@@ -32,6 +37,10 @@ pub use report::Row;
 /// variable, which Linux caps at 128 KiB.
 const MAX_COST_GROUPS: usize = 15_000;
 
+/// Most groups of the controller scenario: three in-process nodes each,
+/// with two connections of their own, must fit the open-file limit.
+const MAX_CONTROLLER_GROUPS: usize = 2_000;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Scenario {
     Failover,
@@ -39,6 +48,7 @@ pub enum Scenario {
     Messaging,
     Idle,
     Replicas,
+    Controller,
     All,
 }
 
@@ -106,6 +116,10 @@ pub struct BenchArgs {
     /// How long idle cost is measured, s.
     #[arg(long, default_value_t = 60)]
     pub idle_seconds: u64,
+    /// LeaderGroups (of three pods each, all live members) of the
+    /// controller scenario's scale step.
+    #[arg(long, default_value_t = 1000)]
+    pub controller_groups: usize,
     /// Also write the results as JSON to this file (`-` for standard output).
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,
@@ -176,6 +190,12 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     if args.trials == 0 {
         return Err("--trials = 0 is out of range: it must be at least 1".into());
     }
+    if args.controller_groups == 0 || args.controller_groups > MAX_CONTROLLER_GROUPS {
+        return Err(format!(
+            "--controller-groups = {} is out of range: it must be from 1 to {MAX_CONTROLLER_GROUPS}",
+            args.controller_groups
+        ));
+    }
     if let Some(n) = args
         .cost_groups
         .iter()
@@ -210,6 +230,14 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     }
     if all || args.scenario == Scenario::Replicas {
         rows.extend(replicas::run(&args).await?);
+    }
+    if args.scenario == Scenario::Controller {
+        rows.extend(controller::run(&url, &args).await?);
+    } else if all {
+        match leasehold::local_kube::missing() {
+            None => rows.extend(controller::run(&url, &args).await?),
+            Some(why) => eprintln!("bench: controller scenario skipped: it {why}"),
+        }
     }
     if std::io::stderr().is_terminal() {
         eprintln!();

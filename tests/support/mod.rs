@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod agent;
+pub mod kube_api;
 pub mod proxy;
 pub mod sentinel;
 
@@ -281,4 +282,29 @@ pub async fn followers_see_the_leader(groups: &[leasehold_engine::Group], limit:
         groups.iter().filter(|g| is_follower(g)).count() == groups.len() - 1
     })
     .await;
+}
+
+/// The helm binary: `LEASEHOLD_HELM`, or `helm` on the PATH.
+pub fn helm() -> Option<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os("LEASEHOLD_HELM") {
+        return Some(std::path::PathBuf::from(path));
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|d| d.join("helm"))
+        .find(|p| p.is_file())
+}
+
+/// The helm binary, or `None` (skipped, said out loud) outside CI.
+pub fn helm_or_skip(test: &str) -> Option<std::path::PathBuf> {
+    match helm() {
+        Some(h) => Some(h),
+        None if std::env::var_os("CI").is_some() => panic!(
+            "{test}: helm is needed and was not found; set LEASEHOLD_HELM or put helm in PATH (.ci/run fetches a pinned one)"
+        ),
+        None => {
+            eprintln!("{test}: SKIPPED, no helm (set LEASEHOLD_HELM or put helm in PATH)");
+            None
+        }
+    }
 }
