@@ -772,6 +772,16 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    // The status follows the labels and the Event.
+    eventually(Duration::from_secs(2), "the second status write", || {
+        seen.lock()
+            .unwrap()
+            .iter()
+            .filter(|r| r.starts_with("PATCH ") && r.contains("/leadergroups/web/status"))
+            .count()
+            >= 2
+    })
+    .await;
     // Two leader changes, so several reconciles: the pods were listed once,
     // by the watch that keeps the cache, not by each reconcile.
     let pod_lists = seen

@@ -16,7 +16,7 @@ use crate::crd::{
     LastSweep, LeaderGroup, LeaderGroupSpec, LeaderGroupStatus, Member, MemberProblem, MemberRole,
     STEP_DOWN_ANNOTATION,
 };
-use crate::selector::PodSelector;
+use crate::selector::{PodSelector, SelectorIndex};
 use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::config::ElectionConfig;
 use leasehold_engine::store::GroupState;
@@ -389,7 +389,7 @@ struct PodsOfGroup<'a> {
     /// group's name.
     shared: Vec<(&'a str, &'a str)>,
     /// The selectors of the other groups with the same label key.
-    same_key: Vec<PodSelector>,
+    same_key: SelectorIndex,
 }
 
 impl<'a> PodsOfGroup<'a> {
@@ -400,44 +400,39 @@ impl<'a> PodsOfGroup<'a> {
         let group = observed.group;
         let name = group.metadata.name.as_deref().unwrap_or_default();
         let own = PodSelector::new(&group.spec.selector);
-        let selected: BTreeSet<&str> = observed
+        let mine: Vec<&PodView> = observed
             .pods
             .iter()
             .filter(|p| own.matches(&p.labels))
-            .map(|p| p.name.as_str())
             .collect();
+        let selected: BTreeSet<&str> = mine.iter().map(|p| p.name.as_str()).collect();
         let mut yielded = BTreeSet::new();
         let mut shared = Vec::new();
-        let mut same_key = Vec::new();
-        for other in observed
+        let same_key: Vec<&OtherGroup> = observed
             .others
             .iter()
             .filter(|o| o.role_label == group.spec.role_label && o.name != name)
-        {
+            .collect();
+        for other in &same_key {
             let theirs = PodSelector::new(&other.selector);
-            for pod in observed
-                .pods
-                .iter()
-                .filter(|p| selected.contains(p.name.as_str()) && theirs.matches(&p.labels))
-            {
+            for pod in mine.iter().filter(|p| theirs.matches(&p.labels)) {
                 shared.push((pod.name.as_str(), other.name.as_str()));
                 if other.name.as_str() < name {
                     yielded.insert(pod.name.as_str());
                 }
             }
-            same_key.push(theirs);
         }
         Self {
             selected,
             yielded,
             shared,
-            same_key,
+            same_key: SelectorIndex::new(same_key.iter().map(|o| &o.selector)),
         }
     }
 
     /// Whether another group with the same label key selects `pod`.
     fn claimed_by_another(&self, pod: &PodView) -> bool {
-        self.same_key.iter().any(|s| s.matches(&pod.labels))
+        self.same_key.any_matches(&pod.labels)
     }
 
     fn labellable(&self, pod: &str) -> bool {
@@ -556,8 +551,7 @@ fn label_changes(
         } else {
             // Not ours to label: clean up our key only where no other group
             // with the same key selects the pod.
-            let claimed = sorted.claimed_by_another(pod);
-            if claimed || !matches!(current, Some(LEADER) | Some(FOLLOWER)) {
+            if !matches!(current, Some(LEADER) | Some(FOLLOWER)) || sorted.claimed_by_another(pod) {
                 continue;
             }
             None

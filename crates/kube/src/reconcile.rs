@@ -180,6 +180,15 @@ pub async fn reconcile(
     Ok(Action::requeue(ctx.resync))
 }
 
+impl Context {
+    /// Drops what is remembered of a deleted group.
+    fn forget(&self, group: &str) {
+        self.refusals.lock().unwrap().remove(group);
+        self.holders_gone.lock().unwrap().remove(group);
+        self.written.lock().unwrap().remove(group);
+    }
+}
+
 /// `group` with the status this replica last wrote in place of the one
 /// the cache has, when the cache is still at the version that write
 /// started from (its own write not seen yet). Any newer version holds that
@@ -206,10 +215,11 @@ fn with_own_last_status(group: &LeaderGroup, key: &str, ctx: &Context) -> Leader
 /// Returns how many labels were removed.
 #[tracing::instrument(skip_all, fields(group = %group.name_any(), namespace = group.namespace().unwrap_or_default()))]
 pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, ReconcileError> {
+    let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
+    ctx.forget(&NamespacedName::new(&namespace, group.name_any()).to_string());
     if !ctx.leadership.is_leader() {
         return Err(ReconcileError::NotActive);
     }
-    let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
     let namespace = namespace.as_str();
     let pods = cached_pods(namespace, ctx)?;
     let others = other_groups(group, namespace, ctx);
@@ -380,8 +390,8 @@ pub fn refused(error: &ReconcileError) -> bool {
 }
 
 /// Requeue delay by what went wrong: a conflict or a missing pod clears up
-/// fast, an unreachable API server takes longer, a refused patch waits for
-/// the resync (someone has to change the policy or the group).
+/// fast, an unreachable API server takes longer, a refused patch backs off
+/// to the resync ([`refusal_delay`]).
 pub fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_failed(error.kind());
     if refused(error) {

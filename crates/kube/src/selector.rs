@@ -4,7 +4,7 @@
 //! by the schema; the controller must not label every pod of a namespace
 //! when that check is missing (API servers without CEL).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::core::{Selector, SelectorExt};
@@ -27,6 +27,53 @@ impl PodSelector {
 
     pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.0.as_ref().is_some_and(|s| s.matches(labels))
+    }
+}
+
+/// The selectors of many groups, for asking of many pods whether any of
+/// them selects the pod. A selector of `matchLabels` only is filed under
+/// one of its pairs, so a pod is matched against the selectors filed under
+/// its own labels (and the few with expressions), not against every group
+/// of the namespace: with 1,000 groups sharing a label key, every
+/// reconcile asks this of every labelled pod.
+#[derive(Debug, Default)]
+pub struct SelectorIndex {
+    by_label: HashMap<String, HashMap<String, Vec<PodSelector>>>,
+    rest: Vec<PodSelector>,
+}
+
+impl SelectorIndex {
+    pub fn new<'a>(selectors: impl IntoIterator<Item = &'a LabelSelector>) -> Self {
+        let mut index = Self::default();
+        for selector in selectors {
+            let plain = selector
+                .match_expressions
+                .as_ref()
+                .is_none_or(|e| e.is_empty());
+            let first = selector.match_labels.as_ref().and_then(|m| m.iter().next());
+            match (plain, first) {
+                (true, Some((key, value))) => index
+                    .by_label
+                    .entry(key.clone())
+                    .or_default()
+                    .entry(value.clone())
+                    .or_default()
+                    .push(PodSelector::new(selector)),
+                _ => index.rest.push(PodSelector::new(selector)),
+            }
+        }
+        index
+    }
+
+    /// Whether any of the selectors picks a pod with these labels.
+    pub fn any_matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let filed = labels.iter().any(|(key, value)| {
+            self.by_label
+                .get(key)
+                .and_then(|values| values.get(value))
+                .is_some_and(|selectors| selectors.iter().any(|s| s.matches(labels)))
+        });
+        filed || self.rest.iter().any(|s| s.matches(labels))
     }
 }
 
@@ -53,6 +100,43 @@ mod tests {
             operator: op.into(),
             values: (!values.is_empty()).then(|| values.iter().map(|v| v.to_string()).collect()),
         }
+    }
+
+    #[test]
+    fn an_index_of_selectors_answers_as_each_of_them_would() {
+        let plain = |pairs: &[(&str, &str)]| LabelSelector {
+            match_labels: Some(labels(pairs)),
+            match_expressions: None,
+        };
+        let with_expression = LabelSelector {
+            match_labels: None,
+            match_expressions: Some(vec![expr("tier", "In", &["db"])]),
+        };
+        let selectors = [
+            plain(&[("app", "web"), ("zone", "a")]),
+            plain(&[("app", "api")]),
+            with_expression.clone(),
+            LabelSelector::default(),
+        ];
+        let index = SelectorIndex::new(&selectors);
+        let pods = [
+            labels(&[("app", "web"), ("zone", "a")]),
+            labels(&[("app", "web"), ("zone", "b")]),
+            labels(&[("app", "api")]),
+            labels(&[("tier", "db")]),
+            labels(&[("app", "other")]),
+            labels(&[]),
+        ];
+        for pod in &pods {
+            let one_by_one = selectors.iter().any(|s| matches(s, pod));
+            assert_eq!(index.any_matches(pod), one_by_one, "{pod:?}");
+        }
+        assert_eq!(
+            pods.iter()
+                .map(|p| index.any_matches(p))
+                .collect::<Vec<_>>(),
+            [true, false, true, true, false, false]
+        );
     }
 
     #[test]
