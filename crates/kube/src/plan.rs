@@ -239,7 +239,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         observed_generation: group.metadata.generation,
         handled_step_down,
     };
-    let write_status = status_changed(&status, &previous, &now);
+    let write_status = status_changed(&status, &previous, state.now_ms);
     Plan {
         labels,
         status,
@@ -761,12 +761,15 @@ fn label_conflict(conflicts: &[String]) -> Condition {
 }
 
 /// Rule: status is written only when something but the expiry times
-/// changed, or when the stored lease expiry lies in the past.
-fn status_changed(status: &LeaderGroupStatus, previous: &LeaderGroupStatus, now: &Time) -> bool {
+/// changed, or when the stored lease expiry lies in the past. Times are
+/// stored to the second, cut down, so a stored expiry has surely passed
+/// only a second after its value: at a 1 s ttl, comparing to the value
+/// itself rewrote the status at nearly every reconcile.
+fn status_changed(status: &LeaderGroupStatus, previous: &LeaderGroupStatus, now_ms: u64) -> bool {
     let stale = previous
         .lease_expires_at
         .as_ref()
-        .is_some_and(|at| at < now);
+        .is_some_and(|at| at.0.as_millisecond().saturating_add(1000) < now_ms as i64);
     settled(status) != settled(previous) || stale
 }
 

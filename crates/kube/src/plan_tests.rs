@@ -436,7 +436,17 @@ fn status_is_written_only_when_something_but_expiry_changed() {
         p.status.conditions, first.status.conditions,
         "transition times kept"
     );
-    // Once the stored expiry has passed, it is refreshed.
+    // Stored to the second, an expiry has surely passed only a second
+    // after its value: not yet within that second...
+    let stored = first.status.lease_expires_at.clone().unwrap();
+    let stored_ms = stored.0.as_millisecond() as u64;
+    renewed.now_ms = stored_ms + 900;
+    let p = run(&g, &pods, &StoreView::Available(renewed.clone()));
+    assert!(!p.write_status, "within the second of the stored expiry");
+    // ...and once it has passed, it is refreshed.
+    renewed.now_ms = stored_ms + 1_001;
+    let p = run(&g, &pods, &StoreView::Available(renewed.clone()));
+    assert!(p.write_status);
     renewed.now_ms += 60_000;
     let p = run(&g, &pods, &StoreView::Available(renewed));
     assert!(p.write_status);
