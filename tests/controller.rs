@@ -112,6 +112,7 @@ async fn setup_with(redis: &RedisServer, pods: Vec<Value>, timings: ElectionConf
         refusals: Default::default(),
         holders_gone: Default::default(),
         written: Default::default(),
+        label_writes: Default::default(),
     });
     Setup {
         ctx,
@@ -519,6 +520,7 @@ async fn a_standby_replica_writes_nothing() {
         refusals: Default::default(),
         holders_gone: Default::default(),
         written: Default::default(),
+        label_writes: Default::default(),
     });
     reconcile(Arc::new(group()), ctx).await.unwrap();
     assert!(
@@ -930,4 +932,51 @@ async fn on_a_fresh_store_the_first_leader_is_labelled_within_seconds() {
     let _ = stop.send(());
     let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
     a.close().await.unwrap();
+}
+
+/// The pod cache is a watch, and a watch can lag: for 15 s after an API
+/// server restart in tests/apiserver.rs, where a leader label the
+/// controller had just given never reached its cache. Here the mock's
+/// cache never shows any label: the leader label given to a must still be
+/// taken away before b gets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_label_the_cache_does_not_show_is_taken_away_before_the_next_leader_gets_it() {
+    let redis = RedisServer::start();
+    let (a, ga) = elect(&redis, "shop/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    let (b, gb) = elect(&redis, "shop/b").await;
+    let s = setup(&redis, vec![pod_json("a", None), pod_json("b", None)]).await;
+    reconcile(Arc::new(group()), s.ctx.clone()).await.unwrap();
+    assert!(leader_patched(&s.seen, "a"), "{:#?}", writes(&s.seen));
+    let before = writes(&s.seen).len();
+    // a leaves (released, unregistered): no longer a member, so nothing
+    // but a's own leader label, which the cache does not show, calls for
+    // a patch of a.
+    a.close().await.unwrap();
+    eventually(Duration::from_secs(3), "b leads", || gb.is_leader()).await;
+    let mut g = group();
+    g.status = Some(leasehold_kube::crd::LeaderGroupStatus {
+        holder: Some("shop/a".into()),
+        leader: Some("a".into()),
+        term: Some(1),
+        ..Default::default()
+    });
+    reconcile(Arc::new(g), s.ctx.clone()).await.unwrap();
+    let after: Vec<String> = writes(&s.seen)[before..]
+        .iter()
+        .filter(|r| r.contains("/api/v1/namespaces/shop/pods/"))
+        .cloned()
+        .collect();
+    let a_cleared = after
+        .iter()
+        .position(|r| r.contains("/pods/a ") && r.contains(r#""leasehold.dev/role":null"#));
+    let b_led = after
+        .iter()
+        .position(|r| r.contains("/pods/b ") && r.contains(r#""leasehold.dev/role":"leader""#));
+    assert!(
+        matches!((a_cleared, b_led), (Some(x), Some(y)) if x < y),
+        "a's leader label must go before b gets one: {after:#?}"
+    );
+    drop(ga);
+    b.close().await.unwrap();
 }

@@ -7,6 +7,7 @@
 pub mod conditions;
 pub mod crd;
 pub mod event_log;
+pub mod label_writes;
 pub mod metrics;
 pub mod plan;
 pub mod reconcile;

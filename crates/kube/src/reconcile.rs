@@ -19,9 +19,11 @@ use serde_json::json;
 
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
 use crate::event_log::EventLog;
+use crate::label_writes::LabelWrites;
 use crate::metrics::ControllerMetrics;
 use crate::plan::{
     plan, role_labels_to_remove, LabelChange, Observed, OtherGroup, Plan, PodView, StoreView,
+    LEADER,
 };
 use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::store::bounded;
@@ -65,6 +67,9 @@ pub struct Context {
     /// plan from the older status and write the same change (and its
     /// Event) again.
     pub written: Mutex<HashMap<String, (String, LeaderGroupStatus)>>,
+    /// Role labels this replica wrote that the pod cache may not show yet,
+    /// laid over the cache by every read of it (see `label_writes`).
+    pub label_writes: Mutex<LabelWrites>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -241,13 +246,30 @@ fn cached_pods(namespace: &str, ctx: &Context) -> Result<Vec<PodView>, Reconcile
     if !matches!(ctx.pods.wait_until_ready().now_or_never(), Some(Ok(()))) {
         return Err(ReconcileError::PodsNotCached);
     }
-    Ok(ctx
-        .pods
-        .state()
+    let cached = ctx.pods.state();
+    let mut writes = ctx.label_writes.lock().unwrap();
+    let mut views = Vec::new();
+    let mut present = std::collections::HashSet::new();
+    for pod in cached
         .iter()
         .filter(|p| p.namespace().as_deref() == Some(namespace))
-        .map(|p| pod_view(p))
-        .collect())
+    {
+        let mut view = pod_view(pod);
+        let key = format!("{namespace}/{}", view.name);
+        writes.overlay(&key, pod.metadata.resource_version.as_deref(), &mut view);
+        present.insert(key);
+        views.push(view);
+    }
+    let prefix = format!("{namespace}/");
+    writes.retain_pods(|p| !p.starts_with(&prefix) || present.contains(p));
+    Ok(views)
+}
+
+/// The cached resourceVersion of `namespace/pod`, if the cache has it.
+fn cached_version(namespace: &str, pod: &str, ctx: &Context) -> Option<String> {
+    ctx.pods
+        .get(&kube::runtime::reflector::ObjectRef::new(pod).within(namespace))
+        .and_then(|p| p.metadata.resource_version.clone())
 }
 
 /// The namespace's other groups, from the reflector; those being deleted
@@ -330,13 +352,35 @@ async fn apply_labels(
         // A merge patch of one label: other labels are never touched, and
         // `null` removes the key.
         let patch = json!({ "metadata": { "labels": { &change.key: &change.value } } });
-        pods_api
+        let planned_from = cached_version(namespace, &change.pod, ctx);
+        let result = pods_api
             .patch(&change.pod, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-            .map_err(|source| ReconcileError::LabelPod {
-                pod: change.pod.clone(),
-                source,
-            })?;
+            .await;
+        // Laid over the cache until the watch brings it: a write that was
+        // applied (with the version it made), and a leader label that
+        // perhaps was (no answer): the next plan then takes it away before
+        // giving it elsewhere. Any other write without an answer is taken
+        // as not applied, so the next plan sends it again. A refusal
+        // changed nothing.
+        let written_as = match &result {
+            Ok(pod) => Some(pod.metadata.resource_version.clone()),
+            Err(kube::Error::Api(_)) => None,
+            Err(_) if change.value.as_deref() == Some(LEADER) => Some(None),
+            Err(_) => None,
+        };
+        if let Some(written_as) = written_as {
+            ctx.label_writes.lock().unwrap().record(
+                &format!("{namespace}/{}", change.pod),
+                &change.key,
+                change.value.as_deref(),
+                planned_from,
+                written_as,
+            );
+        }
+        result.map_err(|source| ReconcileError::LabelPod {
+            pod: change.pod.clone(),
+            source,
+        })?;
         ctx.metrics.label_patched();
     }
     Ok(true)

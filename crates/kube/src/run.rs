@@ -167,6 +167,7 @@ pub async fn run_with(
         refusals: Default::default(),
         holders_gone: Default::default(),
         written: Default::default(),
+        label_writes: Default::default(),
     });
 
     let (triggers_tx, triggers) = mpsc::unbounded_channel::<ObjectRef<LeaderGroup>>();
