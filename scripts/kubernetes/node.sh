@@ -20,6 +20,9 @@ cmd="${1:-}"
 dir="${2:-}"
 [ -n "$cmd" ] && [ -n "$dir" ] || { echo "usage: $0 up|down|run DIR [CMD...]" >&2; exit 2; }
 shift 2
+case "$(realpath -m "$dir")" in
+  / | /root | /home | /tmp | /var | /usr | /etc) echo "error: DIR must be a directory of its own, not $dir (up wipes it)" >&2; exit 2 ;;
+esac
 here="$(cd "$(dirname "$0")" && pwd)"
 ns=leasehold-k8s
 node_ip=10.200.0.1
