@@ -51,6 +51,12 @@ stop_all() {
     umount -l "$m" 2>/dev/null || true
   done
   ip netns del "$ns" 2>/dev/null || true
+  # The pods' own namespaces, made by the CNI plugins under /run/netns:
+  # those with no process left are this cluster's leftovers.
+  for pod_ns in $(ip netns list | awk '/^cni-/ { print $1 }'); do
+    [ -z "$(ip netns pids "$pod_ns" 2>/dev/null)" ] && ip netns del "$pod_ns" 2>/dev/null
+  done
+  true
 }
 
 case "$cmd" in
