@@ -51,12 +51,13 @@ stop_all() {
     umount -l "$m" 2>/dev/null || true
   done
   ip netns del "$ns" 2>/dev/null || true
-  # The pods' own namespaces, made by the CNI plugins under /run/netns:
-  # those with no process left are this cluster's leftovers.
+  # The pods' own namespaces, made by the CNI plugins under /run/netns,
+  # and the containers still running in them (their shims are gone). This
+  # cluster is the only user of CNI on the machines it is meant for.
   for pod_ns in $(ip netns list | awk '/^cni-/ { print $1 }'); do
-    [ -z "$(ip netns pids "$pod_ns" 2>/dev/null)" ] && ip netns del "$pod_ns" 2>/dev/null
+    for pid in $(ip netns pids "$pod_ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+    ip netns del "$pod_ns" 2>/dev/null || true
   done
-  true
 }
 
 case "$cmd" in
