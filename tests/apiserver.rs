@@ -334,6 +334,19 @@ impl Testbed {
         .expect("create LeaderGroup web");
     }
 
+    /// The usual start: group `web`, an agent for each of `pods`, the
+    /// controller; returns it and the first leader the watch saw labelled.
+    async fn elect(&mut self, pods: &[&str], watch: &LabelWatch) -> (Controller, String) {
+        self.create_web_group().await;
+        for pod in pods {
+            self.start_agent(pod).await;
+        }
+        let controller = Controller::start(&self.api, &self.redis, "leasehold-0");
+        let (leader, took) = watch.next_leader(None, Duration::from_secs(20)).await;
+        println!("first leader label: {leader} after {took:?}");
+        (controller, leader)
+    }
+
     /// Starts the agent of pod `pod` (a new process; one already running
     /// for it is killed first).
     async fn start_agent(&mut self, pod: &str) {
@@ -512,15 +525,8 @@ async fn the_leader_label_follows_kills_terminations_and_step_downs() {
         return;
     };
     let watch = LabelWatch::start(bed.admin.clone());
-    bed.create_web_group().await;
-    for pod in ["web-0", "web-1", "web-2"] {
-        bed.start_agent(pod).await;
-    }
-    let controller = Controller::start(&bed.api, &bed.redis, "leasehold-0");
-
     // First election, reflected: one leader, two followers, the status.
-    let (first, took) = watch.next_leader(None, Duration::from_secs(20)).await;
-    println!("first leader label: {first} after {took:?}");
+    let (controller, first) = bed.elect(&["web-0", "web-1", "web-2"], &watch).await;
     eventually_async(Duration::from_secs(5), "two followers labelled", || async {
         watch.roles().values().filter(|r| *r == "follower").count() == 2
     })
@@ -686,12 +692,7 @@ async fn pods_deleted_and_recreated_and_a_deleted_group_leave_no_stale_label() {
         return;
     };
     let watch = LabelWatch::start(bed.admin.clone());
-    bed.create_web_group().await;
-    for pod in ["web-0", "web-1", "web-2"] {
-        bed.start_agent(pod).await;
-    }
-    let controller = Controller::start(&bed.api, &bed.redis, "leasehold-0");
-    let (leader, _) = watch.next_leader(None, Duration::from_secs(20)).await;
+    let (controller, leader) = bed.elect(&["web-0", "web-1", "web-2"], &watch).await;
 
     // A follower's pod deleted and re-created under the same name (a
     // StatefulSet's way): the new pod gets its label back.
@@ -885,12 +886,7 @@ async fn a_refused_label_patch_is_retried_within_seconds() {
         return;
     };
     let watch = LabelWatch::start(bed.admin.clone());
-    bed.create_web_group().await;
-    for pod in ["web-0", "web-1"] {
-        bed.start_agent(pod).await;
-    }
-    let controller = Controller::start(&bed.api, &bed.redis, "leasehold-0");
-    let (leader, _) = watch.next_leader(None, Duration::from_secs(20)).await;
+    let (controller, leader) = bed.elect(&["web-0", "web-1"], &watch).await;
 
     // The binding goes (as it does for a moment on a restarted API server,
     // whose RBAC caches are not filled yet), the leader dies: the next
