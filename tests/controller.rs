@@ -143,6 +143,18 @@ fn writes(seen: &Seen) -> Vec<String> {
         .collect()
 }
 
+/// The group as the controller would read it after a led under term 1.
+fn led_by_a() -> LeaderGroup {
+    let mut g = group();
+    g.status = Some(leasehold_kube::crd::LeaderGroupStatus {
+        holder: Some("shop/a".into()),
+        leader: Some("a".into()),
+        term: Some(1),
+        ..Default::default()
+    });
+    g
+}
+
 async fn elect(redis: &RedisServer, id: &str) -> (Node, leasehold_engine::Group) {
     let n = node(redis, id).await;
     let cfg = ElectionConfig {
@@ -176,15 +188,9 @@ async fn every_change_of_leader_is_an_event_that_names_the_new_leader() {
     assert!(first[0].contains("pod a leads under term 1"), "{first:#?}");
     a.step_down("shop/web").await.unwrap();
     eventually(Duration::from_secs(3), "b leads", || gb.is_leader()).await;
-    // The group as the controller would read it now: a led under term 1.
-    let mut g = group();
-    g.status = Some(leasehold_kube::crd::LeaderGroupStatus {
-        holder: Some("shop/a".into()),
-        leader: Some("a".into()),
-        term: Some(1),
-        ..Default::default()
-    });
-    reconcile(Arc::new(g), s.ctx.clone()).await.unwrap();
+    reconcile(Arc::new(led_by_a()), s.ctx.clone())
+        .await
+        .unwrap();
     let all = elected_notes(&s);
     assert_eq!(all.len(), 2, "{all:#?}");
     assert!(
@@ -954,14 +960,9 @@ async fn a_leader_label_the_cache_does_not_show_is_taken_away_before_the_next_le
     // a patch of a.
     a.close().await.unwrap();
     eventually(Duration::from_secs(3), "b leads", || gb.is_leader()).await;
-    let mut g = group();
-    g.status = Some(leasehold_kube::crd::LeaderGroupStatus {
-        holder: Some("shop/a".into()),
-        leader: Some("a".into()),
-        term: Some(1),
-        ..Default::default()
-    });
-    reconcile(Arc::new(g), s.ctx.clone()).await.unwrap();
+    reconcile(Arc::new(led_by_a()), s.ctx.clone())
+        .await
+        .unwrap();
     let after: Vec<String> = writes(&s.seen)[before..]
         .iter()
         .filter(|r| r.contains("/api/v1/namespaces/shop/pods/"))

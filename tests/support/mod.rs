@@ -289,10 +289,7 @@ pub fn helm() -> Option<std::path::PathBuf> {
     if let Some(path) = std::env::var_os("LEASEHOLD_HELM") {
         return Some(std::path::PathBuf::from(path));
     }
-    let paths = std::env::var_os("PATH")?;
-    std::env::split_paths(&paths)
-        .map(|d| d.join("helm"))
-        .find(|p| p.is_file())
+    leasehold::local_kube::on_path("helm")
 }
 
 /// The helm binary, or `None` (skipped, said out loud) outside CI.

@@ -247,13 +247,19 @@ fn cached_pods(namespace: &str, ctx: &Context) -> Result<Vec<PodView>, Reconcile
         return Err(ReconcileError::PodsNotCached);
     }
     let cached = ctx.pods.state();
+    let in_namespace = || {
+        cached
+            .iter()
+            .filter(|p| p.namespace().as_deref() == Some(namespace))
+    };
     let mut writes = ctx.label_writes.lock().unwrap();
+    if writes.is_empty() {
+        // Nearly always: nothing of this replica's is waiting for the watch.
+        return Ok(in_namespace().map(|p| pod_view(p)).collect());
+    }
     let mut views = Vec::new();
     let mut present = std::collections::HashSet::new();
-    for pod in cached
-        .iter()
-        .filter(|p| p.namespace().as_deref() == Some(namespace))
-    {
+    for pod in in_namespace() {
         let mut view = pod_view(pod);
         let key = format!("{namespace}/{}", view.name);
         writes.overlay(&key, pod.metadata.resource_version.as_deref(), &mut view);
