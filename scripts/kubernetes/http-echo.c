@@ -1,6 +1,8 @@
 /* A stand-in for hashicorp/http-echo in the one-node cluster (no registry
  * is reachable): `-listen=:PORT -text=TEXT` answers every HTTP request with
- * TEXT and a newline. Built static by images.sh. */
+ * TEXT and a newline, and exits on SIGTERM as the original does (as PID 1
+ * a signal without a handler is ignored, and the pod would wait out its
+ * whole grace period). Built static by images.sh. */
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
@@ -8,6 +10,11 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+static void on_term(int sig) {
+    (void)sig;
+    _exit(0);
+}
 
 int main(int argc, char **argv) {
     int port = 5678;
@@ -21,6 +28,8 @@ int main(int argc, char **argv) {
         }
     }
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGTERM, on_term);
+    signal(SIGINT, on_term);
     int s = socket(AF_INET, SOCK_STREAM, 0);
     int one = 1;
     setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);

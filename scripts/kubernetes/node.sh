@@ -70,7 +70,7 @@ esac
 
 export DEBIAN_FRONTEND=noninteractive
 missing=()
-for p in containerd runc containernetworking-plugins buildah dnsmasq-base iptables conntrack busybox-static; do
+for p in containerd runc containernetworking-plugins buildah dnsmasq-base iptables conntrack busybox-static curl binutils; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -118,6 +118,11 @@ mkdir -p "$pki"
   openssl req -newkey rsa:2048 -nodes -keyout kubelet.key -out kubelet.csr -subj "/CN=$node_name" 2>/dev/null
   echo "subjectAltName=IP:$node_ip,DNS:$node_name" >kubelet.ext
   openssl x509 -req -in kubelet.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out kubelet.crt -days 2 -extfile kubelet.ext 2>/dev/null
+  # The API server's client certificate towards the kubelet (logs, exec,
+  # attach), in system:masters so the kubelet's webhook authorization passes.
+  openssl req -newkey rsa:2048 -nodes -keyout kubelet-client.key -out kubelet-client.csr \
+    -subj "/O=system:masters/CN=kube-apiserver-kubelet-client" 2>/dev/null
+  openssl x509 -req -in kubelet-client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out kubelet-client.crt -days 2 2>/dev/null
   openssl genrsa -out sa.key 2048 2>/dev/null
   openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
 )
@@ -161,7 +166,8 @@ start kube-apiserver "$bin/kube-apiserver" --etcd-servers=http://127.0.0.1:2379 
   --bind-address=0.0.0.0 --advertise-address="$node_ip" --secure-port=6443 --insecure-port=0 \
   --cert-dir="$pki" --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
   --client-ca-file="$pki/ca.crt" --token-auth-file="$pki/tokens.csv" \
-  --kubelet-certificate-authority="$pki/ca.crt" \
+  --kubelet-certificate-authority="$pki/ca.crt" --kubelet-preferred-address-types=InternalIP \
+  --kubelet-client-certificate="$pki/kubelet-client.crt" --kubelet-client-key="$pki/kubelet-client.key" \
   --authorization-mode=Node,RBAC --allow-privileged=true \
   --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
   --service-account-issuer=https://kubernetes.default.svc.cluster.local \
