@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod ops;
 
 use clap::{Parser, Subcommand};
 
@@ -28,6 +29,16 @@ enum Command {
     Agent(leasehold_agent::AgentArgs),
     /// Reflect Redis state into LeaderGroups and pod labels (in the cluster).
     Controller(leasehold_kube::run::ControllerArgs),
+    /// List the registered nodes: lease left, last heartbeat, groups, inbox backlog and drops.
+    Nodes(ops::NodesArgs),
+    /// List the groups that registered nodes have joined: leader, term, expiry, members.
+    Groups(ops::GroupsArgs),
+    /// Publish one message to a topic (the payload from an argument or standard input).
+    Publish(ops::PublishArgs),
+    /// Print the messages of topics or patterns as they arrive, until interrupted.
+    Subscribe(ops::SubscribeArgs),
+    /// Ask a group's leader to step down, and show who leads next.
+    StepDown(ops::StepDownArgs),
     /// Internal: the agent runs its exec-mode command under this guard, so
     /// nothing of the command's process tree outlives the agent.
     #[command(name = leasehold_agent::exec_guard::SUBCOMMAND, hide = true)]
@@ -71,6 +82,11 @@ async fn run(cli: Cli) -> std::process::ExitCode {
             Ok(code) => return std::process::ExitCode::from(code),
             Err(e) => Err(e.to_string()),
         },
+        Command::Nodes(args) => ops::nodes(args).await,
+        Command::Groups(args) => ops::groups(args).await,
+        Command::Publish(args) => ops::publish(args).await,
+        Command::Subscribe(args) => ops::subscribe(args).await,
+        Command::StepDown(args) => ops::step_down(args).await,
         Command::ExecGuard { .. } => unreachable!("handled before logging starts"),
         Command::Crdgen => leasehold_kube::crd::crd_yaml()
             .map(|yaml| print!("{yaml}"))

@@ -616,7 +616,9 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
     let not_pem = not_pem_file.display().to_string();
     let tls_url = url.replacen("redis://", "rediss://", 1);
     let cases: Vec<(Vec<String>, &str)> = vec![
-        (agent(&[]), "--group"),
+        // Without --group the agent only relays messages; a bad
+        // subscription is refused like any flag.
+        (agent(&["--subscribe", "a..b"]), "--subscribe"),
         (
             agent(&["--group", "Bad_Name"]),
             "--group \"Bad_Name\" is invalid",

@@ -96,7 +96,9 @@ impl Slot {
         self.generation += 1;
         let port = free_port();
         let args = args(&self.name(), &self.proxy.url(), port);
-        self.agent = Some(Agent::start(&self.id(), port, args).await);
+        let mut agent = Agent::start(&self.id(), port, args).await;
+        agent.read_inbox();
+        self.agent = Some(agent);
         self.started = Instant::now();
     }
 
@@ -217,14 +219,14 @@ async fn agents_keep_their_guarantees_under_random_faults() {
             started: Instant::now(),
         };
         let port = free_port();
-        slot.agent = Some(
-            Agent::start(
-                &slot.id(),
-                port,
-                args(&slot.name(), &slot.proxy.url(), port),
-            )
-            .await,
-        );
+        let mut agent = Agent::start(
+            &slot.id(),
+            port,
+            args(&slot.name(), &slot.proxy.url(), port),
+        )
+        .await;
+        agent.read_inbox();
+        slot.agent = Some(agent);
         slots.push(slot);
     }
     // The message sender talks to Redis directly, with a long lease.

@@ -88,6 +88,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
         }
     }
     latencies.sort();
+    let library_p99 = percentile(&latencies, 99.0);
     rows.push(Row {
         scenario: format!(
             "publish-to-delivery, one at a time ({} messages)",
@@ -125,6 +126,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
         }
     }
     let took = started.elapsed();
+    let library_rate = n as f64 / took.as_secs_f64();
     sender.await.map_err(|e| e.to_string())??;
     let (_, dropped) = sub
         .store()
@@ -194,6 +196,145 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
     });
     if let Ok(p) = Arc::try_unwrap(publisher) {
         p.close().await.map_err(|e| e.to_string())?;
+    }
+    rows.extend(agent_path(url, &prefix, args, library_p99, library_rate).await?);
+    Ok(rows)
+}
+
+/// Publishes through one agent's API (`POST /v1/publish`, a connection
+/// per request, as curl does) and reads them from another agent's event
+/// stream: the path of an application in any language, next to the
+/// library's figures above.
+async fn agent_path(
+    url: &str,
+    prefix: &str,
+    args: &BenchArgs,
+    library_p99: Duration,
+    library_rate: f64,
+) -> Result<Vec<Row>, String> {
+    use super::agents::{AgentProcess, GROUP};
+    use leasehold_daemon::http::{request_with, EventStream};
+
+    let timings = args.timings()?;
+    let groups = [GROUP.to_owned()];
+    let a = AgentProcess::start(url, prefix, "http-pub", &groups, timings, 30_000).await?;
+    let b = AgentProcess::start(url, prefix, "http-sub", &groups, timings, 30_000).await?;
+    let (code, body) = b.post("/v1/subscriptions?pattern=bench.http").await?;
+    if code != 200 {
+        return Err(format!("subscribing through the agent: {code} {body}"));
+    }
+    let mut stream = EventStream::open(b.addr, "/v1/inbox/events", None).await?;
+    let publish = |addr: std::net::SocketAddr, i: u64| async move {
+        let (code, body) = request_with(
+            addr,
+            "POST",
+            "/v1/publish?topic=bench.http",
+            &[],
+            bytes::Bytes::from(i.to_string()),
+            Duration::from_secs(5),
+        )
+        .await?;
+        if code != 200 {
+            return Err(format!("publish through the agent: {code} {body}"));
+        }
+        Ok::<(), String>(())
+    };
+    let mut rows = Vec::new();
+
+    progress(&format!(
+        "agent HTTP path: latency, {} messages one at a time",
+        args.latency_messages
+    ));
+    let mut latencies = Vec::with_capacity(args.latency_messages as usize);
+    for i in 0..args.latency_messages {
+        let sent = Instant::now();
+        publish(a.addr, i).await?;
+        let event = tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await
+            .map_err(|_| "a message was not delivered through the agent within 5 s")?
+            .ok_or("the agent's event stream ended")?;
+        latencies.push(sent.elapsed());
+        if !event.data.contains(&format!("\"payload\":\"{i}\"")) {
+            return Err(format!(
+                "through the agent, message {i} came as {}",
+                event.data
+            ));
+        }
+    }
+    latencies.sort();
+    let p99 = percentile(&latencies, 99.0);
+    rows.push(Row {
+        scenario: format!(
+            "publish-to-delivery through two agents' HTTP APIs, one at a time ({} messages)",
+            args.latency_messages
+        ),
+        goal: format!(
+            "p99 <= library p99 + 0.5 ms = {}",
+            ms(library_p99 + Duration::from_micros(500))
+        ),
+        measured: format!(
+            "p50 {}, p99 {}, max {}",
+            ms(percentile(&latencies, 50.0)),
+            ms(p99),
+            ms(percentile(&latencies, 100.0))
+        ),
+        met: Some(p99 <= library_p99 + Duration::from_micros(500)),
+    });
+
+    let n = args.throughput_messages;
+    progress(&format!(
+        "agent HTTP path: throughput, {n} messages, {} in flight",
+        args.in_flight
+    ));
+    let started = Instant::now();
+    let workers = args.in_flight.max(1) as u64;
+    let mut senders = tokio::task::JoinSet::new();
+    for w in 0..workers {
+        let addr = a.addr;
+        senders.spawn(async move {
+            let mut i = w;
+            while i < n {
+                publish(addr, i).await?;
+                i += workers;
+            }
+            Ok::<(), String>(())
+        });
+    }
+    let mut received = 0;
+    let deadline = tokio::time::sleep(Duration::from_secs(30) + Duration::from_micros(n * 200));
+    tokio::pin!(deadline);
+    while received < n {
+        tokio::select! {
+            event = stream.next() => {
+                let event = event.ok_or("the agent's event stream ended")?;
+                if event.event == "message" {
+                    received += 1;
+                }
+            }
+            _ = &mut deadline => return Err(format!("only {received} of {n} delivered through the agent")),
+        }
+    }
+    let took = started.elapsed();
+    while let Some(done) = senders.join_next().await {
+        done.map_err(|e| e.to_string())??;
+    }
+    let rate = n as f64 / took.as_secs_f64();
+    rows.push(Row {
+        scenario: format!(
+            "messages/s through two agents' HTTP APIs ({n} messages, {} in flight)",
+            args.in_flight
+        ),
+        goal: format!(">= half the library's {library_rate:.0}/s"),
+        measured: format!(
+            "{rate:.0}/s ({:.0} % of the library's)",
+            100.0 * rate / library_rate
+        ),
+        met: Some(rate >= library_rate / 2.0),
+    });
+    drop(stream);
+    for mut agent in [a, b] {
+        agent.signal(libc::SIGTERM);
+        agent.wait(Duration::from_secs(5)).await?;
     }
     Ok(rows)
 }

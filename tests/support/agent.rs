@@ -13,6 +13,8 @@ pub struct Agent {
     pub id: String,
     pub port: u16,
     child: Option<Child>,
+    /// A client draining the agent's inbox (see [`Agent::read_inbox`]).
+    reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 /// The agent's flags for `id` on `redis_url` in group `group`, at the test
@@ -89,6 +91,7 @@ impl Agent {
             id: id.to_owned(),
             port,
             child: Some(child),
+            reader: None,
         };
         let deadline = Instant::now() + Duration::from_secs(10);
         while get(port, "/healthz").await.0 != 200 {
@@ -143,6 +146,32 @@ impl Agent {
         Some((g["role"].as_str()?.to_owned(), g["term"].as_u64()))
     }
 
+    /// Keeps a client on the agent's event stream, as an application
+    /// would, so its inbox is read (the agent reads it only for a client),
+    /// reconnecting from the last event it saw whenever the stream breaks.
+    pub fn read_inbox(&mut self) {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+        self.reader = Some(tokio::spawn(async move {
+            let mut last: Option<String> = None;
+            loop {
+                if let Ok(mut stream) = leasehold_daemon::http::EventStream::open(
+                    addr,
+                    "/v1/inbox/events",
+                    last.as_deref(),
+                )
+                .await
+                {
+                    while let Some(event) = stream.next().await {
+                        if event.id.is_some() {
+                            last = event.id;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }));
+    }
+
     pub async fn leads(&self, group: &str) -> bool {
         get(self.port, &format!("/v1/groups/{group}/leader"))
             .await
@@ -153,6 +182,9 @@ impl Agent {
 
 impl Drop for Agent {
     fn drop(&mut self) {
+        if let Some(reader) = self.reader.take() {
+            reader.abort();
+        }
         if let Some(mut child) = self.child.take() {
             let _ = Command::new("kill")
                 .args(["-CONT", &child.id().to_string()])
@@ -179,4 +211,19 @@ pub async fn get(port: u16, path: &str) -> (u16, String) {
 
 pub async fn post(port: u16, path: &str) -> (u16, String) {
     request(port, "POST", path).await
+}
+
+/// A request with a body (a publish's payload); `(0, "")` when nothing
+/// answers within five seconds.
+pub async fn post_body(port: u16, path: &str, body: &[u8]) -> (u16, String) {
+    leasehold_daemon::http::request_with(
+        std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        "POST",
+        path,
+        &[],
+        bytes::Bytes::copy_from_slice(body),
+        Duration::from_secs(5),
+    )
+    .await
+    .unwrap_or((0, String::new()))
 }

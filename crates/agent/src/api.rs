@@ -4,18 +4,19 @@
 //! so at once, even before its campaign task has noticed.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use serde::Serialize;
 
 use super::StepDown;
-use leasehold_daemon::http::{Head, Response};
+use leasehold_daemon::http::{error_json, Head, Response};
 use leasehold_daemon::metrics;
 use prometheus_client::registry::Registry;
 
+use crate::mailbox::Mailbox;
+use crate::messaging;
 use crate::metrics::AgentMetrics;
-use leasehold_engine::{Group, Role, Store};
+use leasehold_engine::{Group, Node, Role, Store};
 
 pub(crate) struct State {
     pub node_id: String,
@@ -24,18 +25,11 @@ pub(crate) struct State {
     pub groups: Vec<(String, Group)>,
     pub store: Store,
     pub step_downs: tokio::sync::mpsc::Sender<StepDown>,
-    pub inbox: Arc<InboxCounts>,
+    /// For publishing, sending and subscribing.
+    pub node: Arc<Node>,
+    pub mailbox: Arc<Mailbox>,
     pub registry: Arc<Registry>,
     pub metrics: Arc<AgentMetrics>,
-}
-
-/// What arrived in the node's inbox. The agent does not hand messages to
-/// the application; it reads them so the inbox never fills up, and counts
-/// them, which is how the chaos tests check delivery from outside.
-#[derive(Debug, Default)]
-pub struct InboxCounts {
-    pub received: std::sync::atomic::AtomicU64,
-    pub recoveries: std::sync::atomic::AtomicU64,
 }
 
 /// One group as this agent sees it.
@@ -61,9 +55,9 @@ pub struct Status {
     pub inbox: InboxView,
 }
 
-/// Messages received in this node's inbox since the agent started, and the
-/// times it came back after its registration had expired (what was sent
-/// meanwhile is lost).
+/// Messages taken from this node's inbox for the API's readers since the
+/// agent started, and the times it came back after its registration had
+/// expired (what was sent meanwhile is lost).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct InboxView {
     pub received: u64,
@@ -104,15 +98,15 @@ fn group_view(state: &State, group: &Group) -> GroupView {
     view(group.name(), &role, group.leader_term(), &state.node_id)
 }
 
-fn json(status: u16, value: &impl Serialize) -> Response {
+pub(crate) fn json(status: u16, value: &impl Serialize) -> Response {
     Response::json(
         status,
         serde_json::to_string(value).unwrap_or_else(|_| "{}".into()) + "\n",
     )
 }
 
-fn error(status: u16, message: impl Into<String>) -> Response {
-    json(status, &serde_json::json!({ "error": message.into() }))
+pub(crate) fn error(status: u16, message: impl Into<String>) -> Response {
+    error_json(status, message)
 }
 
 /// Which endpoints a listener serves.
@@ -126,10 +120,11 @@ pub(crate) enum Surface {
 }
 
 /// Answers one request. Unknown paths are 404, known paths with the wrong
-/// method 405; a step-down from a browser (a request with `Origin`) is 403.
+/// method 405; a step-down, a publish or an inbox read from a browser (a
+/// request with `Origin`) is 403.
 pub(crate) async fn respond(state: Arc<State>, surface: Surface, head: Head) -> Response {
-    let method = head.method;
-    let path = head.path.split('?').next().unwrap_or_default();
+    let method = head.method.clone();
+    let path = head.route();
     if surface == Surface::Probes && !matches!(path, "/healthz" | "/readyz" | "/metrics") {
         return error(
             404,
@@ -156,9 +151,9 @@ pub(crate) async fn respond(state: Arc<State>, surface: Surface, head: Head) -> 
                     node: state.node_id.clone(),
                     namespace: state.namespace.clone(),
                     groups,
-                    inbox: InboxView {
-                        received: state.inbox.received.load(Ordering::Relaxed),
-                        recoveries: state.inbox.recoveries.load(Ordering::Relaxed),
+                    inbox: {
+                        let (received, recoveries) = state.mailbox.counts();
+                        InboxView { received, recoveries }
                     },
                 },
             )
@@ -185,7 +180,22 @@ pub(crate) async fn respond(state: Arc<State>, surface: Surface, head: Head) -> 
                 _ => error(404, "not found"),
             }
         }
-        (_, ["healthz" | "readyz" | "metrics"] | ["v1", "status"]) => error(405, "use GET"),
+        (_, ["v1", "inbox" | "publish" | "send" | "subscriptions", ..]) if head.origin.is_some() => error(
+            403,
+            "a request with an Origin header (sent by a browser) may not use the inbox or publish",
+        ),
+        ("GET", ["v1", "inbox"]) => messaging::long_poll(&state, &head).await,
+        ("GET", ["v1", "inbox", "events"]) => messaging::event_stream(&state, &head),
+        ("POST", ["v1", "publish"]) => messaging::publish(&state, &head).await,
+        ("POST", ["v1", "send"]) => messaging::send(&state, &head).await,
+        ("GET", ["v1", "subscriptions"]) => messaging::subscriptions(&state),
+        ("POST", ["v1", "subscriptions"]) => messaging::subscribe(&state, &head, true).await,
+        ("DELETE", ["v1", "subscriptions"]) => messaging::subscribe(&state, &head, false).await,
+        (_, ["healthz" | "readyz" | "metrics"] | ["v1", "status"] | ["v1", "inbox", ..]) => {
+            error(405, "use GET")
+        }
+        (_, ["v1", "publish" | "send"]) => error(405, "use POST"),
+        (_, ["v1", "subscriptions"]) => error(405, "use GET, POST or DELETE"),
         _ => error(404, "not found"),
     }
 }

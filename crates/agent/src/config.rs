@@ -11,3 +11,35 @@ pub const DEFAULT_EXEC_GRACE_MS: u64 = 5_000;
 
 /// Longest exec-mode grace period accepted.
 pub const MAX_EXEC_GRACE_MS: u64 = 600_000;
+
+/// The mailbox's log of what was read from the inbox, for clients that
+/// reconnect and for a second reader: at most this many items ...
+pub const MAILBOX_LOG_ITEMS: usize = 1024;
+
+/// ... and at most this many bytes of payload (one message larger than
+/// this is kept alone). With the engine's local buffer (256 messages) this
+/// bounds the agent's memory for messages whatever its clients do.
+pub const MAILBOX_LOG_BYTES: usize = 8 * 1024 * 1024;
+
+/// An event stream with nothing to say sends a comment this often, so a
+/// client (or a proxy) that went away is noticed and its connection freed.
+pub const EVENT_STREAM_KEEPALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Most items an event stream writes as one chunk: what the inbox already
+/// holds goes out together, while the channel to the connection still
+/// holds one chunk at most.
+pub const EVENT_STREAM_BATCH: usize = 64;
+
+/// A chunk stops taking items past this size (a single bigger item goes
+/// alone), so a client that stops reading holds at most about this much
+/// of the agent's memory beyond the log.
+pub const EVENT_STREAM_CHUNK_BYTES: usize = 256 * 1024;
+
+/// The long-poll's wait when the client names none, and the longest.
+pub const LONG_POLL_DEFAULT_WAIT_MS: u64 = 30_000;
+pub const LONG_POLL_MAX_WAIT_MS: u64 = 120_000;
+
+/// Items one long-poll answer carries when the client names no `max`, and
+/// the most it may ask for.
+pub const LONG_POLL_DEFAULT_MAX: usize = 100;
+pub const LONG_POLL_MAX_ITEMS: usize = 1000;

@@ -13,6 +13,8 @@
 mod api;
 pub mod config;
 mod exec;
+mod mailbox;
+mod messaging;
 mod metrics;
 mod role_file;
 
@@ -28,10 +30,11 @@ use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http;
 use leasehold_daemon::names::{validate_object_name, NamespacedName};
 use leasehold_daemon::redis_settings::SettingsWatch;
-use leasehold_engine::config::{validate_name, ElectionConfig, NodeConfig};
+use leasehold_engine::config::{validate_name, ElectionConfig, InboxConfig, NodeConfig};
 use leasehold_engine::{Event, Group, Node, NodeOptions};
 
 pub use api::{GroupView, InboxView, Status};
+pub use mailbox::Item;
 
 /// The exec guard, run by the `leasehold` binary as its hidden
 /// `exec-guard` subcommand (see `exec::guard`).
@@ -52,13 +55,12 @@ pub struct AgentArgs {
     /// Node id to use instead of NAMESPACE/POD_NAME (outside Kubernetes).
     #[arg(long, env = "LEASEHOLD_NODE_ID")]
     pub node_id: Option<String>,
-    /// Name of a LeaderGroup in the namespace to campaign for; repeat it, or separate names with commas.
+    /// Name of a LeaderGroup in the namespace to campaign for; repeat it, or separate names with commas. Without one the agent only relays messages.
     #[arg(
         long = "group",
         value_name = "NAME",
         env = "LEASEHOLD_GROUPS",
-        value_delimiter = ',',
-        required = true
+        value_delimiter = ','
     )]
     pub groups: Vec<String>,
     /// Address of the local HTTP API (step-down included), probes and metrics.
@@ -78,6 +80,20 @@ pub struct AgentArgs {
     /// Exec mode: time between SIGTERM and SIGKILL when the command must stop, ms.
     #[arg(long, env = "LEASEHOLD_GRACE_PERIOD_MS", default_value_t = config::DEFAULT_EXEC_GRACE_MS)]
     pub grace_period_ms: u64,
+    /// Unread messages the node's inbox holds in Redis; past it the oldest are dropped and counted (1 to 10000000).
+    #[arg(long, env = "LEASEHOLD_INBOX_MAX_LENGTH", default_value_t = leasehold_engine::config::DEFAULT_INBOX_MAX_LENGTH)]
+    pub inbox_max_length: u64,
+    /// Unread messages past which the inbox reports `lag` (default: half of --inbox-max-length).
+    #[arg(long, env = "LEASEHOLD_INBOX_LAG_THRESHOLD")]
+    pub inbox_lag_threshold: Option<u64>,
+    /// Topic or pattern to subscribe to at start (`orders.*`, `orders.>`); repeat it, or separate them with commas. Read the messages from the API (GET /v1/inbox/events).
+    #[arg(
+        long = "subscribe",
+        value_name = "PATTERN",
+        env = "LEASEHOLD_SUBSCRIBE",
+        value_delimiter = ','
+    )]
+    pub subscribe: Vec<String>,
     /// Exec mode: the command (after `--`) to run only while this pod leads its one group.
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
@@ -93,6 +109,9 @@ pub struct Settings {
     pub node: NodeConfig,
     pub grace: Duration,
     pub command: Vec<String>,
+    /// Subscriptions made at start.
+    pub subscribe: Vec<String>,
+    pub inbox: InboxConfig,
 }
 
 impl Settings {
@@ -131,12 +150,6 @@ impl Settings {
                 NamespacedName::new(&args.namespace, name).to_string(),
             ));
         }
-        if groups.is_empty() {
-            return Err(FlagError::new(
-                "--group",
-                "at least one LeaderGroup name is needed",
-            ));
-        }
         let election = args.election.config()?;
         let node = NodeConfig::with_lease(args.node_lease_ms);
         node.validate()
@@ -168,6 +181,31 @@ impl Settings {
                 )));
             }
         }
+        let mut subscribe: Vec<String> = Vec::new();
+        for pattern in &args.subscribe {
+            leasehold_engine::inbox::topic::validate_subscription(pattern)
+                .map_err(|e| FlagError::worded("--subscribe", format!("--subscribe: {e}")))?;
+            if !subscribe.contains(pattern) {
+                subscribe.push(pattern.clone());
+            }
+        }
+        let max = leasehold_engine::config::MAX_INBOX_LENGTH;
+        if !(1..=max).contains(&args.inbox_max_length) {
+            return Err(FlagError::worded("--inbox-max-length", format!(
+                "--inbox-max-length = {} is out of range: it must be a whole number of messages from 1 to {max}",
+                args.inbox_max_length
+            )));
+        }
+        let mut inbox = InboxConfig::with_max_length(args.inbox_max_length);
+        if let Some(threshold) = args.inbox_lag_threshold {
+            if !(1..=args.inbox_max_length).contains(&threshold) {
+                return Err(FlagError::worded("--inbox-lag-threshold", format!(
+                    "--inbox-lag-threshold = {threshold} is out of range: it must be a whole number of messages from 1 to --inbox-max-length ({})",
+                    args.inbox_max_length
+                )));
+            }
+            inbox.lag_threshold = threshold;
+        }
         Ok(Self {
             node_id,
             groups,
@@ -175,6 +213,8 @@ impl Settings {
             node,
             grace: Duration::from_millis(args.grace_period_ms),
             command: args.command.clone(),
+            subscribe,
+            inbox,
         })
     }
 }
@@ -246,7 +286,8 @@ struct Agent {
     /// Reports the Redis server's unsafe settings while the agent runs.
     _redis_settings: SettingsWatch,
     namespace: String,
-    node: Node,
+    /// Shared with the API, which publishes and subscribes through it.
+    node: Arc<Node>,
     /// `(LeaderGroup name, handle)`.
     groups: Vec<(String, Group)>,
     events: broadcast::Receiver<Event>,
@@ -258,7 +299,8 @@ struct Agent {
     /// The API server, and the probe server if `--probe-listen` is set.
     servers: tokio::task::JoinSet<()>,
     stop_server: tokio::sync::watch::Sender<bool>,
-    inbox_reader: Option<tokio::task::JoinHandle<()>>,
+    /// Logs the inbox's lag and drop notices into the mailbox.
+    mailbox_notices: tokio::task::JoinHandle<()>,
     role_files: Option<role_file::RoleFiles>,
     role_watchers: Option<tokio::task::JoinSet<()>>,
     command: Option<exec::Exec>,
@@ -298,6 +340,7 @@ impl Agent {
         let (deferred_tx, deferred) = mpsc::unbounded_channel();
         let mut registry = leasehold_daemon::metrics::new_registry();
         let options = NodeOptions {
+            inbox: settings.inbox,
             metadata,
             step_down_requests: Some(deferred_tx),
             observer: Some(leasehold_daemon::metrics::EngineMetrics::register(
@@ -324,11 +367,21 @@ impl Agent {
             .zip(joined)
             .collect();
 
+        for pattern in &settings.subscribe {
+            node.subscribe(pattern).await.map_err(|e| {
+                FlagError::worded("--subscribe", format!("--subscribe {pattern:?}: {e}"))
+            })?;
+        }
+        let node = Arc::new(node);
         let (step_downs, requests) = mpsc::channel::<StepDown>(16);
-        let inbox = Arc::new(api::InboxCounts::default());
-        let inbox_reader = count_inbox(&node, inbox.clone());
+        let mailbox = Arc::new(mailbox::Mailbox::new(node.inbox()));
+        let mailbox_notices = {
+            let (mailbox, id, events) = (mailbox.clone(), settings.node_id.clone(), node.events());
+            tokio::spawn(async move { mailbox.follow(&id, events).await })
+        };
         let state = Arc::new(api::State {
-            inbox,
+            node: node.clone(),
+            mailbox,
             node_id: settings.node_id.clone(),
             namespace: args.namespace.clone(),
             groups: groups.clone(),
@@ -369,6 +422,9 @@ impl Agent {
                 own: own_children,
             })
         });
+        if settings.groups.is_empty() {
+            tracing::info!("no --group: this agent campaigns for nothing and only relays messages");
+        }
         tracing::info!(
             node = %settings.node_id,
             groups = ?settings.groups.iter().map(|g| &g.1).collect::<Vec<_>>(),
@@ -387,7 +443,7 @@ impl Agent {
             deferred,
             servers,
             stop_server,
-            inbox_reader,
+            mailbox_notices,
             role_files,
             role_watchers,
             command,
@@ -444,10 +500,8 @@ impl Agent {
         let _ = self.stop_server.send(true);
         let mut servers = self.servers;
         while servers.join_next().await.is_some() {}
-        if let Some(reader) = self.inbox_reader {
-            reader.abort();
-            let _ = reader.await;
-        }
+        self.mailbox_notices.abort();
+        let _ = self.mailbox_notices.await;
         // Each watcher is awaited: one that is mid-write on another thread
         // must not land after `stopped`.
         if let Some(mut watchers) = self.role_watchers {
@@ -462,8 +516,15 @@ impl Agent {
         } else {
             tracing::warn!(groups = ?unreleased, "leases not released (Redis did not answer); they run out within their ttl");
         }
-        if let Err(e) = self.node.close().await {
-            tracing::warn!(error = %e, "removing the registration failed (it expires on its own)");
+        match only_owner(self.node).await {
+            Some(node) => {
+                if let Err(e) = node.close().await {
+                    tracing::warn!(error = %e, "removing the registration failed (it expires on its own)");
+                }
+            }
+            None => tracing::warn!(
+                "an API request still held the node; its registration expires on its own"
+            ),
         }
         match exit {
             Exit::Signal => {
@@ -483,17 +544,16 @@ impl Agent {
     }
 }
 
-/// Reads the node's inbox so it never fills up, and counts what arrives
-/// (the agent does not hand messages on yet).
-fn count_inbox(node: &Node, counts: Arc<api::InboxCounts>) -> Option<tokio::task::JoinHandle<()>> {
-    let mut messages = node.inbox()?;
-    Some(tokio::spawn(async move {
-        use std::sync::atomic::Ordering::Relaxed;
-        while let Some(delivery) = messages.recv().await {
-            match delivery {
-                leasehold_engine::Delivery::Message(_) => counts.received.fetch_add(1, Relaxed),
-                leasehold_engine::Delivery::Recovered => counts.recoveries.fetch_add(1, Relaxed),
-            };
+/// The node once the API's last request has let go of it (the servers
+/// are stopped; an event stream's task ends when its connection closes),
+/// waiting up to a second.
+async fn only_owner(mut node: Arc<Node>) -> Option<Node> {
+    for _ in 0..100 {
+        match Arc::try_unwrap(node) {
+            Ok(node) => return Some(node),
+            Err(shared) => node = shared,
         }
-    }))
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
 }

@@ -10,6 +10,13 @@ pub const HTTP_MAX_CONNECTIONS: usize = 64;
 /// half-sent connections are closed instead of held.
 pub const HTTP_HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The largest request body read (the agent's publish carries a message
+/// of up to 512 KiB; a bigger one is refused by its size, not cut).
+pub const HTTP_MAX_BODY: usize = 1024 * 1024;
+
+/// A client has this long to send its request body once its head arrived.
+pub const HTTP_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Pause after a failed accept (e.g. out of file descriptors), so the
 /// accept loop does not spin a core.
 pub const HTTP_ACCEPT_BACKOFF: Duration = Duration::from_millis(100);

@@ -14,7 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty, Full};
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, Limited, StreamBody};
+use hyper::body::Frame;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -23,54 +25,97 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
-use crate::config::{HTTP_ACCEPT_BACKOFF, HTTP_HEADER_TIMEOUT, HTTP_MAX_CONNECTIONS};
+use crate::config::{
+    HTTP_ACCEPT_BACKOFF, HTTP_BODY_TIMEOUT, HTTP_HEADER_TIMEOUT, HTTP_MAX_BODY,
+    HTTP_MAX_CONNECTIONS,
+};
 
 /// A response: status code, content type, body.
 pub struct Response {
     pub status: u16,
     pub content_type: &'static str,
-    pub body: String,
+    pub body: Body,
+    /// Extra headers (e.g. `Cache-Control` on an event stream).
+    pub headers: Vec<(&'static str, &'static str)>,
+}
+
+/// A whole body, or one written as it is produced: each chunk the sender
+/// sends is written when the client can take it, so a slow reader holds
+/// back the producer (the channel is its only buffer) instead of growing
+/// one here. Dropping the sender ends the body.
+pub enum Body {
+    Full(Bytes),
+    Stream(tokio::sync::mpsc::Receiver<Bytes>),
 }
 
 impl Response {
     pub fn text(status: u16, body: impl Into<String>) -> Self {
-        Self {
-            status,
-            content_type: "text/plain; charset=utf-8",
-            body: body.into(),
-        }
+        Self::with_type(status, "text/plain; charset=utf-8", body)
     }
 
     pub fn json(status: u16, body: impl Into<String>) -> Self {
-        Self {
-            status,
-            content_type: "application/json",
-            body: body.into(),
-        }
+        Self::with_type(status, "application/json", body)
     }
 
     pub fn with_type(status: u16, content_type: &'static str, body: impl Into<String>) -> Self {
         Self {
             status,
             content_type,
-            body: body.into(),
+            body: Body::Full(Bytes::from(body.into())),
+            headers: Vec::new(),
         }
     }
 
-    fn into_hyper(self) -> hyper::Response<Full<Bytes>> {
-        let mut response = hyper::Response::new(Full::new(Bytes::from(self.body)));
+    /// A 200 whose body is what `chunks` yields until its sender is dropped.
+    pub fn stream(content_type: &'static str, chunks: tokio::sync::mpsc::Receiver<Bytes>) -> Self {
+        Self {
+            status: 200,
+            content_type,
+            body: Body::Stream(chunks),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn header(mut self, name: &'static str, value: &'static str) -> Self {
+        self.headers.push((name, value));
+        self
+    }
+
+    /// The body as text, for a whole body (tests, and errors logged).
+    pub fn text_body(&self) -> Option<String> {
+        match &self.body {
+            Body::Full(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
+            Body::Stream(_) => None,
+        }
+    }
+
+    fn into_hyper(self) -> hyper::Response<BoxBody<Bytes, Infallible>> {
+        let body = match self.body {
+            Body::Full(bytes) => Full::new(bytes).boxed(),
+            Body::Stream(rx) => {
+                let frames = futures::stream::unfold(rx, |mut rx| async move {
+                    let chunk = rx.recv().await?;
+                    Some((Ok::<_, Infallible>(Frame::data(chunk)), rx))
+                });
+                StreamBody::new(frames).boxed()
+            }
+        };
+        let mut response = hyper::Response::new(body);
         *response.status_mut() = hyper::StatusCode::from_u16(self.status)
             .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-        response.headers_mut().insert(
+        let headers = response.headers_mut();
+        headers.insert(
             hyper::header::CONTENT_TYPE,
             hyper::header::HeaderValue::from_static(self.content_type),
         );
+        for (name, value) in self.headers {
+            headers.insert(name, hyper::header::HeaderValue::from_static(value));
+        }
         response
     }
 }
 
-/// What a handler is told of a request: no body is read (no endpoint takes
-/// one).
+/// What a handler is told of a request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Head {
     pub method: String,
@@ -81,6 +126,55 @@ pub struct Head {
     /// sidecars do not. An endpoint that changes something refuses a request
     /// that has one, so no web page can make a browser trigger it.
     pub origin: Option<String>,
+    /// The `Last-Event-ID` header: where an event-stream client that
+    /// reconnects left off.
+    pub last_event_id: Option<String>,
+    /// The request body, read whole before the handler runs, at most
+    /// [`HTTP_MAX_BODY`] bytes.
+    pub body: Bytes,
+}
+
+impl Head {
+    /// The value of query parameter `name`, percent-decoded.
+    pub fn query(&self, name: &str) -> Option<String> {
+        let query = self.path.split_once('?')?.1;
+        query.split('&').find_map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (percent_decode(key) == name).then(|| percent_decode(value))
+        })
+    }
+
+    /// The path without its query.
+    pub fn route(&self) -> &str {
+        self.path.split('?').next().unwrap_or_default()
+    }
+}
+
+/// `%XX` escapes and `+` (a space in a query) decoded; an invalid escape is
+/// kept as it is, and bytes that are not UTF-8 become U+FFFD.
+pub fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => {
+                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
+                    Some(b) => {
+                        out.push(b);
+                        i += 3;
+                        continue;
+                    }
+                    None => out.push(b'%'),
+                }
+            }
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// `/readyz` of a process whose work needs Redis: ready while Redis answers
@@ -142,16 +236,31 @@ where
             let service = service_fn(move |request: hyper::Request<Incoming>| {
                 let handler = handler.clone();
                 async move {
+                    let (parts, body) = request.into_parts();
+                    let header = |name| {
+                        parts
+                            .headers
+                            .get(name)
+                            .map(|v: &hyper::header::HeaderValue| {
+                                String::from_utf8_lossy(v.as_bytes()).into_owned()
+                            })
+                    };
+                    let origin = header(hyper::header::ORIGIN);
+                    let last_event_id =
+                        header(hyper::header::HeaderName::from_static("last-event-id"));
+                    let body = match read_body(body).await {
+                        Ok(body) => body,
+                        Err(refused) => return Ok::<_, Infallible>(refused.into_hyper()),
+                    };
                     let head = Head {
-                        method: request.method().as_str().to_owned(),
-                        path: request
-                            .uri()
+                        method: parts.method.as_str().to_owned(),
+                        path: parts
+                            .uri
                             .path_and_query()
                             .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
-                        origin: request
-                            .headers()
-                            .get(hyper::header::ORIGIN)
-                            .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned()),
+                        origin,
+                        last_event_id,
+                        body,
                     };
                     Ok::<_, Infallible>(handler(head).await.into_hyper())
                 }
@@ -170,6 +279,38 @@ where
     connections.shutdown().await;
 }
 
+/// The whole request body, or the answer that refuses it: 413 past
+/// [`HTTP_MAX_BODY`], 408 when it does not arrive within [`HTTP_BODY_TIMEOUT`].
+async fn read_body(body: Incoming) -> Result<Bytes, Response> {
+    let limited = Limited::new(body, HTTP_MAX_BODY);
+    match tokio::time::timeout(HTTP_BODY_TIMEOUT, limited.collect()).await {
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(error_json(
+            413,
+            format!("the request body is over {HTTP_MAX_BODY} bytes, the most this server reads"),
+        )),
+        Ok(Err(e)) => Err(error_json(
+            400,
+            format!("reading the request body failed: {e}"),
+        )),
+        Err(_) => Err(error_json(
+            408,
+            format!(
+                "the request body did not arrive within {} s",
+                HTTP_BODY_TIMEOUT.as_secs()
+            ),
+        )),
+    }
+}
+
+/// `{"error": TEXT}`: how every refusal of the agent's API reads.
+pub fn error_json(status: u16, text: impl Into<String>) -> Response {
+    Response::json(
+        status,
+        serde_json::json!({ "error": text.into() }).to_string(),
+    )
+}
+
 /// One request as a client (the bench and the tests ask agents with it):
 /// `(status, body)`, or an error if nothing answered within `limit`.
 pub async fn request(
@@ -178,40 +319,162 @@ pub async fn request(
     path: &str,
     limit: Duration,
 ) -> Result<(u16, String), String> {
+    request_with(addr, method, path, &[], Bytes::new(), limit).await
+}
+
+/// A request with headers and a body; see [`request`].
+pub async fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+    limit: Duration,
+) -> Result<(u16, String), String> {
     let failed = |e: &dyn std::fmt::Display| format!("{method} http://{addr}{path}: {e}");
     let exchange = async {
-        let stream = tokio::net::TcpStream::connect(addr)
+        let (response, driver) = send(addr, method, path, headers, body)
             .await
             .map_err(|e| failed(&e))?;
-        let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
             .await
-            .map_err(|e| failed(&e))?;
-        // Aborted however this future ends, a timeout included.
-        let driver = AbortOnDrop(tokio::spawn(connection));
-        let request = hyper::Request::builder()
-            .method(method)
-            .uri(path)
-            .header(hyper::header::HOST, addr.to_string())
-            .body(Empty::<Bytes>::new())
-            .map_err(|e| failed(&e))?;
-        let answer = async {
-            let response = sender.send_request(request).await.map_err(|e| failed(&e))?;
+            .map_err(|e| failed(&e))?
+            .to_bytes();
+        drop(driver);
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    };
+    tokio::time::timeout(limit, exchange)
+        .await
+        .map_err(|_| format!("{addr} did not answer {method} {path} within {limit:?}"))?
+}
+
+/// Sends one request on a new connection; the connection lives as long as
+/// the returned driver.
+async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Bytes,
+) -> Result<(hyper::Response<Incoming>, AbortOnDrop<()>), String> {
+    let stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| e.to_string())?;
+    // Aborted however the caller's future ends, a timeout included.
+    let driver = AbortOnDrop(tokio::spawn(async move {
+        let _ = connection.await;
+    }));
+    let mut request = hyper::Request::builder()
+        .method(method)
+        .uri(path)
+        .header(hyper::header::HOST, addr.to_string());
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let request = request.body(Full::new(body)).map_err(|e| e.to_string())?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((response, driver))
+}
+
+/// One Server-Sent Event: its `id`, `event` (empty: the default,
+/// "message") and `data` lines (joined by newlines).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ServerEvent {
+    pub id: Option<String>,
+    pub event: String,
+    pub data: String,
+}
+
+/// A client of an event stream (`text/event-stream`): the tests, the bench
+/// and the CLI read an agent's inbox with it.
+pub struct EventStream {
+    body: Incoming,
+    pending: Vec<u8>,
+    _driver: AbortOnDrop<()>,
+}
+
+impl EventStream {
+    /// Opens `path`, resuming after `last_event_id` if given; an error for
+    /// any answer but 200.
+    pub async fn open(
+        addr: SocketAddr,
+        path: &str,
+        last_event_id: Option<&str>,
+    ) -> Result<Self, String> {
+        let mut headers = vec![("accept", "text/event-stream")];
+        if let Some(id) = last_event_id {
+            headers.push(("last-event-id", id));
+        }
+        let (response, driver) = send(addr, "GET", path, &headers, Bytes::new())
+            .await
+            .map_err(|e| format!("GET http://{addr}{path}: {e}"))?;
+        if response.status() != 200 {
             let status = response.status().as_u16();
             let body = response
                 .into_body()
                 .collect()
                 .await
-                .map_err(|e| failed(&e))?
-                .to_bytes();
-            Ok((status, String::from_utf8_lossy(&body).into_owned()))
+                .map(|b| b.to_bytes())
+                .unwrap_or_default();
+            return Err(format!(
+                "GET http://{addr}{path}: {status} {}",
+                String::from_utf8_lossy(&body)
+            ));
         }
-        .await;
-        drop(driver);
-        answer
-    };
-    tokio::time::timeout(limit, exchange)
-        .await
-        .map_err(|_| format!("{addr} did not answer {method} {path} within {limit:?}"))?
+        Ok(Self {
+            body: response.into_body(),
+            pending: Vec::new(),
+            _driver: driver,
+        })
+    }
+
+    /// The next event (comments and `retry` lines skipped); `None` when the
+    /// stream ended.
+    pub async fn next(&mut self) -> Option<ServerEvent> {
+        loop {
+            if let Some(end) = self.pending.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = self.pending.drain(..end + 2).collect();
+                if let Some(event) = parse_event(&String::from_utf8_lossy(&block)) {
+                    return Some(event);
+                }
+                continue;
+            }
+            let frame = self.body.frame().await?.ok()?;
+            if let Ok(data) = frame.into_data() {
+                self.pending.extend_from_slice(&data);
+            }
+        }
+    }
+}
+
+/// One event block; `None` for a block of comments or `retry` only.
+fn parse_event(block: &str) -> Option<ServerEvent> {
+    let mut event = ServerEvent::default();
+    let mut data = Vec::new();
+    for line in block.lines() {
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match field {
+            "id" => event.id = Some(value.to_owned()),
+            "event" => event.event = value.to_owned(),
+            "data" => data.push(value),
+            _ => {}
+        }
+    }
+    if data.is_empty() && event.event.is_empty() {
+        return None;
+    }
+    event.data = data.join("\n");
+    Some(event)
 }
 
 /// A spawned task that ends with its handle.

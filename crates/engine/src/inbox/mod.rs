@@ -62,6 +62,11 @@ impl Inbox {
         self.rx.recv().await
     }
 
+    /// The next delivery if one is already here, without waiting.
+    pub fn try_recv(&mut self) -> Option<Delivery> {
+        self.rx.try_recv().ok()
+    }
+
     /// The next message, skipping recovery notices.
     pub async fn next_message(&mut self) -> Option<Message> {
         loop {

@@ -1,0 +1,398 @@
+//! The agent's mailbox: the node's inbox, handed to the application over
+//! the local API (an event stream and a long-poll, see `api.rs`).
+//!
+//! Nothing is read from the inbox unless a client is waiting for the next
+//! item: while no client reads, messages stay in Redis, where the inbox's
+//! length limit drops the oldest and counts them, and the lag threshold is
+//! reported. What was read is kept in a short log, so that a client that
+//! reconnects with the cursor it last saw gets what followed (if the log
+//! still has it) and several clients can read one stream. The log is
+//! bounded by count and by bytes; a client that falls behind its start is
+//! told how many items it missed. So the agent's memory is bounded whatever
+//! its clients do: the log, plus the engine's local buffer of the inbox.
+//!
+//! The inbox's own notices travel in the same order: `recovered` (the
+//! node's lease had expired; what was published meanwhile is lost) before
+//! every newer message, and `lag` and `dropped` as the engine reports them.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use leasehold_engine::{Delivery, Event, Inbox, Message};
+use serde_json::{json, Value};
+use tokio::sync::{broadcast, watch};
+
+use crate::config::{MAILBOX_LOG_BYTES, MAILBOX_LOG_ITEMS};
+
+/// One item of the stream a client reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    Message(Message),
+    /// The node came back after its registration had expired.
+    Recovered,
+    /// The unread backlog in Redis crossed the lag threshold.
+    Lag {
+        backlog: u64,
+    },
+    /// The inbox was full: `count` of its oldest messages were dropped
+    /// (`total` since the node registered).
+    Dropped {
+        count: u64,
+        total: u64,
+    },
+}
+
+impl Item {
+    /// The event name in the stream, and `type` in the long-poll's JSON.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Item::Message(_) => "message",
+            Item::Recovered => "recovered",
+            Item::Lag { .. } => "lag",
+            Item::Dropped { .. } => "dropped",
+        }
+    }
+
+    fn size(&self) -> usize {
+        match self {
+            Item::Message(m) => {
+                m.payload.len() + m.from.len() + m.topic.as_ref().map_or(0, String::len) + 64
+            }
+            _ => 64,
+        }
+    }
+
+    /// The item as JSON. A payload that is UTF-8 travels as `payload`
+    /// (text), any other as `payloadBase64`: exactly one of the two is set.
+    pub fn to_json(&self) -> Value {
+        match self {
+            Item::Message(m) => {
+                let mut v = json!({
+                    "id": m.id,
+                    "topic": m.topic,
+                    "from": m.from,
+                    "retained": m.retained,
+                });
+                match std::str::from_utf8(&m.payload) {
+                    Ok(text) => v["payload"] = json!(text),
+                    Err(_) => v["payloadBase64"] = json!(base64(&m.payload)),
+                }
+                v
+            }
+            Item::Recovered => json!({}),
+            Item::Lag { backlog } => json!({ "backlog": backlog }),
+            Item::Dropped { count, total } => json!({ "count": count, "total": total }),
+        }
+    }
+}
+
+/// Standard base64 with padding (RFC 4648), for payloads that are not UTF-8.
+pub fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// Where a client is in the stream: after the item with this sequence
+/// number, in this run of the agent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor(pub u64);
+
+/// What one read returns.
+#[derive(Debug, Default)]
+pub struct Read {
+    /// `(sequence number, item)`, in order.
+    pub items: Vec<(u64, Item)>,
+    /// Items that left the log before this client read them.
+    pub missed: u64,
+}
+
+struct Log {
+    /// `(sequence number, item)`; numbers are consecutive.
+    items: VecDeque<(u64, Item)>,
+    bytes: usize,
+    /// The number the next item gets; the first is 1.
+    next: u64,
+}
+
+impl Log {
+    fn push(&mut self, item: Item) {
+        self.bytes += item.size();
+        self.items.push_back((self.next, item));
+        self.next += 1;
+        while self.items.len() > MAILBOX_LOG_ITEMS
+            || (self.bytes > MAILBOX_LOG_BYTES && self.items.len() > 1)
+        {
+            if let Some((_, old)) = self.items.pop_front() {
+                self.bytes -= old.size();
+            }
+        }
+    }
+
+    /// Up to `max` items after `after`, and how many were lost to eviction.
+    fn after(&self, after: u64, max: usize) -> Read {
+        let first = self.items.front().map_or(self.next, |(seq, _)| *seq);
+        let missed = first.saturating_sub(after + 1);
+        let items = self
+            .items
+            .iter()
+            .filter(|(seq, _)| *seq > after)
+            .take(max)
+            .cloned()
+            .collect();
+        Read { items, missed }
+    }
+}
+
+/// See the module docs.
+pub struct Mailbox {
+    inbox: tokio::sync::Mutex<Option<Inbox>>,
+    log: Mutex<Log>,
+    /// The sequence number of the last item logged.
+    grew: watch::Sender<u64>,
+    /// Messages and recoveries taken from the inbox (`GET /v1/status`).
+    received: AtomicU64,
+    recoveries: AtomicU64,
+    /// This run of the agent (its start, ms since the epoch): a cursor
+    /// from another run points into a log that no longer exists.
+    run: u64,
+}
+
+impl Mailbox {
+    pub fn new(inbox: Option<Inbox>) -> Self {
+        let run = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Self {
+            inbox: tokio::sync::Mutex::new(inbox),
+            log: Mutex::new(Log {
+                items: VecDeque::new(),
+                bytes: 0,
+                next: 1,
+            }),
+            grew: watch::channel(0).0,
+            received: AtomicU64::new(0),
+            recoveries: AtomicU64::new(0),
+            run,
+        }
+    }
+
+    /// A cursor as clients see it: `RUN-SEQ`.
+    pub fn cursor_text(&self, seq: u64) -> String {
+        format!("{}-{seq}", self.run)
+    }
+
+    /// Where a client that sent `text` starts: after that item if it is
+    /// from this run, else after the last item logged (only what comes
+    /// next). `Err` names what is wrong with a malformed cursor.
+    pub fn cursor(&self, text: Option<&str>) -> Result<Cursor, String> {
+        let now = Cursor(*self.grew.borrow());
+        let Some(text) = text.filter(|t| !t.is_empty()) else {
+            return Ok(now);
+        };
+        let parsed = text
+            .split_once('-')
+            .and_then(|(run, seq)| Some((run.parse::<u64>().ok()?, seq.parse::<u64>().ok()?)));
+        match parsed {
+            Some((run, seq)) if run == self.run && seq <= now.0 => Ok(Cursor(seq)),
+            Some(_) => Ok(now),
+            None => Err(format!(
+                "cursor {text:?} is not one this agent gave out (RUN-SEQ, two whole numbers)"
+            )),
+        }
+    }
+
+    /// Messages and recoveries taken from the inbox so far.
+    pub fn counts(&self) -> (u64, u64) {
+        (
+            self.received.load(Ordering::Relaxed),
+            self.recoveries.load(Ordering::Relaxed),
+        )
+    }
+
+    fn push(&self, item: Item) {
+        let seq = {
+            let mut log = self.log.lock().expect("mailbox log");
+            log.push(item);
+            log.next - 1
+        };
+        self.grew.send_replace(seq);
+    }
+
+    /// Up to `max` items after `cursor`, waiting up to `wait` for the first
+    /// when there are none yet. Reads the inbox only here, for a client that
+    /// waits, one delivery at a time.
+    pub async fn read(&self, cursor: Cursor, max: usize, wait: Duration) -> Read {
+        let deadline = tokio::time::Instant::now() + wait;
+        let mut grew = self.grew.subscribe();
+        loop {
+            // Marked before the log is read: an item logged after the read
+            // wakes `changed` below.
+            grew.mark_unchanged();
+            let read = self.log.lock().expect("mailbox log").after(cursor.0, max);
+            if !read.items.is_empty() || read.missed > 0 {
+                return read;
+            }
+            // One client at a time takes from the inbox; the others see
+            // what it took through `grew`.
+            let taken = tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return Read::default(),
+                _ = grew.changed() => continue,
+                inbox = self.inbox.lock() => inbox,
+            };
+            let mut inbox = taken;
+            // Taken while this client waited for the lock.
+            if *self.grew.borrow() > cursor.0 {
+                continue;
+            }
+            let Some(inbox) = inbox.as_mut() else {
+                tokio::time::sleep_until(deadline).await;
+                return Read::default();
+            };
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return Read::default(),
+                _ = grew.changed() => {}
+                delivery = inbox.recv() => {
+                    let Some(first) = delivery else {
+                        // The node is closing: nothing more will come.
+                        tokio::time::sleep_until(deadline).await;
+                        return Read::default();
+                    };
+                    // What is already here comes along, up to `max`.
+                    let mut delivery = Some(first);
+                    let mut taken = 0;
+                    while let Some(d) = delivery {
+                        self.take(d);
+                        taken += 1;
+                        delivery = if taken < max { inbox.try_recv() } else { None };
+                    }
+                }
+            }
+        }
+    }
+
+    fn take(&self, delivery: Delivery) {
+        match delivery {
+            Delivery::Message(m) => {
+                self.received.fetch_add(1, Ordering::Relaxed);
+                self.push(Item::Message(m));
+            }
+            Delivery::Recovered => {
+                self.recoveries.fetch_add(1, Ordering::Relaxed);
+                self.push(Item::Recovered);
+            }
+        }
+    }
+
+    /// Logs the inbox notices among `events` (this node's lag and drops)
+    /// until the node's event stream ends.
+    pub async fn follow(&self, node: &str, mut events: broadcast::Receiver<Event>) {
+        loop {
+            match events.recv().await {
+                Ok(Event::Lag { node: n, backlog }) if n == node => {
+                    self.push(Item::Lag { backlog })
+                }
+                Ok(Event::Dropped {
+                    node: n,
+                    count,
+                    total,
+                }) if n == node => self.push(Item::Dropped { count, total }),
+                Ok(_) | Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_rfc_vectors() {
+        for (input, output) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(input.as_bytes()), output);
+        }
+    }
+
+    fn message(id: u64, payload: &[u8]) -> Item {
+        Item::Message(Message {
+            id,
+            topic: Some("t".into()),
+            from: "ns/a".into(),
+            payload: payload.to_vec(),
+            retained: false,
+        })
+    }
+
+    #[test]
+    fn payloads_travel_as_text_when_utf8_and_as_base64_otherwise() {
+        let text = message(1, "héllo".as_bytes()).to_json();
+        assert_eq!(text["payload"], "héllo");
+        assert!(text.get("payloadBase64").is_none());
+        let binary = message(2, &[0xff, 0x00]).to_json();
+        assert_eq!(binary["payloadBase64"], "/wA=");
+        assert!(binary.get("payload").is_none());
+    }
+
+    #[test]
+    fn the_log_is_bounded_and_tells_a_late_reader_what_it_missed() {
+        let mut log = Log {
+            items: VecDeque::new(),
+            bytes: 0,
+            next: 1,
+        };
+        for i in 0..(MAILBOX_LOG_ITEMS as u64 + 10) {
+            log.push(message(i, b"x"));
+        }
+        assert_eq!(log.items.len(), MAILBOX_LOG_ITEMS);
+        let read = log.after(0, 5);
+        assert_eq!(read.missed, 10);
+        assert_eq!(read.items[0].0, 11);
+        let read = log.after(20, 5);
+        assert_eq!((read.missed, read.items[0].0), (0, 21));
+        // Bytes: big payloads push out old items before the count does.
+        log.push(message(0, &vec![0; MAILBOX_LOG_BYTES]));
+        assert_eq!(
+            log.items.len(),
+            1,
+            "one item over the byte bound is kept alone"
+        );
+    }
+
+    #[test]
+    fn cursors_from_this_run_resume_and_others_start_at_the_end() {
+        let mailbox = Mailbox::new(None);
+        mailbox.push(Item::Recovered);
+        mailbox.push(Item::Lag { backlog: 3 });
+        assert_eq!(mailbox.cursor(None), Ok(Cursor(2)));
+        assert_eq!(mailbox.cursor(Some(&mailbox.cursor_text(1))), Ok(Cursor(1)));
+        assert_eq!(mailbox.cursor(Some("1-1")), Ok(Cursor(2)), "another run");
+        assert!(mailbox.cursor(Some("x")).unwrap_err().contains("RUN-SEQ"));
+    }
+}

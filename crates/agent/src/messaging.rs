@@ -1,0 +1,277 @@
+//! The messaging half of the agent's API: publishing, direct sends and
+//! subscriptions through the node, and the mailbox read as an event stream
+//! (Server-Sent Events) or by long-poll. Payloads go out as the request
+//! body, raw bytes; they come back as JSON, text when UTF-8 and base64
+//! otherwise (see [`crate::mailbox::Item::to_json`]).
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use leasehold_daemon::http::{Head, Response};
+use leasehold_engine::{Error, Overflow, PublishOptions, Retain};
+use serde_json::json;
+
+use crate::api::{error, json, State};
+use crate::config::{
+    EVENT_STREAM_BATCH, EVENT_STREAM_CHUNK_BYTES, EVENT_STREAM_KEEPALIVE, LONG_POLL_DEFAULT_MAX,
+    LONG_POLL_DEFAULT_WAIT_MS, LONG_POLL_MAX_ITEMS, LONG_POLL_MAX_WAIT_MS,
+};
+use crate::mailbox::{Cursor, Item, Read};
+
+/// The answer for an engine error: the status says whose fault it is, the
+/// body names the limit or the value at fault.
+fn refused(e: Error) -> Response {
+    match e {
+        Error::DataTooLarge { size, max } => json(
+            413,
+            &json!({ "error": e.to_string(), "size": size, "max": max }),
+        ),
+        Error::InboxFull(_) => error(429, e.to_string()),
+        Error::NodeNotRegistered(_) => error(404, e.to_string()),
+        Error::Topic(_) | Error::Config(_) => error(400, e.to_string()),
+        Error::Displaced => error(503, e.to_string()),
+        _ => error(503, e.to_string()),
+    }
+}
+
+/// A whole-number query parameter within `min..=max`, or the 400 that names it.
+fn number(head: &Head, name: &str, default: u64, min: u64, max: u64) -> Result<u64, Response> {
+    let Some(text) = head.query(name) else {
+        return Ok(default);
+    };
+    match text.parse::<u64>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(error(
+            400,
+            format!(
+                "{name} = {text:?} is out of range: it must be a whole number from {min} to {max}"
+            ),
+        )),
+    }
+}
+
+fn required(head: &Head, name: &str, what: &str) -> Result<String, Response> {
+    head.query(name).filter(|v| !v.is_empty()).ok_or_else(|| {
+        error(
+            400,
+            format!("the query parameter {name} (the {what}) is missing"),
+        )
+    })
+}
+
+fn options(head: &Head) -> Result<PublishOptions, Response> {
+    let retain = match head.query("retain").as_deref() {
+        None | Some("false") => None,
+        Some("true") => Some(()),
+        Some(other) => {
+            return Err(error(
+                400,
+                format!("retain = {other:?} is invalid: it must be true or false"),
+            ))
+        }
+    };
+    let ttl = head.query("retainTtlMs");
+    let retain = match (retain, ttl) {
+        (None, None) => Retain::No,
+        (None, Some(_)) => return Err(error(400, "retainTtlMs needs retain=true")),
+        (Some(()), None) => Retain::Forever,
+        (Some(()), Some(_)) => Retain::For(Duration::from_millis(number(
+            head,
+            "retainTtlMs",
+            0,
+            1,
+            leasehold_engine::config::MAX_RETAIN_MS,
+        )?)),
+    };
+    let overflow = match head.query("overflow").as_deref() {
+        None | Some("dropOldest") => Overflow::DropOldest,
+        Some("refuse") => Overflow::Refuse,
+        Some(other) => {
+            return Err(error(
+                400,
+                format!("overflow = {other:?} is invalid: it must be dropOldest or refuse"),
+            ))
+        }
+    };
+    Ok(PublishOptions { retain, overflow })
+}
+
+/// `POST /v1/publish?topic=T[&retain=true[&retainTtlMs=N]][&overflow=refuse]`.
+pub(crate) async fn publish(state: &State, head: &Head) -> Response {
+    let (topic, options) = match required(head, "topic", "topic to publish to")
+        .and_then(|t| Ok((t, options(head)?)))
+    {
+        Ok(v) => v,
+        Err(response) => return response,
+    };
+    match state.node.publish_with(&topic, &head.body, options).await {
+        Ok(p) => json(200, &json!({ "id": p.id, "reached": p.reached })),
+        Err(e) => refused(e),
+    }
+}
+
+/// `POST /v1/send?node=NODE`: to one live node's inbox.
+pub(crate) async fn send(state: &State, head: &Head) -> Response {
+    let node = match required(head, "node", "id of the node to send to") {
+        Ok(n) => n,
+        Err(response) => return response,
+    };
+    match state.node.send(&node, &head.body).await {
+        Ok(p) => json(200, &json!({ "id": p.id, "reached": p.reached })),
+        Err(e) => refused(e),
+    }
+}
+
+pub(crate) fn subscriptions(state: &State) -> Response {
+    json(200, &json!({ "subscriptions": state.node.subscriptions() }))
+}
+
+/// `POST` (subscribe) or `DELETE` (unsubscribe) `/v1/subscriptions?pattern=P`.
+/// Kept by the node across its recoveries, as every subscription is.
+pub(crate) async fn subscribe(state: &State, head: &Head, on: bool) -> Response {
+    let pattern = match required(head, "pattern", "topic or pattern") {
+        Ok(p) => p,
+        Err(response) => return response,
+    };
+    let result = if on {
+        state.node.subscribe(&pattern).await
+    } else {
+        state.node.unsubscribe(&pattern).await
+    };
+    match result {
+        Ok(()) => subscriptions(state),
+        Err(e) => refused(e),
+    }
+}
+
+fn start(state: &State, head: &Head, text: Option<&str>) -> Result<Cursor, Response> {
+    let _ = head;
+    state.mailbox.cursor(text).map_err(|e| error(400, e))
+}
+
+/// `GET /v1/inbox[?after=CURSOR][&wait=MS][&max=N]`: the items after the
+/// cursor, waiting up to `wait` for the first. Answers
+/// `{"items": [...], "cursor": C, "missed": N}`; pass `cursor` back as
+/// `after` for what follows.
+pub(crate) async fn long_poll(state: &State, head: &Head) -> Response {
+    let parsed = (|| {
+        let cursor = start(state, head, head.query("after").as_deref())?;
+        let wait = number(
+            head,
+            "wait",
+            LONG_POLL_DEFAULT_WAIT_MS,
+            0,
+            LONG_POLL_MAX_WAIT_MS,
+        )?;
+        let max = number(
+            head,
+            "max",
+            LONG_POLL_DEFAULT_MAX as u64,
+            1,
+            LONG_POLL_MAX_ITEMS as u64,
+        )?;
+        Ok::<_, Response>((cursor, wait, max as usize))
+    })();
+    let (cursor, wait, max) = match parsed {
+        Ok(v) => v,
+        Err(response) => return response,
+    };
+    let Read { items, missed } = state
+        .mailbox
+        .read(cursor, max, Duration::from_millis(wait))
+        .await;
+    let last = items.last().map_or(cursor.0, |(seq, _)| *seq);
+    let items: Vec<_> = items
+        .iter()
+        .map(|(seq, item)| {
+            let mut v = item.to_json();
+            v["type"] = json!(item.kind());
+            v["cursor"] = json!(state.mailbox.cursor_text(*seq));
+            v
+        })
+        .collect();
+    json(
+        200,
+        &json!({ "items": items, "cursor": state.mailbox.cursor_text(last), "missed": missed }),
+    )
+}
+
+/// One event of the stream: `id` (the cursor), `event` (the item's kind)
+/// and `data` (its JSON, one line).
+fn event(state: &State, seq: u64, item: &Item) -> Bytes {
+    Bytes::from(format!(
+        "id: {}\nevent: {}\ndata: {}\n\n",
+        state.mailbox.cursor_text(seq),
+        item.kind(),
+        item.to_json()
+    ))
+}
+
+/// `GET /v1/inbox/events`: Server-Sent Events, from after `Last-Event-ID`
+/// (or `?after=`) if this run of the agent gave it out, else from now. A
+/// `missed` event says how many items left the log before this client
+/// read them. Each event is read from the inbox only when the previous one
+/// was taken by the connection, so a slow client leaves its backlog in
+/// Redis.
+pub(crate) fn event_stream(state: &std::sync::Arc<State>, head: &Head) -> Response {
+    let text = head.last_event_id.clone().or_else(|| head.query("after"));
+    let mut cursor = match start(state, head, text.as_deref()) {
+        Ok(c) => c,
+        Err(response) => return response,
+    };
+    // One event in flight: the body's only buffer.
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
+    let state = state.clone();
+    tokio::spawn(async move {
+        if tx
+            .send(Bytes::from_static(b"retry: 1000\n\n"))
+            .await
+            .is_err()
+        {
+            return;
+        }
+        loop {
+            let read = tokio::select! {
+                _ = tx.closed() => return,
+                read = state.mailbox.read(cursor, EVENT_STREAM_BATCH, EVENT_STREAM_KEEPALIVE) => read,
+            };
+            if read.missed > 0 {
+                let missed = format!(
+                    "event: missed\ndata: {}\n\n",
+                    json!({ "count": read.missed })
+                );
+                if tx.send(Bytes::from(missed)).await.is_err() {
+                    return;
+                }
+            }
+            if read.items.is_empty() && read.missed == 0 {
+                if tx
+                    .send(Bytes::from_static(b": keepalive\n\n"))
+                    .await
+                    .is_err()
+                {
+                    return;
+                }
+                continue;
+            }
+            // The items of one read go out as one chunk, up to a size; the
+            // rest stay in the log for the next round.
+            let mut chunk = Vec::new();
+            for (seq, item) in &read.items {
+                if !chunk.is_empty() && chunk.len() >= EVENT_STREAM_CHUNK_BYTES {
+                    break;
+                }
+                chunk.extend_from_slice(&event(&state, *seq, item));
+                cursor = Cursor(*seq);
+            }
+            if !chunk.is_empty() && tx.send(Bytes::from(chunk)).await.is_err() {
+                return;
+            }
+            if read.items.is_empty() {
+                // Missed only: go on after what the log still holds.
+                cursor = Cursor(cursor.0 + read.missed);
+            }
+        }
+    });
+    Response::stream("text/event-stream", rx).header("cache-control", "no-cache")
+}
