@@ -801,6 +801,51 @@ async fn idle_connections_are_closed_and_capped() {
     assert!(closed_after >= Duration::from_secs(4), "{closed_after:?}");
     assert!(closed_after < Duration::from_secs(15), "{closed_after:?}");
     assert_eq!(get(port, "/healthz").await.0, 200);
+    // A kept-alive connection serves requests one after another, and is
+    // closed once it has been idle for the header timeout.
+    let mut kept = leasehold_daemon::http::Connection::open(addr)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let (code, _) = kept
+            .request("GET", "/healthz", bytes::Bytes::new())
+            .await
+            .unwrap();
+        assert_eq!(code, 200);
+    }
+    let idle_from = Instant::now();
+    let mut raw = tokio::net::TcpStream::connect(addr).await.unwrap();
+    {
+        use tokio::io::AsyncWriteExt;
+        raw.write_all(b"GET /healthz HTTP/1.1\r\nHost: a\r\n\r\n")
+            .await
+            .unwrap();
+    }
+    let mut seen = Vec::new();
+    let closed = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut buf = [0u8; 1024];
+        loop {
+            match raw.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => seen.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    let idle_for = idle_from.elapsed();
+    assert!(
+        closed.is_ok(),
+        "a kept-alive connection idle for 20 s is still open"
+    );
+    assert!(
+        String::from_utf8_lossy(&seen).starts_with("HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&seen)
+    );
+    assert!(
+        idle_for >= Duration::from_secs(4) && idle_for < Duration::from_secs(10),
+        "closed after {idle_for:?} idle, not after the 5 s header timeout"
+    );
     drop(agent);
 }
 

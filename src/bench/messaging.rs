@@ -201,8 +201,8 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
     Ok(rows)
 }
 
-/// Publishes through one agent's API (`POST /v1/publish`, a connection
-/// per request, as curl does) and reads them from another agent's event
+/// Publishes through one agent's API (`POST /v1/publish` on kept-alive
+/// connections) and reads them from another agent's event
 /// stream: the path of an application in any language, next to the
 /// library's figures above.
 async fn agent_path(
@@ -213,7 +213,7 @@ async fn agent_path(
     library_rate: f64,
 ) -> Result<Vec<Row>, String> {
     use super::agents::{AgentProcess, GROUP};
-    use leasehold_daemon::http::{request_with, EventStream};
+    use leasehold_daemon::http::{Connection, EventStream};
 
     let timings = args.timings()?;
     let groups = [GROUP.to_owned()];
@@ -224,21 +224,21 @@ async fn agent_path(
         return Err(format!("subscribing through the agent: {code} {body}"));
     }
     let mut stream = EventStream::open(b.addr, "/v1/inbox/events", None).await?;
-    let publish = |addr: std::net::SocketAddr, i: u64| async move {
-        let (code, body) = request_with(
-            addr,
-            "POST",
-            "/v1/publish?topic=bench.http",
-            &[],
-            bytes::Bytes::from(i.to_string()),
-            Duration::from_secs(5),
-        )
-        .await?;
+    // Each worker publishes on a connection of its own, kept alive, as an
+    // application with an HTTP client would.
+    async fn publish(connection: &mut Connection, i: u64) -> Result<(), String> {
+        let (code, body) = connection
+            .request(
+                "POST",
+                "/v1/publish?topic=bench.http",
+                bytes::Bytes::from(i.to_string()),
+            )
+            .await?;
         if code != 200 {
             return Err(format!("publish through the agent: {code} {body}"));
         }
-        Ok::<(), String>(())
-    };
+        Ok(())
+    }
     let mut rows = Vec::new();
 
     progress(&format!(
@@ -246,9 +246,10 @@ async fn agent_path(
         args.latency_messages
     ));
     let mut latencies = Vec::with_capacity(args.latency_messages as usize);
+    let mut connection = Connection::open(a.addr).await?;
     for i in 0..args.latency_messages {
         let sent = Instant::now();
-        publish(a.addr, i).await?;
+        publish(&mut connection, i).await?;
         let event = tokio::time::timeout(Duration::from_secs(5), stream.next())
             .await
             .map_err(|_| "a message was not delivered through the agent within 5 s")?
@@ -292,9 +293,10 @@ async fn agent_path(
     for w in 0..workers {
         let addr = a.addr;
         senders.spawn(async move {
+            let mut connection = Connection::open(addr).await?;
             let mut i = w;
             while i < n {
-                publish(addr, i).await?;
+                publish(&mut connection, i).await?;
                 i += workers;
             }
             Ok::<(), String>(())

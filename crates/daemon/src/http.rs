@@ -1,8 +1,9 @@
 //! The HTTP server behind the controller's probes and metrics and the
-//! agent's local API, on hyper: one request per connection, with a bound on
-//! the time a client may take to send its request head and on the number of
-//! open connections, so idle or slow clients cannot hold the process's
-//! memory or file descriptors. A request that arrived is answered however
+//! agent's local API, on hyper: connections kept alive between requests,
+//! with a bound on the time a client may take to send a request head (the
+//! first, or the next on a kept-alive connection) and its body, and on the
+//! number of open connections, so idle or slow clients cannot hold the
+//! process's memory or file descriptors. A request that arrived is answered however
 //! long its handler takes (an exec-mode step-down waits for the command's
 //! grace period). Also the small client the bench and the tests ask agents
 //! with.
@@ -268,7 +269,10 @@ where
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HTTP_HEADER_TIMEOUT)
-                .keep_alive(false)
+                // Kept alive between requests, so a client publishing many
+                // messages pays for one connection; the header timeout
+                // also closes a connection idle between requests.
+                .keep_alive(true)
                 // A client that shuts its side after the request still
                 // gets the answer.
                 .half_close(true)
@@ -309,6 +313,65 @@ pub fn error_json(status: u16, text: impl Into<String>) -> Response {
         status,
         serde_json::json!({ "error": text.into() }).to_string(),
     )
+}
+
+/// A client connection kept open for many requests, one at a time (the
+/// bench publishes through an agent with one per worker, as an application
+/// with a keep-alive HTTP client would).
+pub struct Connection {
+    addr: SocketAddr,
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    _driver: AbortOnDrop<()>,
+}
+
+impl Connection {
+    pub async fn open(addr: SocketAddr) -> Result<Self, String> {
+        let stream = tokio::net::TcpStream::connect(addr)
+            .await
+            .map_err(|e| format!("connecting to {addr}: {e}"))?;
+        let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("connecting to {addr}: {e}"))?;
+        let driver = AbortOnDrop(tokio::spawn(async move {
+            let _ = connection.await;
+        }));
+        Ok(Self {
+            addr,
+            sender,
+            _driver: driver,
+        })
+    }
+
+    /// `(status, body)` of one request on this connection.
+    pub async fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        body: Bytes,
+    ) -> Result<(u16, String), String> {
+        let failed =
+            |e: &dyn std::fmt::Display| format!("{method} http://{}{path}: {e}", self.addr);
+        self.sender.ready().await.map_err(|e| failed(&e))?;
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, self.addr.to_string())
+            .body(Full::new(body))
+            .map_err(|e| failed(&e))?;
+        let response = self
+            .sender
+            .send_request(request)
+            .await
+            .map_err(|e| failed(&e))?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| failed(&e))?
+            .to_bytes();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
 }
 
 /// One request as a client (the bench and the tests ask agents with it):
