@@ -108,9 +108,16 @@ async fn a_publish_through_one_agent_reaches_anothers_stream_and_long_poll_in_or
         );
         first_id.get_or_insert(event.id.clone().expect("an id"));
     }
-    // Another client, from the first event on: the same order, from the
-    // agent's log (the inbox in Redis has been read).
-    let answer = long_poll(b.port, &format!("after={}&wait=0", first_id.unwrap())).await;
+    let first_id = first_id.unwrap();
+    // A client that reconnects with the last id it saw gets what followed,
+    // from the agent's log (the inbox in Redis has been read).
+    let mut again = EventStream::open(addr(b.port), "/v1/inbox/events", Some(&first_id))
+        .await
+        .unwrap();
+    assert_eq!(data(&next(&mut again).await)["payload"], "m1");
+    drop(again);
+    // So does a long-poll, from the first event on, in the same order.
+    let answer = long_poll(b.port, &format!("after={first_id}&wait=0")).await;
     let payloads: Vec<&str> = answer["items"]
         .as_array()
         .unwrap()
@@ -149,6 +156,25 @@ async fn a_publish_through_one_agent_reaches_anothers_stream_and_long_poll_in_or
     let (_, status) = get(b.port, "/v1/status").await;
     let status: Value = serde_json::from_str(&status).unwrap();
     assert_eq!(status["inbox"]["received"], 23);
+    // SIGTERM with a client still on the stream: the agent ends the stream,
+    // exits 0 and removes its registration at once.
+    let mut b = b;
+    b.signal("-TERM");
+    let exit = b
+        .exited_within(Duration::from_secs(5))
+        .await
+        .expect("b exits within 5 s");
+    assert!(exit.success(), "{exit}");
+    let ended = tokio::time::timeout(Duration::from_secs(2), stream.next()).await;
+    assert!(
+        matches!(ended, Ok(None)),
+        "the stream did not end: {ended:?}"
+    );
+    let nodes = redis.store().list_nodes().await.unwrap();
+    assert!(
+        nodes.iter().all(|n| n.id != "t/b"),
+        "t/b still registered: {nodes:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -402,6 +428,35 @@ async fn payloads_at_the_limit_pass_and_one_byte_over_is_refused_with_413() {
     );
     let again = poll_messages(b.port, &mut cursor, 1, Duration::from_millis(600)).await;
     assert!(again.is_empty(), "a refused publish was delivered");
+    // More waiting than the agent's log holds (20 x 512 KiB > 8 MiB): a
+    // reader that asks for all of it at once still gets every message, in
+    // answers of about 4 MiB, and is never told it missed any.
+    for i in 0..20u8 {
+        publish(&a, "topic=big", &vec![b'a' + i; limit]).await;
+    }
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < 20 && Instant::now() < deadline {
+        let answer = long_poll(
+            b.port,
+            &format!("after={}&wait=500&max=1000", cursor.clone().unwrap()),
+        )
+        .await;
+        assert_eq!(
+            answer["missed"], 0,
+            "a reader lost messages it had not seen"
+        );
+        cursor = answer["cursor"].as_str().map(str::to_owned);
+        got.extend(
+            answer["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["payload"].as_str().unwrap().as_bytes()[0]),
+        );
+    }
+    let expected: Vec<u8> = (0..20u8).map(|i| b'a' + i).collect();
+    assert_eq!(got, expected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

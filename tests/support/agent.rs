@@ -161,11 +161,8 @@ impl Agent {
                 )
                 .await
                 {
-                    while let Some(event) = stream.next().await {
-                        if event.id.is_some() {
-                            last = event.id;
-                        }
-                    }
+                    while stream.next().await.is_some() {}
+                    last = stream.last_id().map(str::to_owned);
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }

@@ -180,7 +180,7 @@ pub(crate) async fn respond(state: Arc<State>, surface: Surface, head: Head) -> 
                 _ => error(404, "not found"),
             }
         }
-        (_, ["v1", "inbox" | "publish" | "send" | "subscriptions", ..]) if head.origin.is_some() => error(
+        (_, ["v1", "inbox" | "publish" | "send" | "subscriptions"] | ["v1", "inbox", "events"]) if head.origin.is_some() => error(
             403,
             "a request with an Origin header (sent by a browser) may not use the inbox or publish",
         ),
@@ -191,7 +191,7 @@ pub(crate) async fn respond(state: Arc<State>, surface: Surface, head: Head) -> 
         ("GET", ["v1", "subscriptions"]) => messaging::subscriptions(&state),
         ("POST", ["v1", "subscriptions"]) => messaging::subscribe(&state, &head, true).await,
         ("DELETE", ["v1", "subscriptions"]) => messaging::subscribe(&state, &head, false).await,
-        (_, ["healthz" | "readyz" | "metrics"] | ["v1", "status"] | ["v1", "inbox", ..]) => {
+        (_, ["healthz" | "readyz" | "metrics"] | ["v1", "status"] | ["v1", "inbox"] | ["v1", "inbox", "events"]) => {
             error(405, "use GET")
         }
         (_, ["v1", "publish" | "send"]) => error(405, "use POST"),

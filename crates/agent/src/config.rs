@@ -39,6 +39,10 @@ pub const EVENT_STREAM_CHUNK_BYTES: usize = 256 * 1024;
 pub const LONG_POLL_DEFAULT_WAIT_MS: u64 = 30_000;
 pub const LONG_POLL_MAX_WAIT_MS: u64 = 120_000;
 
+/// A long-poll answer stops taking items past about this many payload
+/// bytes (one bigger item goes alone); the client asks again for the rest.
+pub const LONG_POLL_MAX_BYTES: usize = 4 * 1024 * 1024;
+
 /// Items one long-poll answer carries when the client names no `max`, and
 /// the most it may ask for.
 pub const LONG_POLL_DEFAULT_MAX: usize = 100;

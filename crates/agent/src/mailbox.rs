@@ -146,15 +146,22 @@ impl Log {
         }
     }
 
-    /// Up to `max` items after `after`, and how many were lost to eviction.
-    fn after(&self, after: u64, max: usize) -> Read {
+    /// Up to `max` items after `after`, and about `max_bytes` of them (at
+    /// least one), and how many were lost to eviction.
+    fn after(&self, after: u64, max: usize, max_bytes: usize) -> Read {
         let first = self.items.front().map_or(self.next, |(seq, _)| *seq);
         let missed = first.saturating_sub(after + 1);
+        let mut bytes = 0;
         let items = self
             .items
             .iter()
             .filter(|(seq, _)| *seq > after)
             .take(max)
+            .take_while(|(_, item)| {
+                let fits = bytes == 0 || bytes + item.size() <= max_bytes;
+                bytes += item.size();
+                fits
+            })
             .cloned()
             .collect();
         Read { items, missed }
@@ -228,62 +235,81 @@ impl Mailbox {
     }
 
     fn push(&self, item: Item) {
-        let seq = {
-            let mut log = self.log.lock().expect("mailbox log");
-            log.push(item);
-            log.next - 1
-        };
-        self.grew.send_replace(seq);
+        // Announced under the lock, so `grew` never goes back when two
+        // tasks push at once.
+        let mut log = self.log.lock().expect("mailbox log");
+        log.push(item);
+        self.grew.send_replace(log.next - 1);
     }
 
-    /// Up to `max` items after `cursor`, waiting up to `wait` for the first
-    /// when there are none yet. Reads the inbox only here, for a client that
-    /// waits, one delivery at a time.
-    pub async fn read(&self, cursor: Cursor, max: usize, wait: Duration) -> Read {
+    /// Up to `max` items after `cursor` (and about `max_bytes`, at least
+    /// one), waiting up to `wait` for the first when there are none yet.
+    /// Reads the inbox only here, for a client that waits; what it takes at
+    /// once stays under half the log's bytes, so the log still holds all of
+    /// it for this client when it returns.
+    pub async fn read(&self, cursor: Cursor, max: usize, max_bytes: usize, wait: Duration) -> Read {
         let deadline = tokio::time::Instant::now() + wait;
         let mut grew = self.grew.subscribe();
         loop {
             // Marked before the log is read: an item logged after the read
             // wakes `changed` below.
             grew.mark_unchanged();
-            let read = self.log.lock().expect("mailbox log").after(cursor.0, max);
+            let read = self
+                .log
+                .lock()
+                .expect("mailbox log")
+                .after(cursor.0, max, max_bytes);
             if !read.items.is_empty() || read.missed > 0 {
                 return read;
             }
             // One client at a time takes from the inbox; the others see
-            // what it took through `grew`.
-            let taken = tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => return Read::default(),
-                _ = grew.changed() => continue,
+            // what it took through `grew`. What is ready wins over a
+            // deadline that is already due (`wait=0`).
+            let mut inbox = tokio::select! {
+                biased;
                 inbox = self.inbox.lock() => inbox,
+                _ = grew.changed() => continue,
+                _ = tokio::time::sleep_until(deadline) => return Read::default(),
             };
-            let mut inbox = taken;
             // Taken while this client waited for the lock.
             if *self.grew.borrow() > cursor.0 {
                 continue;
             }
-            let Some(inbox) = inbox.as_mut() else {
+            let Some(open) = inbox.as_mut() else {
+                drop(inbox);
                 tokio::time::sleep_until(deadline).await;
                 return Read::default();
             };
             tokio::select! {
-                _ = tokio::time::sleep_until(deadline) => return Read::default(),
-                _ = grew.changed() => {}
-                delivery = inbox.recv() => {
+                biased;
+                delivery = open.recv() => {
                     let Some(first) = delivery else {
                         // The node is closing: nothing more will come.
+                        drop(inbox);
                         tokio::time::sleep_until(deadline).await;
                         return Read::default();
                     };
-                    // What is already here comes along, up to `max`.
-                    let mut delivery = Some(first);
+                    // What is already here comes along, up to `max` items
+                    // and half the log's bytes.
+                    let mut bytes = 0;
                     let mut taken = 0;
+                    let mut delivery = Some(first);
                     while let Some(d) = delivery {
+                        bytes += match &d {
+                            Delivery::Message(m) => m.payload.len(),
+                            Delivery::Recovered => 0,
+                        };
                         self.take(d);
                         taken += 1;
-                        delivery = if taken < max { inbox.try_recv() } else { None };
+                        delivery = if taken < max && bytes < MAILBOX_LOG_BYTES / 2 {
+                            open.try_recv()
+                        } else {
+                            None
+                        };
                     }
                 }
+                _ = grew.changed() => {}
+                _ = tokio::time::sleep_until(deadline) => return Read::default(),
             }
         }
     }
@@ -371,11 +397,14 @@ mod tests {
             log.push(message(i, b"x"));
         }
         assert_eq!(log.items.len(), MAILBOX_LOG_ITEMS);
-        let read = log.after(0, 5);
+        let read = log.after(0, 5, usize::MAX);
         assert_eq!(read.missed, 10);
         assert_eq!(read.items[0].0, 11);
-        let read = log.after(20, 5);
+        let read = log.after(20, 5, usize::MAX);
         assert_eq!((read.missed, read.items[0].0), (0, 21));
+        // A byte budget stops a read early, but never before one item.
+        let read = log.after(20, 5, 1);
+        assert_eq!(read.items.len(), 1);
         // Bytes: big payloads push out old items before the count does.
         log.push(message(0, &vec![0; MAILBOX_LOG_BYTES]));
         assert_eq!(

@@ -14,7 +14,7 @@ use serde_json::json;
 use crate::api::{error, json, State};
 use crate::config::{
     EVENT_STREAM_BATCH, EVENT_STREAM_CHUNK_BYTES, EVENT_STREAM_KEEPALIVE, LONG_POLL_DEFAULT_MAX,
-    LONG_POLL_DEFAULT_WAIT_MS, LONG_POLL_MAX_ITEMS, LONG_POLL_MAX_WAIT_MS,
+    LONG_POLL_DEFAULT_WAIT_MS, LONG_POLL_MAX_BYTES, LONG_POLL_MAX_ITEMS, LONG_POLL_MAX_WAIT_MS,
 };
 use crate::mailbox::{Cursor, Item, Read};
 
@@ -178,7 +178,12 @@ pub(crate) async fn long_poll(state: &State, head: &Head) -> Response {
     };
     let Read { items, missed } = state
         .mailbox
-        .read(cursor, max, Duration::from_millis(wait))
+        .read(
+            cursor,
+            max,
+            LONG_POLL_MAX_BYTES,
+            Duration::from_millis(wait),
+        )
         .await;
     let last = items.last().map_or(cursor.0, |(seq, _)| *seq);
     let items: Vec<_> = items
@@ -233,7 +238,7 @@ pub(crate) fn event_stream(state: &std::sync::Arc<State>, head: &Head) -> Respon
         loop {
             let read = tokio::select! {
                 _ = tx.closed() => return,
-                read = state.mailbox.read(cursor, EVENT_STREAM_BATCH, EVENT_STREAM_KEEPALIVE) => read,
+                read = state.mailbox.read(cursor, EVENT_STREAM_BATCH, EVENT_STREAM_CHUNK_BYTES, EVENT_STREAM_KEEPALIVE) => read,
             };
             if read.missed > 0 {
                 let missed = format!(
@@ -254,22 +259,21 @@ pub(crate) fn event_stream(state: &std::sync::Arc<State>, head: &Head) -> Respon
                 }
                 continue;
             }
-            // The items of one read go out as one chunk, up to a size; the
-            // rest stay in the log for the next round.
+            // The items of one read (at most a chunk's bytes) go out as
+            // one chunk.
             let mut chunk = Vec::new();
             for (seq, item) in &read.items {
-                if !chunk.is_empty() && chunk.len() >= EVENT_STREAM_CHUNK_BYTES {
-                    break;
-                }
                 chunk.extend_from_slice(&event(&state, *seq, item));
                 cursor = Cursor(*seq);
             }
+            if read.items.is_empty() {
+                // Only `missed` (not expected: the log keeps at least one
+                // item): go on after what was missed.
+                cursor = Cursor(cursor.0 + read.missed);
+            }
+            drop(read);
             if !chunk.is_empty() && tx.send(Bytes::from(chunk)).await.is_err() {
                 return;
-            }
-            if read.items.is_empty() {
-                // Missed only: go on after what the log still holds.
-                cursor = Cursor(cursor.0 + read.missed);
             }
         }
     });

@@ -160,7 +160,12 @@ pub fn percent_decode(text: &str) -> String {
     while i < bytes.len() {
         match bytes[i] {
             b'%' if i + 2 < bytes.len() => {
-                let hex = std::str::from_utf8(&bytes[i + 1..i + 3]).ok();
+                let pair = &bytes[i + 1..i + 3];
+                let hex = pair
+                    .iter()
+                    .all(u8::is_ascii_hexdigit)
+                    .then(|| std::str::from_utf8(pair).ok())
+                    .flatten();
                 match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
                     Some(b) => {
                         out.push(b);
@@ -461,7 +466,7 @@ pub struct ServerEvent {
 /// and the CLI read an agent's inbox with it.
 pub struct EventStream {
     body: Incoming,
-    pending: Vec<u8>,
+    parser: EventParser,
     _driver: AbortOnDrop<()>,
 }
 
@@ -493,27 +498,87 @@ impl EventStream {
                 String::from_utf8_lossy(&body)
             ));
         }
+        let parser = EventParser {
+            last_id: last_event_id.map(str::to_owned),
+            ..Default::default()
+        };
         Ok(Self {
             body: response.into_body(),
-            pending: Vec::new(),
+            parser,
             _driver: driver,
         })
     }
 
-    /// The next event (comments and `retry` lines skipped); `None` when the
-    /// stream ended.
+    /// The next event with data; `None` when the stream ended.
     pub async fn next(&mut self) -> Option<ServerEvent> {
         loop {
-            if let Some(end) = self.pending.windows(2).position(|w| w == b"\n\n") {
-                let block: Vec<u8> = self.pending.drain(..end + 2).collect();
-                if let Some(event) = parse_event(&String::from_utf8_lossy(&block)) {
-                    return Some(event);
-                }
-                continue;
+            if let Some(event) = self.parser.next_event() {
+                return Some(event);
             }
             let frame = self.body.frame().await?.ok()?;
             if let Ok(data) = frame.into_data() {
-                self.pending.extend_from_slice(&data);
+                self.parser.push(&data);
+            }
+        }
+    }
+
+    /// The last `id` the stream set (also by a block without data).
+    pub fn last_id(&self) -> Option<&str> {
+        self.parser.last_id.as_deref()
+    }
+}
+
+/// The `text/event-stream` format, fed as it arrives. Line ends may be
+/// `\n`, `\r\n` or `\r`; comments, `retry` and id-only blocks are read
+/// but not returned.
+#[derive(Debug, Default)]
+pub struct EventParser {
+    /// Received, not yet parsed; line ends already made `\n`.
+    pending: Vec<u8>,
+    /// How far `pending` was searched for the end of an event.
+    scanned: usize,
+    /// A `\r` at the end of the last piece, whose meaning (`\r\n` or a
+    /// line end of its own) the next piece decides.
+    held_cr: bool,
+    last_id: Option<String>,
+}
+
+impl EventParser {
+    pub fn push(&mut self, data: &[u8]) {
+        for &b in data {
+            match (self.held_cr, b) {
+                (true, b'\n') => {
+                    self.pending.push(b'\n');
+                    self.held_cr = false;
+                }
+                (true, b'\r') => self.pending.push(b'\n'),
+                (true, b) => {
+                    self.pending.push(b'\n');
+                    self.pending.push(b);
+                    self.held_cr = false;
+                }
+                (false, b'\r') => self.held_cr = true,
+                (false, b) => self.pending.push(b),
+            }
+        }
+    }
+
+    /// The next whole event with data among what was pushed.
+    pub fn next_event(&mut self) -> Option<ServerEvent> {
+        loop {
+            let from = self.scanned.saturating_sub(1);
+            let Some(at) = self.pending[from..].windows(2).position(|w| w == b"\n\n") else {
+                self.scanned = self.pending.len();
+                return None;
+            };
+            let block: Vec<u8> = self.pending.drain(..from + at + 2).collect();
+            self.scanned = 0;
+            let parsed = parse_event(&String::from_utf8_lossy(&block));
+            if let Some(id) = parsed.as_ref().and_then(|e| e.id.clone()) {
+                self.last_id = Some(id);
+            }
+            if let Some(event) = parsed.filter(|e| !e.data.is_empty()) {
+                return Some(event);
             }
         }
     }
@@ -533,7 +598,7 @@ fn parse_event(block: &str) -> Option<ServerEvent> {
             _ => {}
         }
     }
-    if data.is_empty() && event.event.is_empty() {
+    if data.is_empty() && event.id.is_none() {
         return None;
     }
     event.data = data.join("\n");
@@ -546,5 +611,50 @@ struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
 impl<T> Drop for AbortOnDrop<T> {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_are_parsed_across_pieces_and_line_ends() {
+        let mut parser = EventParser::default();
+        parser.push(b"retry: 1000\r\n\r\nid: 1-1\r\nevent: message\r");
+        assert_eq!(parser.next_event(), None);
+        parser.push(b"\ndata: {\"a\":1}\r\n\r\n: keepalive\n\nid: 1-2\n\n");
+        let event = parser.next_event().expect("an event");
+        assert_eq!(
+            (
+                event.id.as_deref(),
+                event.event.as_str(),
+                event.data.as_str()
+            ),
+            (Some("1-1"), "message", "{\"a\":1}")
+        );
+        assert_eq!(
+            parser.next_event(),
+            None,
+            "comments and id-only blocks are not events"
+        );
+        assert_eq!(
+            parser.last_id.as_deref(),
+            Some("1-2"),
+            "an id-only block still sets the last id"
+        );
+        // A trailing `\r` waits for the next piece: it may start a `\r\n`.
+        parser.push(b"data: x\rdata: y\r\r");
+        assert_eq!(parser.next_event(), None);
+        parser.push(b"\n");
+        assert_eq!(parser.next_event().map(|e| e.data), Some("x\ny".to_owned()));
+    }
+
+    #[test]
+    fn percent_escapes_need_two_hex_digits() {
+        assert_eq!(percent_decode("a%2Fb%3E"), "a/b>");
+        // Not an escape: kept, with `+` a space as everywhere in a query.
+        assert_eq!(percent_decode("%+1x"), "% 1x");
+        assert_eq!(percent_decode("a+b%"), "a b%");
     }
 }
