@@ -29,7 +29,7 @@ fn refused(e: Error) -> Response {
         Error::InboxFull(_) => error(429, e.to_string()),
         Error::NodeNotRegistered(_) => error(404, e.to_string()),
         Error::Topic(_) | Error::Config(_) => error(400, e.to_string()),
-        Error::Displaced => error(503, e.to_string()),
+        // Redis did not answer, or this node was displaced.
         _ => error(503, e.to_string()),
     }
 }
@@ -144,8 +144,7 @@ pub(crate) async fn subscribe(state: &State, head: &Head, on: bool) -> Response 
     }
 }
 
-fn start(state: &State, head: &Head, text: Option<&str>) -> Result<Cursor, Response> {
-    let _ = head;
+fn start(state: &State, text: Option<&str>) -> Result<Cursor, Response> {
     state.mailbox.cursor(text).map_err(|e| error(400, e))
 }
 
@@ -155,7 +154,7 @@ fn start(state: &State, head: &Head, text: Option<&str>) -> Result<Cursor, Respo
 /// `after` for what follows.
 pub(crate) async fn long_poll(state: &State, head: &Head) -> Response {
     let parsed = (|| {
-        let cursor = start(state, head, head.query("after").as_deref())?;
+        let cursor = start(state, head.query("after").as_deref())?;
         let wait = number(
             head,
             "wait",
@@ -220,7 +219,7 @@ fn event(state: &State, seq: u64, item: &Item) -> Bytes {
 /// Redis.
 pub(crate) fn event_stream(state: &std::sync::Arc<State>, head: &Head) -> Response {
     let text = head.last_event_id.clone().or_else(|| head.query("after"));
-    let mut cursor = match start(state, head, text.as_deref()) {
+    let mut cursor = match start(state, text.as_deref()) {
         Ok(c) => c,
         Err(response) => return response,
     };
