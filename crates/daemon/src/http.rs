@@ -354,18 +354,20 @@ impl Connection {
         path: &str,
         body: Bytes,
     ) -> Result<(u16, String), String> {
-        let failed =
-            |e: &dyn std::fmt::Display| format!("{method} http://{}{path}: {e}", self.addr);
-        self.sender.ready().await.map_err(|e| failed(&e))?;
-        let request = hyper::Request::builder()
-            .method(method)
-            .uri(path)
-            .header(hyper::header::HOST, self.addr.to_string())
-            .body(Full::new(body))
-            .map_err(|e| failed(&e))?;
+        self.request_with(method, path, &[], body).await
+    }
+
+    async fn request_with(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<(u16, String), String> {
+        let addr = self.addr;
+        let failed = |e: &dyn std::fmt::Display| format!("{method} http://{addr}{path}: {e}");
         let response = self
-            .sender
-            .send_request(request)
+            .send(method, path, headers, body)
             .await
             .map_err(|e| failed(&e))?;
         let status = response.status().as_u16();
@@ -376,6 +378,28 @@ impl Connection {
             .map_err(|e| failed(&e))?
             .to_bytes();
         Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+
+    async fn send(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Bytes,
+    ) -> Result<hyper::Response<Incoming>, String> {
+        self.sender.ready().await.map_err(|e| e.to_string())?;
+        let mut request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header(hyper::header::HOST, self.addr.to_string());
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Full::new(body)).map_err(|e| e.to_string())?;
+        self.sender
+            .send_request(request)
+            .await
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -399,58 +423,13 @@ pub async fn request_with(
     body: Bytes,
     limit: Duration,
 ) -> Result<(u16, String), String> {
-    let failed = |e: &dyn std::fmt::Display| format!("{method} http://{addr}{path}: {e}");
     let exchange = async {
-        let (response, driver) = send(addr, method, path, headers, body)
-            .await
-            .map_err(|e| failed(&e))?;
-        let status = response.status().as_u16();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| failed(&e))?
-            .to_bytes();
-        drop(driver);
-        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+        let mut connection = Connection::open(addr).await?;
+        connection.request_with(method, path, headers, body).await
     };
     tokio::time::timeout(limit, exchange)
         .await
         .map_err(|_| format!("{addr} did not answer {method} {path} within {limit:?}"))?
-}
-
-/// Sends one request on a new connection; the connection lives as long as
-/// the returned driver.
-async fn send(
-    addr: SocketAddr,
-    method: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-    body: Bytes,
-) -> Result<(hyper::Response<Incoming>, AbortOnDrop<()>), String> {
-    let stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| e.to_string())?;
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| e.to_string())?;
-    // Aborted however the caller's future ends, a timeout included.
-    let driver = AbortOnDrop(tokio::spawn(async move {
-        let _ = connection.await;
-    }));
-    let mut request = hyper::Request::builder()
-        .method(method)
-        .uri(path)
-        .header(hyper::header::HOST, addr.to_string());
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let request = request.body(Full::new(body)).map_err(|e| e.to_string())?;
-    let response = sender
-        .send_request(request)
-        .await
-        .map_err(|e| e.to_string())?;
-    Ok((response, driver))
 }
 
 /// One Server-Sent Event: its `id`, `event` (empty: the default,
@@ -467,7 +446,8 @@ pub struct ServerEvent {
 pub struct EventStream {
     body: Incoming,
     parser: EventParser,
-    _driver: AbortOnDrop<()>,
+    /// Kept open while the stream is read.
+    _connection: Connection,
 }
 
 impl EventStream {
@@ -482,7 +462,9 @@ impl EventStream {
         if let Some(id) = last_event_id {
             headers.push(("last-event-id", id));
         }
-        let (response, driver) = send(addr, "GET", path, &headers, Bytes::new())
+        let mut connection = Connection::open(addr).await?;
+        let response = connection
+            .send("GET", path, &headers, Bytes::new())
             .await
             .map_err(|e| format!("GET http://{addr}{path}: {e}"))?;
         if response.status() != 200 {
@@ -505,7 +487,7 @@ impl EventStream {
         Ok(Self {
             body: response.into_body(),
             parser,
-            _driver: driver,
+            _connection: connection,
         })
     }
 
