@@ -531,3 +531,184 @@ async fn bad_messaging_requests_are_refused_with_the_field_named() {
         assert!(stderr.contains(words), "{flag}: {stderr}");
     }
 }
+
+async fn post_json(port: u16, path: &str, body: &Value) -> (u16, Value) {
+    let (code, text) = post_body(port, path, body.to_string().as_bytes()).await;
+    let value = serde_json::from_str(&text).unwrap_or_else(|_| panic!("JSON: {text}"));
+    (code, value)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_publishes_in_order_or_is_refused_whole() {
+    use serde_json::json;
+    let redis = RedisServer::start();
+    let a = agent(&redis, "t/a", &[]).await;
+    let b = agent(&redis, "t/b", &["--subscribe=jobs.>"]).await;
+    let mut stream = EventStream::open(addr(b.port), "/v1/inbox/events", None)
+        .await
+        .unwrap();
+
+    // 250 messages in one request: text and base64 payloads, a retained
+    // message and a direct send, delivered in the batch's order.
+    let mut messages: Vec<Value> = (0..247)
+        .map(|i| json!({ "topic": "jobs.run", "payload": format!("j{i}") }))
+        .collect();
+    messages.push(json!({ "topic": "jobs.bin", "payloadBase64": "/wA=" }));
+    messages.push(
+        json!({ "topic": "jobs.last", "payload": "kept", "retain": true, "retainTtlMs": 60000 }),
+    );
+    messages.push(json!({ "node": "t/b", "payload": "direct" }));
+    let (code, answer) = post_json(
+        a.port,
+        "/v1/publish/batch",
+        &json!({ "messages": messages }),
+    )
+    .await;
+    assert_eq!(code, 200, "{answer}");
+    let results = answer["results"].as_array().unwrap();
+    assert_eq!(results.len(), 250);
+    assert!(results.iter().all(|r| r["reached"] == 1), "{answer}");
+    for (i, result) in results.iter().take(247).enumerate() {
+        let m = data(&next(&mut stream).await);
+        assert_eq!(m["payload"], format!("j{i}"), "{m}");
+        assert_eq!(m["id"], result["id"]);
+    }
+    assert_eq!(data(&next(&mut stream).await)["payloadBase64"], "/wA=");
+    assert_eq!(data(&next(&mut stream).await)["payload"], "kept");
+    let direct = data(&next(&mut stream).await);
+    assert_eq!(
+        (direct["payload"].as_str(), direct["topic"].as_str()),
+        (Some("direct"), None)
+    );
+    // The retained one reaches a subscriber that comes later.
+    let (code, body) = request(a.port, "POST", "/v1/subscriptions?pattern=jobs.last").await;
+    assert_eq!(code, 200, "{body}");
+    let items = poll_messages(a.port, &mut None, 1, Duration::from_secs(3)).await;
+    assert_eq!(items[0]["payload"], "kept", "{items:?}");
+    assert_eq!(items[0]["retained"], true, "{items:?}");
+
+    // A batch with one bad message is refused whole, naming it.
+    let ok = json!({ "topic": "jobs.run", "payload": "never" });
+    for (bad, status, words) in [
+        (
+            json!({ "topic": "jobs..x", "payload": "x" }),
+            400,
+            "message 1 of the batch",
+        ),
+        (
+            json!({ "payload": "x" }),
+            400,
+            "messages[1] has no destination",
+        ),
+        (
+            json!({ "topic": "a", "node": "t/b", "payload": "x" }),
+            400,
+            "messages[1] has both topic and node",
+        ),
+        (json!({ "topic": "a" }), 400, "messages[1] has no payload"),
+        (
+            json!({ "topic": "a", "payloadBase64": "%%" }),
+            400,
+            "messages[1].payloadBase64",
+        ),
+        (
+            json!({ "topic": "a", "payload": "x", "overflow": "keep" }),
+            400,
+            "messages[1].overflow",
+        ),
+        (
+            json!({ "topic": "a", "payload": "x", "retainTtlMs": 5 }),
+            400,
+            "messages[1].retainTtlMs needs messages[1].retain=true",
+        ),
+        (
+            json!({ "topic": "a", "payload": "x", "retain": true, "retainTtlMs": 0 }),
+            400,
+            "messages[1].retainTtlMs = 0 is out of range",
+        ),
+        (
+            json!({ "node": "t/b", "payload": "x", "retain": true }),
+            400,
+            "topics only",
+        ),
+        (
+            json!({ "topic": "a", "payload": "x", "colour": "red" }),
+            400,
+            "unknown field `colour`",
+        ),
+        (
+            json!({ "topic": "a", "payloadBase64": "A".repeat(699_052) }),
+            413,
+            "message 1 of the batch",
+        ),
+    ] {
+        let (code, answer) = post_json(
+            a.port,
+            "/v1/publish/batch",
+            &json!({ "messages": [ok, bad, ok] }),
+        )
+        .await;
+        assert_eq!(code, status, "{answer}");
+        let text = answer["error"].as_str().unwrap();
+        assert!(text.contains(words), "{text} does not say {words:?}");
+        assert_eq!(answer["index"], 1, "{answer}");
+    }
+    let too_many: Vec<Value> = (0..1001).map(|_| ok.clone()).collect();
+    let (code, answer) = post_json(
+        a.port,
+        "/v1/publish/batch",
+        &json!({ "messages": too_many }),
+    )
+    .await;
+    assert_eq!(code, 400, "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("at most 1000"),
+        "{answer}"
+    );
+    let (code, body) = post_body(a.port, "/v1/publish/batch", b"[1, 2]").await;
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("messages"), "{body}");
+    // Nothing of those reached the subscriber.
+    if let Ok(Some(event)) = tokio::time::timeout(Duration::from_millis(300), stream.next()).await {
+        panic!("a refused batch delivered {event:?}");
+    }
+
+    // Past the checks, each message has its own outcome; the status is the
+    // first failure's, so a client that reads only the status notices.
+    let (code, answer) = post_json(
+        a.port,
+        "/v1/publish/batch",
+        &json!({ "messages": [
+            { "topic": "jobs.run", "payload": "before" },
+            { "node": "t/nobody", "payload": "x" },
+            { "topic": "jobs.run", "payload": "after" },
+        ] }),
+    )
+    .await;
+    assert_eq!(code, 404, "{answer}");
+    assert!(
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("1 of 3 messages were not published; the first, messages[1]"),
+        "{answer}"
+    );
+    assert_eq!(answer["results"][1]["status"], 404, "{answer}");
+    assert_eq!(answer["results"][0]["reached"], 1, "{answer}");
+    assert_eq!(data(&next(&mut stream).await)["payload"], "before");
+    assert_eq!(data(&next(&mut stream).await)["payload"], "after");
+
+    let (code, body) = request(a.port, "GET", "/v1/publish/batch").await;
+    assert_eq!((code, body.contains("POST")), (405, true), "{body}");
+    let (code, body) = leasehold_daemon::http::request_with(
+        addr(a.port),
+        "POST",
+        "/v1/publish/batch",
+        &[("origin", "https://example.test")],
+        bytes::Bytes::from(json!({ "messages": [ok] }).to_string()),
+        Duration::from_secs(2),
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, 403, "{body}");
+}

@@ -895,3 +895,82 @@ async fn commands_reach_older_nodes_through_their_inbox() {
     current.close().await.unwrap();
     controller.close().await.unwrap();
 }
+
+/// A batch keeps its order, refuses itself whole when one message is
+/// invalid, and otherwise gives each message its own outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_checked_whole_and_each_message_has_its_own_outcome() {
+    use leasehold_engine::{Outbound, To};
+    let redis = RedisServer::start();
+    let inbox = InboxConfig {
+        max_message_size: 1024,
+        ..Default::default()
+    };
+    let a = node_with(&redis.url(), "test/a", support::node_config(), inbox).await;
+    a.subscribe("t.>").await.unwrap();
+    let mut rx = a.inbox().unwrap();
+    let topic = |t: &str, payload: &[u8]| Outbound {
+        to: To::Topic(t.into()),
+        payload: payload.to_vec(),
+        options: PublishOptions::default(),
+    };
+    let to_node = |n: &str, payload: &[u8]| Outbound {
+        to: To::Node(n.into()),
+        payload: payload.to_vec(),
+        options: PublishOptions::default(),
+    };
+
+    // One invalid message anywhere: nothing of the batch is written.
+    for (bad, index) in [
+        (topic("t..x", b"x"), 1),
+        (topic("t.x", &[0u8; 1025]), 1),
+        (to_node("", b"x"), 1),
+    ] {
+        let err = a
+            .publish_all(vec![topic("t.a", b"ok"), bad, topic("t.b", b"ok")])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InBatch { index: i, .. } if *i == index),
+            "{err}"
+        );
+        assert!(
+            err.to_string().starts_with("message 1 of the batch: "),
+            "{err}"
+        );
+    }
+    nothing_for(&mut rx, Duration::from_millis(200)).await;
+    assert_eq!(redis.cli(&["GET", "lh:msgseq"]), "", "nothing was written");
+
+    // 300 messages (more than one publisher batch) arrive in order; a send
+    // to a node that is not live fails alone.
+    let mut batch: Vec<Outbound> = (0..300u32)
+        .map(|i| topic("t.n", &i.to_be_bytes()))
+        .collect();
+    batch.insert(150, to_node("test/gone", b"x"));
+    batch.push(to_node("test/a", b"direct"));
+    let results = a.publish_all(batch).await.unwrap();
+    assert_eq!(results.len(), 302);
+    assert!(
+        matches!(&results[150], Err(Error::NodeNotRegistered(n)) if n == "test/gone"),
+        "{:?}",
+        results[150]
+    );
+    let ids: Vec<u64> = results
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 150)
+        .map(|(_, r)| r.as_ref().unwrap().id)
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids rise in batch order"
+    );
+    for i in 0..300u32 {
+        let m = next_msg(&mut rx).await;
+        assert_eq!(m.payload, i.to_be_bytes(), "message {i} in order");
+    }
+    let m = next_msg(&mut rx).await;
+    assert_eq!((m.topic, m.payload), (None, b"direct".to_vec()));
+    a.close().await.unwrap();
+}

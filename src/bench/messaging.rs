@@ -282,22 +282,88 @@ async fn agent_path(
         met: Some(p99 <= library_p99 + Duration::from_micros(500)),
     });
 
+    // Throughput, first with one message per request, then in batches
+    // (`POST /v1/publish/batch`), with as many messages in flight as the
+    // library had: HTTP/1.1 costs each request a write and a read on both
+    // ends, which batches share.
     let n = args.throughput_messages;
+    let batch = args.agent_batch.max(1);
+    let one_rate = agent_throughput(a.addr, &mut stream, n, args.in_flight, 1).await?;
+    let batch_rate = agent_throughput(a.addr, &mut stream, n, args.in_flight, batch).await?;
+    rows.push(Row {
+        scenario: format!(
+            "messages/s through two agents' HTTP APIs, one per request ({n} messages, {} in flight)",
+            args.in_flight
+        ),
+        goal: "none: for comparison with batches".into(),
+        measured: format!(
+            "{one_rate:.0}/s ({:.0} % of the library's)",
+            100.0 * one_rate / library_rate
+        ),
+        met: None,
+    });
+    rows.push(Row {
+        scenario: format!(
+            "messages/s through two agents' HTTP APIs, batches of {batch} ({n} messages, {} in flight)",
+            args.in_flight
+        ),
+        goal: format!(">= half the library's {library_rate:.0}/s"),
+        measured: format!(
+            "{batch_rate:.0}/s ({:.0} % of the library's)",
+            100.0 * batch_rate / library_rate
+        ),
+        met: Some(batch_rate >= library_rate / 2.0),
+    });
+    drop(stream);
+    for mut agent in [a, b] {
+        agent.signal(libc::SIGTERM);
+        agent.wait(Duration::from_secs(5)).await?;
+    }
+    Ok(rows)
+}
+
+/// Messages per second from publishers on kept-alive connections to
+/// agent A, `batch` messages per request and about `in_flight` messages in
+/// flight in all, to the event stream of agent B.
+async fn agent_throughput(
+    addr: std::net::SocketAddr,
+    stream: &mut leasehold_daemon::http::EventStream,
+    n: u64,
+    in_flight: usize,
+    batch: usize,
+) -> Result<f64, String> {
+    use leasehold_daemon::http::Connection;
     progress(&format!(
-        "agent HTTP path: throughput, {n} messages, {} in flight",
-        args.in_flight
+        "agent HTTP path: throughput, {n} messages, {in_flight} in flight, {batch} per request"
     ));
     let started = Instant::now();
-    let workers = args.in_flight.max(1) as u64;
+    let workers = (in_flight / batch).max(1) as u64;
+    let batch = batch as u64;
     let mut senders = tokio::task::JoinSet::new();
     for w in 0..workers {
-        let addr = a.addr;
         senders.spawn(async move {
             let mut connection = Connection::open(addr).await?;
-            let mut i = w;
-            while i < n {
-                publish(&mut connection, i).await?;
-                i += workers;
+            // Worker w sends the requests w, w + workers, ... of `batch`
+            // messages each.
+            let mut first = w * batch;
+            while first < n {
+                let last = (first + batch).min(n);
+                let (path, body) = if batch == 1 {
+                    ("/v1/publish?topic=bench.http", first.to_string())
+                } else {
+                    let messages: Vec<_> = (first..last)
+                        .map(|i| serde_json::json!({ "topic": "bench.http", "payload": i.to_string() }))
+                        .collect();
+                    let body = serde_json::json!({ "messages": messages }).to_string();
+                    ("/v1/publish/batch", body)
+                };
+                let (code, answer) = connection
+                    .request("POST", path, bytes::Bytes::from(body))
+                    .await?;
+                if code != 200 {
+                    return Err(format!("publish through the agent: {code} {answer}"));
+                }
+                first += workers * batch;
             }
             Ok::<(), String>(())
         });
@@ -320,25 +386,7 @@ async fn agent_path(
     while let Some(done) = senders.join_next().await {
         done.map_err(|e| e.to_string())??;
     }
-    let rate = n as f64 / took.as_secs_f64();
-    rows.push(Row {
-        scenario: format!(
-            "messages/s through two agents' HTTP APIs ({n} messages, {} in flight)",
-            args.in_flight
-        ),
-        goal: format!(">= half the library's {library_rate:.0}/s"),
-        measured: format!(
-            "{rate:.0}/s ({:.0} % of the library's)",
-            100.0 * rate / library_rate
-        ),
-        met: Some(rate >= library_rate / 2.0),
-    });
-    drop(stream);
-    for mut agent in [a, b] {
-        agent.signal(libc::SIGTERM);
-        agent.wait(Duration::from_secs(5)).await?;
-    }
-    Ok(rows)
+    Ok(n as f64 / took.as_secs_f64())
 }
 
 /// `INFO commandstats` as command -> calls.

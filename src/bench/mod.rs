@@ -101,6 +101,10 @@ pub struct BenchArgs {
     /// Publishes in flight at once for the throughput figures.
     #[arg(long, default_value_t = 100)]
     pub in_flight: usize,
+    /// Messages per request for the agent path's batched throughput figure
+    /// (`POST /v1/publish/batch`); the messages in flight stay `--in-flight`.
+    #[arg(long, default_value_t = 20)]
+    pub agent_batch: usize,
     /// Subscribers for the fan-out figure.
     #[arg(long, default_value_t = 100)]
     pub subscribers: usize,

@@ -153,7 +153,10 @@ pub(crate) async fn respond(state: Arc<State>, surface: Surface, head: Head) -> 
                     groups,
                     inbox: {
                         let (received, recoveries) = state.mailbox.counts();
-                        InboxView { received, recoveries }
+                        InboxView {
+                            received,
+                            recoveries,
+                        }
                     },
                 },
             )
@@ -180,21 +183,31 @@ pub(crate) async fn respond(state: Arc<State>, surface: Surface, head: Head) -> 
                 _ => error(404, "not found"),
             }
         }
-        (_, ["v1", "inbox" | "publish" | "send" | "subscriptions"] | ["v1", "inbox", "events"]) if head.origin.is_some() => error(
+        (
+            _,
+            ["v1", "inbox" | "publish" | "send" | "subscriptions"]
+            | ["v1", "inbox", "events"]
+            | ["v1", "publish", "batch"],
+        ) if head.origin.is_some() => error(
             403,
             "a request with an Origin header (sent by a browser) may not use the inbox or publish",
         ),
         ("GET", ["v1", "inbox"]) => messaging::long_poll(&state, &head).await,
         ("GET", ["v1", "inbox", "events"]) => messaging::event_stream(&state, &head),
         ("POST", ["v1", "publish"]) => messaging::publish(&state, &head).await,
+        ("POST", ["v1", "publish", "batch"]) => messaging::publish_batch(&state, &head).await,
         ("POST", ["v1", "send"]) => messaging::send(&state, &head).await,
         ("GET", ["v1", "subscriptions"]) => messaging::subscriptions(&state),
         ("POST", ["v1", "subscriptions"]) => messaging::subscribe(&state, &head, true).await,
         ("DELETE", ["v1", "subscriptions"]) => messaging::subscribe(&state, &head, false).await,
-        (_, ["healthz" | "readyz" | "metrics"] | ["v1", "status"] | ["v1", "inbox"] | ["v1", "inbox", "events"]) => {
-            error(405, "use GET")
-        }
-        (_, ["v1", "publish" | "send"]) => error(405, "use POST"),
+        (
+            _,
+            ["healthz" | "readyz" | "metrics"]
+            | ["v1", "status"]
+            | ["v1", "inbox"]
+            | ["v1", "inbox", "events"],
+        ) => error(405, "use GET"),
+        (_, ["v1", "publish" | "send"] | ["v1", "publish", "batch"]) => error(405, "use POST"),
         (_, ["v1", "subscriptions"]) => error(405, "use GET, POST or DELETE"),
         _ => error(404, "not found"),
     }

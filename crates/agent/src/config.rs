@@ -47,3 +47,7 @@ pub const LONG_POLL_MAX_BYTES: usize = 4 * 1024 * 1024;
 /// the most it may ask for.
 pub const LONG_POLL_DEFAULT_MAX: usize = 100;
 pub const LONG_POLL_MAX_ITEMS: usize = 1000;
+
+/// Most messages one `POST /v1/publish/batch` carries (its body is also
+/// bounded, by the HTTP server's 1 MiB).
+pub const BATCH_MAX_MESSAGES: usize = 1000;

@@ -16,6 +16,7 @@ mod exec;
 mod mailbox;
 mod messaging;
 mod metrics;
+mod payload;
 mod role_file;
 
 use std::net::SocketAddr;

@@ -64,8 +64,7 @@ impl Item {
         }
     }
 
-    /// The item as JSON. A payload that is UTF-8 travels as `payload`
-    /// (text), any other as `payloadBase64`: exactly one of the two is set.
+    /// The item as JSON, its payload as [`crate::payload::set`] puts it.
     pub fn to_json(&self) -> Value {
         match self {
             Item::Message(m) => {
@@ -75,10 +74,7 @@ impl Item {
                     "from": m.from,
                     "retained": m.retained,
                 });
-                match std::str::from_utf8(&m.payload) {
-                    Ok(text) => v["payload"] = json!(text),
-                    Err(_) => v["payloadBase64"] = json!(base64(&m.payload)),
-                }
+                crate::payload::set(&mut v, &m.payload);
                 v
             }
             Item::Recovered => json!({}),
@@ -86,28 +82,6 @@ impl Item {
             Item::Dropped { count, total } => json!({ "count": count, "total": total }),
         }
     }
-}
-
-/// Standard base64 with padding (RFC 4648), for payloads that are not UTF-8.
-pub fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// Where a client is in the stream: after the item with this sequence
@@ -351,21 +325,6 @@ impl Mailbox {
 mod tests {
     use super::*;
 
-    #[test]
-    fn base64_matches_the_rfc_vectors() {
-        for (input, output) in [
-            ("", ""),
-            ("f", "Zg=="),
-            ("fo", "Zm8="),
-            ("foo", "Zm9v"),
-            ("foob", "Zm9vYg=="),
-            ("fooba", "Zm9vYmE="),
-            ("foobar", "Zm9vYmFy"),
-        ] {
-            assert_eq!(base64(input.as_bytes()), output);
-        }
-    }
-
     fn message(id: u64, payload: &[u8]) -> Item {
         Item::Message(Message {
             id,
@@ -374,16 +333,6 @@ mod tests {
             payload: payload.to_vec(),
             retained: false,
         })
-    }
-
-    #[test]
-    fn payloads_travel_as_text_when_utf8_and_as_base64_otherwise() {
-        let text = message(1, "héllo".as_bytes()).to_json();
-        assert_eq!(text["payload"], "héllo");
-        assert!(text.get("payloadBase64").is_none());
-        let binary = message(2, &[0xff, 0x00]).to_json();
-        assert_eq!(binary["payloadBase64"], "/wA=");
-        assert!(binary.get("payload").is_none());
     }
 
     #[test]

@@ -8,29 +8,43 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use leasehold_daemon::http::{Head, Response};
-use leasehold_engine::{Error, Overflow, PublishOptions, Retain};
+use leasehold_engine::{Error, Outbound, Overflow, PublishOptions, Retain, To};
+use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::{error, json, State};
 use crate::config::{
-    EVENT_STREAM_BATCH, EVENT_STREAM_CHUNK_BYTES, EVENT_STREAM_KEEPALIVE, LONG_POLL_DEFAULT_MAX,
-    LONG_POLL_DEFAULT_WAIT_MS, LONG_POLL_MAX_BYTES, LONG_POLL_MAX_ITEMS, LONG_POLL_MAX_WAIT_MS,
+    BATCH_MAX_MESSAGES, EVENT_STREAM_BATCH, EVENT_STREAM_CHUNK_BYTES, EVENT_STREAM_KEEPALIVE,
+    LONG_POLL_DEFAULT_MAX, LONG_POLL_DEFAULT_WAIT_MS, LONG_POLL_MAX_BYTES, LONG_POLL_MAX_ITEMS,
+    LONG_POLL_MAX_WAIT_MS,
 };
 use crate::mailbox::{Cursor, Item, Read};
+use crate::payload;
 
 /// The answer for an engine error: the status says whose fault it is, the
 /// body names the limit or the value at fault.
 fn refused(e: Error) -> Response {
+    let (status, body) = refusal(&e);
+    json(status, &body)
+}
+
+fn refusal(e: &Error) -> (u16, serde_json::Value) {
+    let text = e.to_string();
     match e {
-        Error::DataTooLarge { size, max } => json(
-            413,
-            &json!({ "error": e.to_string(), "size": size, "max": max }),
-        ),
-        Error::InboxFull(_) => error(429, e.to_string()),
-        Error::NodeNotRegistered(_) => error(404, e.to_string()),
-        Error::Topic(_) | Error::Config(_) => error(400, e.to_string()),
+        Error::DataTooLarge { size, max } => {
+            (413, json!({ "error": text, "size": size, "max": max }))
+        }
+        Error::InBatch { index, source } => {
+            let (status, mut body) = refusal(source);
+            body["error"] = json!(text);
+            body["index"] = json!(index);
+            (status, body)
+        }
+        Error::InboxFull(_) => (429, json!({ "error": text })),
+        Error::NodeNotRegistered(_) => (404, json!({ "error": text })),
+        Error::Topic(_) | Error::Config(_) => (400, json!({ "error": text })),
         // Redis did not answer, or this node was displaced.
-        _ => error(503, e.to_string()),
+        _ => (503, json!({ "error": text })),
     }
 }
 
@@ -59,10 +73,43 @@ fn required(head: &Head, name: &str, what: &str) -> Result<String, Response> {
     })
 }
 
+/// Publish options from their parts, or what is wrong with them, naming the
+/// field as `at` spells it (`` for query parameters, `messages[3].` in a
+/// batch).
+fn options_from(
+    at: &str,
+    retain: bool,
+    retain_ttl_ms: Option<u64>,
+    overflow: Option<&str>,
+) -> Result<PublishOptions, String> {
+    let max_ttl = leasehold_engine::config::MAX_RETAIN_MS;
+    let retain = match (retain, retain_ttl_ms) {
+        (false, None) => Retain::No,
+        (false, Some(_)) => return Err(format!("{at}retainTtlMs needs {at}retain=true")),
+        (true, None) => Retain::Forever,
+        (true, Some(ms)) if (1..=max_ttl).contains(&ms) => Retain::For(Duration::from_millis(ms)),
+        (true, Some(ms)) => {
+            return Err(format!(
+            "{at}retainTtlMs = {ms} is out of range: it must be a whole number from 1 to {max_ttl}"
+        ))
+        }
+    };
+    let overflow = match overflow {
+        None | Some("dropOldest") => Overflow::DropOldest,
+        Some("refuse") => Overflow::Refuse,
+        Some(other) => {
+            return Err(format!(
+                "{at}overflow = {other:?} is invalid: it must be dropOldest or refuse"
+            ))
+        }
+    };
+    Ok(PublishOptions { retain, overflow })
+}
+
 fn options(head: &Head) -> Result<PublishOptions, Response> {
     let retain = match head.query("retain").as_deref() {
-        None | Some("false") => None,
-        Some("true") => Some(()),
+        None | Some("false") => false,
+        Some("true") => true,
         Some(other) => {
             return Err(error(
                 400,
@@ -70,30 +117,17 @@ fn options(head: &Head) -> Result<PublishOptions, Response> {
             ))
         }
     };
-    let ttl = head.query("retainTtlMs");
-    let retain = match (retain, ttl) {
-        (None, None) => Retain::No,
-        (None, Some(_)) => return Err(error(400, "retainTtlMs needs retain=true")),
-        (Some(()), None) => Retain::Forever,
-        (Some(()), Some(_)) => Retain::For(Duration::from_millis(number(
+    let ttl = match head.query("retainTtlMs") {
+        None => None,
+        Some(_) => Some(number(
             head,
             "retainTtlMs",
             0,
             1,
             leasehold_engine::config::MAX_RETAIN_MS,
-        )?)),
+        )?),
     };
-    let overflow = match head.query("overflow").as_deref() {
-        None | Some("dropOldest") => Overflow::DropOldest,
-        Some("refuse") => Overflow::Refuse,
-        Some(other) => {
-            return Err(error(
-                400,
-                format!("overflow = {other:?} is invalid: it must be dropOldest or refuse"),
-            ))
-        }
-    };
-    Ok(PublishOptions { retain, overflow })
+    options_from("", retain, ttl, head.query("overflow").as_deref()).map_err(|e| error(400, e))
 }
 
 /// `POST /v1/publish?topic=T[&retain=true[&retainTtlMs=N]][&overflow=refuse]`.
@@ -107,6 +141,133 @@ pub(crate) async fn publish(state: &State, head: &Head) -> Response {
     match state.node.publish_with(&topic, &head.body, options).await {
         Ok(p) => json(200, &json!({ "id": p.id, "reached": p.reached })),
         Err(e) => refused(e),
+    }
+}
+
+/// The body of `POST /v1/publish/batch`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Batch {
+    /// Each read on its own after the count is checked, so that an error
+    /// names its index.
+    messages: Vec<serde_json::Value>,
+}
+
+/// One message of a batch: to a `topic` (with the options of
+/// `/v1/publish`) or to one `node`, its payload as `payload` or
+/// `payloadBase64`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct BatchMessage {
+    topic: Option<String>,
+    node: Option<String>,
+    payload: Option<String>,
+    payload_base64: Option<String>,
+    #[serde(default)]
+    retain: bool,
+    retain_ttl_ms: Option<u64>,
+    overflow: Option<String>,
+}
+
+impl BatchMessage {
+    fn outbound(self, at: &str) -> Result<Outbound, String> {
+        let payload = payload::get(at, self.payload, self.payload_base64.as_deref())?;
+        let to = match (self.topic, self.node) {
+            (Some(topic), None) => To::Topic(topic),
+            (None, Some(node)) => {
+                if self.retain || self.retain_ttl_ms.is_some() || self.overflow.is_some() {
+                    return Err(format!(
+                        "{at} goes to a node: retain, retainTtlMs and overflow apply to topics only"
+                    ));
+                }
+                To::Node(node)
+            }
+            (None, None) => return Err(format!("{at} has no destination: give topic or node")),
+            (Some(_), Some(_)) => return Err(format!("{at} has both topic and node: give one")),
+        };
+        let options = options_from(
+            &format!("{at}."),
+            self.retain,
+            self.retain_ttl_ms,
+            self.overflow.as_deref(),
+        )?;
+        Ok(Outbound {
+            to,
+            payload,
+            options,
+        })
+    }
+}
+
+/// `POST /v1/publish/batch` with `{"messages": [...]}`: many messages in
+/// one request, published in order (see [`leasehold_engine::Node::publish_all`]).
+/// A batch with an invalid message is refused whole (400 or 413, naming
+/// `messages[i]`); otherwise the answer has a result per message, and its
+/// status is 200 only when every message was published, else that of the
+/// first failure, so that a client reading only the status loses nothing
+/// unawares.
+pub(crate) async fn publish_batch(state: &State, head: &Head) -> Response {
+    let batch: Batch = match serde_json::from_slice(&head.body) {
+        Ok(batch) => batch,
+        Err(e) => {
+            return error(
+                400,
+                format!("the body is not a batch ({{\"messages\": [...]}}): {e}"),
+            )
+        }
+    };
+    if batch.messages.len() > BATCH_MAX_MESSAGES {
+        return error(
+            400,
+            format!(
+                "messages has {} entries: a batch holds at most {BATCH_MAX_MESSAGES}",
+                batch.messages.len()
+            ),
+        );
+    }
+    let mut outbound = Vec::with_capacity(batch.messages.len());
+    for (index, m) in batch.messages.into_iter().enumerate() {
+        let at = format!("messages[{index}]");
+        let checked = serde_json::from_value::<BatchMessage>(m)
+            .map_err(|e| format!("{at}: {e}"))
+            .and_then(|m| m.outbound(&at));
+        match checked {
+            Ok(o) => outbound.push(o),
+            Err(text) => return json(400, &json!({ "error": text, "index": index })),
+        }
+    }
+    let results = match state.node.publish_all(outbound).await {
+        Ok(results) => results,
+        Err(e) => return refused(e),
+    };
+    let total = results.len();
+    let mut first_failure = None;
+    let mut failed = 0;
+    let results: Vec<serde_json::Value> = results
+        .into_iter()
+        .enumerate()
+        .map(|(index, r)| match r {
+            Ok(p) => json!({ "id": p.id, "reached": p.reached }),
+            Err(e) => {
+                failed += 1;
+                let (status, mut body) = refusal(&e);
+                body["status"] = json!(status);
+                first_failure.get_or_insert((status, index, e.to_string()));
+                body
+            }
+        })
+        .collect();
+    match first_failure {
+        None => json(200, &json!({ "results": results })),
+        Some((status, index, text)) => json(
+            status,
+            &json!({
+                "error": format!(
+                    "{failed} of {total} messages were not published; the first, messages[{index}]: {text}"
+                ),
+                "results": results,
+            }),
+        ),
     }
 }
 

@@ -44,7 +44,9 @@ pub use config::{ConfigError, ElectionConfig, InboxConfig, NodeConfig};
 pub use election::{Group, Role};
 pub use events::{Event, LostReason, Observer, Operation};
 pub use inbox::topic::TopicError;
-pub use inbox::{Delivery, Inbox, Message, Overflow, PublishOptions, Published, Retain};
+pub use inbox::{
+    Delivery, Inbox, Message, Outbound, Overflow, PublishOptions, Published, Retain, To,
+};
 pub use node::{Node, NodeOptions, StepDownRequest};
 pub use store::{
     ConnectError, ConnectOptions, NodeInfo, ReplicaAcks, SettingWarning, Store, StoreError,
@@ -74,4 +76,12 @@ pub enum Error {
     DataTooLarge { size: u64, max: u64 },
     #[error("the inbox of node {0:?} is full; the publish was refused and nothing was written")]
     InboxFull(String),
+    /// A message of a batch ([`Node::publish_all`]) is invalid; nothing of
+    /// the batch was published.
+    #[error("message {index} of the batch: {source}")]
+    InBatch {
+        /// From 0.
+        index: usize,
+        source: Box<Error>,
+    },
 }

@@ -105,6 +105,25 @@ pub struct PublishOptions {
     pub overflow: Overflow,
 }
 
+/// Where one message of [`crate::Node::publish_all`] goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum To {
+    /// Every live subscriber of this topic, as [`crate::Node::publish_with`].
+    Topic(String),
+    /// One live node's inbox, as [`crate::Node::send`].
+    Node(String),
+}
+
+/// One message of a batch for [`crate::Node::publish_all`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outbound {
+    pub to: To,
+    pub payload: Vec<u8>,
+    /// Used for topics only: a direct message is never retained, and one to
+    /// a full inbox drops its oldest message.
+    pub options: PublishOptions,
+}
+
 /// A successful publish.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Published {

@@ -9,7 +9,7 @@ use super::{locked, Node};
 use crate::config::{self, validate_name};
 use crate::inbox::publisher;
 use crate::inbox::topic::{validate_subscription, validate_topic};
-use crate::inbox::{Inbox, Overflow, PublishOptions, Published, Retain};
+use crate::inbox::{Inbox, Outbound, Overflow, PublishOptions, Published, Retain, To};
 use crate::store::{bounded, Destination, Outgoing, PublishOutcome};
 use crate::Error;
 
@@ -129,14 +129,73 @@ impl Node {
         .await
     }
 
+    /// Publishes a batch: each message to a topic or to one node, in
+    /// order, as one call per message would, but queued at once so the
+    /// publisher sends them to Redis together. Every message is checked
+    /// first; if one is invalid, nothing is published and the error names
+    /// its index ([`Error::InBatch`]). After that each message succeeds or
+    /// fails on its own (a full inbox with [`Overflow::Refuse`], a node that
+    /// is not live, Redis), and the answer has one result per message.
+    pub async fn publish_all(
+        &self,
+        messages: Vec<Outbound>,
+    ) -> Result<Vec<Result<Published, Error>>, Error> {
+        let mut outgoing = Vec::with_capacity(messages.len());
+        for (index, m) in messages.into_iter().enumerate() {
+            let checked = match m.to {
+                To::Topic(topic) => validate_topic(&topic)
+                    .map_err(Error::from)
+                    .and_then(|()| self.outgoing(Destination::Topic(topic), m.payload, m.options)),
+                To::Node(node) => validate_name("node id", &node)
+                    .map_err(Error::from)
+                    .and_then(|()| {
+                        self.outgoing(
+                            Destination::Node(node),
+                            m.payload,
+                            PublishOptions::default(),
+                        )
+                    }),
+            };
+            outgoing.push(checked.map_err(|e| Error::InBatch {
+                index,
+                source: Box::new(e),
+            })?);
+        }
+        // Queued in order from this one task, so they keep their order; the
+        // replies are awaited after all are queued.
+        let mut answers = Vec::with_capacity(outgoing.len());
+        for message in outgoing {
+            answers.push(self.queue(message).await);
+        }
+        let mut results = Vec::with_capacity(answers.len());
+        for answer in answers {
+            results.push(match answer {
+                Ok(answer) => outcome(answer).await,
+                Err(e) => Err(e),
+            });
+        }
+        Ok(results)
+    }
+
     async fn deliver(
         &self,
         destination: Destination,
         payload: &[u8],
         options: PublishOptions,
     ) -> Result<Published, Error> {
-        // Everything is checked before the message is queued: a batch must
-        // not fail half-way in Redis.
+        let message = self.outgoing(destination, payload.to_vec(), options)?;
+        outcome(self.queue(message).await?).await
+    }
+
+    /// The message as the publisher takes it, once it is checked: everything
+    /// is checked before the message is queued, so that a batch in Redis
+    /// never fails half-way.
+    fn outgoing(
+        &self,
+        destination: Destination,
+        payload: Vec<u8>,
+        options: PublishOptions,
+    ) -> Result<Outgoing, Error> {
         let retain_ms = options.retain.as_ms()?;
         let max = self.inbox_config.max_message_size;
         if payload.len() as u64 > max {
@@ -145,27 +204,40 @@ impl Node {
                 max,
             });
         }
-        let message = Outgoing {
+        Ok(Outgoing {
             destination,
-            payload: payload.to_vec(),
+            payload,
             refuse_when_full: options.overflow == Overflow::Refuse,
             retain_ms,
-        };
+        })
+    }
+
+    /// Hands the message to the publisher; the answer comes on the receiver.
+    async fn queue(&self, message: Outgoing) -> Result<Answer, Error> {
         let (reply, answer) = oneshot::channel();
-        let timeout = || Error::Store(crate::StoreError::Timeout(config::REQUEST_TIMEOUT));
         self.publisher
             .send(publisher::Request { message, reply })
             .await
-            .map_err(|_| timeout())?;
-        // The publisher bounds the call itself; this only guards a lost reply.
-        let outcome = tokio::time::timeout(config::REQUEST_TIMEOUT * 2, answer)
-            .await
-            .map_err(|_| timeout())?
-            .map_err(|_| timeout())??;
-        match outcome {
-            PublishOutcome::Delivered { id, reached } => Ok(Published { id, reached }),
-            PublishOutcome::InboxFull { node } => Err(Error::InboxFull(node)),
-            PublishOutcome::NotLive { node } => Err(Error::NodeNotRegistered(node)),
-        }
+            .map_err(|_| timed_out())?;
+        Ok(answer)
+    }
+}
+
+type Answer = oneshot::Receiver<Result<PublishOutcome, crate::StoreError>>;
+
+fn timed_out() -> Error {
+    Error::Store(crate::StoreError::Timeout(config::REQUEST_TIMEOUT))
+}
+
+async fn outcome(answer: Answer) -> Result<Published, Error> {
+    // The publisher bounds the call itself; this only guards a lost reply.
+    let outcome = tokio::time::timeout(config::REQUEST_TIMEOUT * 2, answer)
+        .await
+        .map_err(|_| timed_out())?
+        .map_err(|_| timed_out())??;
+    match outcome {
+        PublishOutcome::Delivered { id, reached } => Ok(Published { id, reached }),
+        PublishOutcome::InboxFull { node } => Err(Error::InboxFull(node)),
+        PublishOutcome::NotLive { node } => Err(Error::NodeNotRegistered(node)),
     }
 }
