@@ -712,3 +712,45 @@ async fn a_batch_publishes_in_order_or_is_refused_whole() {
     .unwrap();
     assert_eq!(code, 403, "{body}");
 }
+
+/// An agent whose `--subscribe` Redis refuses exits with the flag named and
+/// leaves no registration behind (before: it stayed until its lease ran
+/// out, a live node that nobody ran).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_refused_at_start_leaves_no_registration() {
+    let redis = RedisServer::start();
+    // A user that may use every key but the index of retained topics
+    // (`lh:retained`), which only a pattern subscription reads: registering
+    // and unregistering work, subscribing to `a.>` fails.
+    redis.cli(&[
+        "ACL",
+        "SETUSER",
+        "narrow",
+        "on",
+        ">pw",
+        "~lh:node*",
+        "~lh:born",
+        "~lh:replid",
+        "~lh:events",
+        "~lh:msgseq",
+        "~lh:patterns",
+        "~lh:topic:*",
+        "~lh:g:*",
+        "&*",
+        "+@all",
+    ]);
+    let url = redis.url().replacen("redis://", "redis://narrow:pw@", 1);
+    let port = free_port();
+    let mut flags = args("t/narrow", &url, port, "g");
+    flags.push("--subscribe=a.>".into());
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let (status, stderr) = support::agent::run_to_end(&flags);
+    assert!(!status.success(), "the agent started: {stderr}");
+    assert!(stderr.contains("--subscribe \"a.>\""), "{stderr}");
+    assert_eq!(
+        redis.cli(&["EXISTS", "lh:node:t/narrow"]),
+        "0",
+        "the registration is left behind: {stderr}"
+    );
+    assert_eq!(redis.cli(&["ZSCORE", "lh:nodes", "t/narrow"]), "");
+}

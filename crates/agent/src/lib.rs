@@ -369,9 +369,19 @@ impl Agent {
             .collect();
 
         for pattern in &settings.subscribe {
-            node.subscribe(pattern).await.map_err(|e| {
-                FlagError::worded("--subscribe", format!("--subscribe {pattern:?}: {e}"))
-            })?;
+            if let Err(e) = node.subscribe(pattern).await {
+                // Registered but never run: unregister now rather than
+                // leave a live node, with its subscriptions, until its
+                // lease runs out.
+                if let Err(close) = node.close().await {
+                    tracing::warn!(error = %close, "unregistering after a failed --subscribe");
+                }
+                return Err(FlagError::worded(
+                    "--subscribe",
+                    format!("--subscribe {pattern:?}: {e}"),
+                )
+                .into());
+            }
         }
         let node = Arc::new(node);
         let (step_downs, requests) = mpsc::channel::<StepDown>(16);
