@@ -760,6 +760,62 @@ fn label_conflict(conflicts: &[String]) -> Condition {
     }
 }
 
+/// Rule: a plan reads only some of the namespace's pods: those its
+/// selector matches, those its members and its holder run in, and those
+/// that carry its label key as `leader` or `follower` where no other group
+/// with that key selects them (their label is its to clean up). On these
+/// it decides exactly as on all of them, so a reconcile copies only these
+/// out of the cache: with 1,000 groups of 3 pods in one namespace, 3 to 6
+/// pods instead of 3,000.
+pub struct PodsRead {
+    own: PodSelector,
+    key: String,
+    same_key: SelectorIndex,
+    /// Pods named by the members and the holder in Redis.
+    named: BTreeSet<String>,
+}
+
+impl PodsRead {
+    pub fn new(group: &LeaderGroup, others: &[OtherGroup], store: &StoreView) -> Self {
+        let namespace = group.metadata.namespace.as_deref().unwrap_or_default();
+        let name = group.metadata.name.as_deref().unwrap_or_default();
+        let key = group.spec.role_label.clone();
+        let same_key = SelectorIndex::new(
+            others
+                .iter()
+                .filter(|o| o.role_label == key && o.name != name)
+                .map(|o| &o.selector),
+        );
+        let named = match store {
+            StoreView::Available(state) => state
+                .members
+                .iter()
+                .map(|(node, _)| node.as_str())
+                .chain(state.holder.as_deref())
+                .filter_map(|node| pod_of(node, namespace))
+                .map(str::to_owned)
+                .collect(),
+            StoreView::Unavailable(_) => BTreeSet::new(),
+        };
+        Self {
+            own: PodSelector::new(&group.spec.selector),
+            key,
+            same_key,
+            named,
+        }
+    }
+
+    /// Whether the plan needs the pod `name` with these labels.
+    pub fn needs(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
+        self.named.contains(name)
+            || self.own.matches(labels)
+            || (matches!(
+                labels.get(&self.key).map(String::as_str),
+                Some(LEADER) | Some(FOLLOWER)
+            ) && !self.same_key.any_matches(labels))
+    }
+}
+
 /// Rule: status is written only when something but the expiry times
 /// changed, or when the stored lease expiry lies in the past. Times are
 /// stored to the second, cut down, so a stored expiry has surely passed

@@ -707,3 +707,103 @@ fn unsafe_redis_settings_are_a_condition_of_every_group_but_not_unreadiness() {
     let down = run(&later, &pods, &StoreView::Unavailable("down".into()));
     assert_eq!(cond(&down.status, "RedisSettingsSafe").status, "False");
 }
+
+/// The plan decides the same on the pods `PodsRead` keeps as on all of
+/// the namespace's pods, over many mixes of selected and unselected pods,
+/// role labels, groups sharing the label key, members and holders.
+#[test]
+fn a_plan_on_the_pods_it_reads_equals_one_on_all_pods() {
+    let mut seed: u64 = 0x2545_f491_4f6c_dd1d;
+    let mut next = move |n: u64| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed % n
+    };
+    let apps = [Some("web"), Some("api"), None];
+    let roles = [None, Some(LEADER), Some(FOLLOWER), Some("other")];
+    let mut kept_fewer = 0;
+    for case in 0..2_000 {
+        let pods: Vec<PodView> = (0..6)
+            .map(|i| {
+                let mut labels = BTreeMap::new();
+                if let Some(app) = apps[next(3) as usize] {
+                    labels.insert("app".to_owned(), app.to_owned());
+                }
+                if let Some(role) = roles[next(4) as usize] {
+                    labels.insert(DEFAULT_ROLE_LABEL.to_owned(), role.to_owned());
+                }
+                PodView {
+                    name: format!("p{i}"),
+                    labels,
+                }
+            })
+            .collect();
+        let selecting = |app: &str| LabelSelector {
+            match_labels: Some([("app".to_owned(), app.to_owned())].into()),
+            match_expressions: None,
+        };
+        let others: Vec<OtherGroup> = (0..next(3))
+            .map(|i| OtherGroup {
+                name: if next(2) == 0 {
+                    format!("a{i}")
+                } else {
+                    format!("z{i}")
+                },
+                role_label: if next(4) == 0 {
+                    "other.dev/role".into()
+                } else {
+                    DEFAULT_ROLE_LABEL.into()
+                },
+                selector: selecting(if next(2) == 0 { "web" } else { "api" }),
+            })
+            .collect();
+        // Members: pods that exist or not ("gone"), selected or not.
+        let names = ["p0", "p1", "p2", "p3", "p4", "p5", "gone"];
+        let members: Vec<&str> = names.iter().filter(|_| next(3) == 0).copied().collect();
+        let holder = (next(3) != 0).then(|| names[next(7) as usize]);
+        let store = if next(10) == 0 {
+            StoreView::Unavailable("down".into())
+        } else {
+            state(holder, 1 + next(5), &members)
+        };
+        let previous = (next(2) == 0).then(|| LeaderGroupStatus {
+            leader: Some("p1".into()),
+            holder: Some(format!("{NS}/p1")),
+            term: Some(1),
+            ..Default::default()
+        });
+        let g = group("m", spec(), previous);
+        let read = PodsRead::new(&g, &others, &store);
+        let kept: Vec<PodView> = pods
+            .iter()
+            .filter(|p| read.needs(&p.name, &p.labels))
+            .cloned()
+            .collect();
+        if kept.len() < pods.len() {
+            kept_fewer += 1;
+        }
+        let on = |pods: &[PodView]| {
+            plan(&Observed {
+                group: &g,
+                pods,
+                others: &others,
+                store: &store,
+                swept: &[],
+                local_now_ms: NOW,
+                redis_warnings: &[],
+                holder_gone_since_ms: Some(0),
+            })
+        };
+        assert_eq!(
+            on(&kept),
+            on(&pods),
+            "case {case}: {pods:?} {others:?} {store:?}"
+        );
+    }
+    assert!(
+        kept_fewer > 1_000,
+        "the filter kept every pod in {} of 2000 cases",
+        2_000 - kept_fewer
+    );
+}

@@ -4,7 +4,7 @@
 //! starts, and again right before every label patch and the status write
 //! (the Kubernetes writes a stale replica could get wrong).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,8 +22,8 @@ use crate::event_log::EventLog;
 use crate::label_writes::LabelWrites;
 use crate::metrics::ControllerMetrics;
 use crate::plan::{
-    plan, role_labels_to_remove, LabelChange, Observed, OtherGroup, Plan, PodView, StoreView,
-    LEADER,
+    plan, role_labels_to_remove, LabelChange, Observed, OtherGroup, Plan, PodView, PodsRead,
+    StoreView, LEADER,
 };
 use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::store::bounded;
@@ -110,6 +110,26 @@ fn pod_view(pod: &PartialObjectMeta<Pod>) -> PodView {
         name: pod.name_any(),
         labels: pod.metadata.labels.clone().unwrap_or_default(),
     }
+}
+
+/// A hash of what a plan reads from the group object apart from its
+/// status: the spec, the annotations (a step-down), the labels, its
+/// identity and deletion. A change of status alone (this controller's own
+/// writes, most of all) triggers no reconcile; the resync still reads it.
+pub fn what_the_plan_reads(group: &LeaderGroup) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    serde_json::to_string(&group.spec).ok()?.hash(&mut hasher);
+    let meta = &group.metadata;
+    meta.uid.hash(&mut hasher);
+    meta.annotations.hash(&mut hasher);
+    meta.labels.hash(&mut hasher);
+    meta.finalizers.hash(&mut hasher);
+    meta.deletion_timestamp
+        .as_ref()
+        .map(|t| t.0.as_millisecond())
+        .hash(&mut hasher);
+    Some(hasher.finish())
 }
 
 fn wall_ms() -> u64 {
@@ -226,7 +246,7 @@ pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, Recon
         return Err(ReconcileError::NotActive);
     }
     let namespace = namespace.as_str();
-    let pods = cached_pods(namespace, ctx)?;
+    let pods = cached_pods(namespace, ctx, |_, _| true)?;
     let others = other_groups(group, namespace, ctx);
     let changes = role_labels_to_remove(group, &pods, &others);
     if !apply_labels(&changes, namespace, ctx).await? {
@@ -241,21 +261,34 @@ pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, Recon
     Ok(changes.len())
 }
 
-/// The namespace's pods, from the cache.
-fn cached_pods(namespace: &str, ctx: &Context) -> Result<Vec<PodView>, ReconcileError> {
+/// The namespace's pods from the cache, those `wanted` by their name and
+/// labels (with this replica's label writes that the watch has not shown
+/// yet laid over them). Only those are copied.
+fn cached_pods(
+    namespace: &str,
+    ctx: &Context,
+    wanted: impl Fn(&str, &BTreeMap<String, String>) -> bool,
+) -> Result<Vec<PodView>, ReconcileError> {
     if !matches!(ctx.pods.wait_until_ready().now_or_never(), Some(Ok(()))) {
         return Err(ReconcileError::PodsNotCached);
     }
     let cached = ctx.pods.state();
+    let no_labels = BTreeMap::new();
     let in_namespace = || {
         cached
             .iter()
-            .filter(|p| p.namespace().as_deref() == Some(namespace))
+            .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
     };
     let mut writes = ctx.label_writes.lock().unwrap();
     if writes.is_empty() {
         // Nearly always: nothing of this replica's is waiting for the watch.
-        return Ok(in_namespace().map(|p| pod_view(p)).collect());
+        return Ok(in_namespace()
+            .filter(|p| {
+                let name = p.metadata.name.as_deref().unwrap_or_default();
+                wanted(name, p.metadata.labels.as_ref().unwrap_or(&no_labels))
+            })
+            .map(|p| pod_view(p))
+            .collect());
     }
     let mut views = Vec::new();
     let mut present = std::collections::HashSet::new();
@@ -264,7 +297,9 @@ fn cached_pods(namespace: &str, ctx: &Context) -> Result<Vec<PodView>, Reconcile
         let key = format!("{namespace}/{}", view.name);
         writes.overlay(&key, pod.metadata.resource_version.as_deref(), &mut view);
         present.insert(key);
-        views.push(view);
+        if wanted(&view.name, &view.labels) {
+            views.push(view);
+        }
     }
     let prefix = format!("{namespace}/");
     writes.retain_pods(|p| !p.starts_with(&prefix) || present.contains(p));
@@ -310,12 +345,13 @@ impl World {
         redis_group: &str,
         ctx: &Context,
     ) -> Result<Self, ReconcileError> {
-        let pods = cached_pods(namespace, ctx)?;
-        let others = other_groups(group, namespace, ctx);
         let store = match bounded(STORE_READ, ctx.node.store().group_state(redis_group)).await {
             Ok(state) => StoreView::Available(state),
             Err(e) => StoreView::Unavailable(e.to_string()),
         };
+        let others = other_groups(group, namespace, ctx);
+        let read = PodsRead::new(group, &others, &store);
+        let pods = cached_pods(namespace, ctx, |name, labels| read.needs(name, labels))?;
         let swept = ctx.swept.lock().unwrap_or_else(|p| p.into_inner()).clone();
         Ok(Self {
             pods,
@@ -487,6 +523,49 @@ const REFUSAL_FIRST_RETRY: Duration = Duration::from_secs(1);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_change_alone_triggers_no_reconcile() {
+        let spec: crate::crd::LeaderGroupSpec = serde_json::from_value(
+            serde_json::json!({ "selector": { "matchLabels": { "app": "web" } } }),
+        )
+        .unwrap();
+        let mut group = LeaderGroup::new("web", spec);
+        group.metadata.resource_version = Some("1".into());
+        let before = what_the_plan_reads(&group);
+        assert!(before.is_some());
+
+        let mut written = group.clone();
+        written.metadata.resource_version = Some("2".into());
+        written.status = Some(crate::crd::LeaderGroupStatus {
+            leader: Some("web-0".into()),
+            term: Some(4),
+            ..Default::default()
+        });
+        assert_eq!(
+            what_the_plan_reads(&written),
+            before,
+            "status and resourceVersion"
+        );
+
+        let mut stepped = group.clone();
+        stepped.metadata.annotations =
+            Some([("leasehold.dev/step-down".to_owned(), "1".to_owned())].into());
+        let mut respecced = group.clone();
+        respecced.spec.ttl_ms += 1000;
+        let mut deleted = group.clone();
+        deleted.metadata.deletion_timestamp = Some(crate::plan::time_of(1_000));
+        let mut recreated = group.clone();
+        recreated.metadata.uid = Some("other".into());
+        for (what, changed) in [
+            ("an annotation", stepped),
+            ("the spec", respecced),
+            ("deletion", deleted),
+            ("a new uid", recreated),
+        ] {
+            assert_ne!(what_the_plan_reads(&changed), before, "{what}");
+        }
+    }
 
     #[test]
     fn refused_patches_back_off_from_a_second_to_the_resync() {
