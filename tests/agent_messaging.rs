@@ -593,7 +593,7 @@ async fn a_batch_publishes_in_order_or_is_refused_whole() {
         (
             json!({ "topic": "jobs..x", "payload": "x" }),
             400,
-            "message 1 of the batch",
+            "messages[1]: ",
         ),
         (
             json!({ "payload": "x" }),
@@ -619,7 +619,7 @@ async fn a_batch_publishes_in_order_or_is_refused_whole() {
         (
             json!({ "topic": "a", "payload": "x", "retainTtlMs": 5 }),
             400,
-            "messages[1].retainTtlMs needs messages[1].retain=true",
+            "messages[1].retainTtlMs needs \"retain\": true in messages[1]",
         ),
         (
             json!({ "topic": "a", "payload": "x", "retain": true, "retainTtlMs": 0 }),
@@ -639,7 +639,7 @@ async fn a_batch_publishes_in_order_or_is_refused_whole() {
         (
             json!({ "topic": "a", "payloadBase64": "A".repeat(699_052) }),
             413,
-            "message 1 of the batch",
+            "messages[1]: ",
         ),
     ] {
         let (code, answer) = post_json(
@@ -673,8 +673,8 @@ async fn a_batch_publishes_in_order_or_is_refused_whole() {
         panic!("a refused batch delivered {event:?}");
     }
 
-    // Past the checks, each message has its own outcome; the status is the
-    // first failure's, so a client that reads only the status notices.
+    // Past the checks, each message has its own outcome. One published is
+    // 200 (resending the batch would publish it twice), with `failed`.
     let (code, answer) = post_json(
         a.port,
         "/v1/publish/batch",
@@ -685,18 +685,33 @@ async fn a_batch_publishes_in_order_or_is_refused_whole() {
         ] }),
     )
     .await;
-    assert_eq!(code, 404, "{answer}");
+    assert_eq!(code, 200, "{answer}");
+    assert_eq!(answer["failed"], 1, "{answer}");
     assert!(
         answer["error"]
             .as_str()
             .unwrap()
-            .starts_with("1 of 3 messages were not published; the first, messages[1]"),
+            .starts_with("1 of 3 messages failed; the first, messages[1]"),
         "{answer}"
     );
     assert_eq!(answer["results"][1]["status"], 404, "{answer}");
     assert_eq!(answer["results"][0]["reached"], 1, "{answer}");
     assert_eq!(data(&next(&mut stream).await)["payload"], "before");
     assert_eq!(data(&next(&mut stream).await)["payload"], "after");
+    // None published: the first failure's status, and nothing delivered.
+    let (code, answer) = post_json(
+        a.port,
+        "/v1/publish/batch",
+        &json!({ "messages": [
+            { "node": "t/nobody", "payload": "x" },
+            { "node": "t/nobody", "payload": "y" },
+        ] }),
+    )
+    .await;
+    assert_eq!(code, 404, "{answer}");
+    assert_eq!(answer["failed"], 2, "{answer}");
+    let (code, answer) = post_json(a.port, "/v1/publish/batch", &json!({ "messages": [] })).await;
+    assert_eq!((code, &answer["failed"]), (200, &json!(0)), "{answer}");
 
     let (code, body) = request(a.port, "GET", "/v1/publish/batch").await;
     assert_eq!((code, body.contains("POST")), (405, true), "{body}");

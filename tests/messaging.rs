@@ -910,14 +910,12 @@ async fn a_batch_is_checked_whole_and_each_message_has_its_own_outcome() {
     a.subscribe("t.>").await.unwrap();
     let mut rx = a.inbox().unwrap();
     let topic = |t: &str, payload: &[u8]| Outbound {
-        to: To::Topic(t.into()),
+        to: To::Topic(t.into(), PublishOptions::default()),
         payload: payload.to_vec(),
-        options: PublishOptions::default(),
     };
     let to_node = |n: &str, payload: &[u8]| Outbound {
         to: To::Node(n.into()),
         payload: payload.to_vec(),
-        options: PublishOptions::default(),
     };
 
     // One invalid message anywhere: nothing of the batch is written.
@@ -935,7 +933,8 @@ async fn a_batch_is_checked_whole_and_each_message_has_its_own_outcome() {
             "{err}"
         );
         assert!(
-            err.to_string().starts_with("message 1 of the batch: "),
+            err.to_string()
+                .starts_with("message 1 of the batch (counting from 0): "),
             "{err}"
         );
     }

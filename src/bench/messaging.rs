@@ -224,21 +224,6 @@ async fn agent_path(
         return Err(format!("subscribing through the agent: {code} {body}"));
     }
     let mut stream = EventStream::open(b.addr, "/v1/inbox/events", None).await?;
-    // Each worker publishes on a connection of its own, kept alive, as an
-    // application with an HTTP client would.
-    async fn publish(connection: &mut Connection, i: u64) -> Result<(), String> {
-        let (code, body) = connection
-            .request(
-                "POST",
-                "/v1/publish?topic=bench.http",
-                bytes::Bytes::from(i.to_string()),
-            )
-            .await?;
-        if code != 200 {
-            return Err(format!("publish through the agent: {code} {body}"));
-        }
-        Ok(())
-    }
     let mut rows = Vec::new();
 
     progress(&format!(
@@ -249,7 +234,7 @@ async fn agent_path(
     let mut connection = Connection::open(a.addr).await?;
     for i in 0..args.latency_messages {
         let sent = Instant::now();
-        publish(&mut connection, i).await?;
+        publish_through(&mut connection, i..i + 1, false).await?;
         let event = tokio::time::timeout(Duration::from_secs(5), stream.next())
             .await
             .map_err(|_| "a message was not delivered through the agent within 5 s")?
@@ -322,6 +307,40 @@ async fn agent_path(
     Ok(rows)
 }
 
+/// Publishes the messages numbered `numbers` (their payload is the number)
+/// to `bench.http` through an agent: in one batch request, or, unbatched,
+/// one request per message. Each publisher has a connection of its own,
+/// kept alive, as an application with an HTTP client would.
+async fn publish_through(
+    connection: &mut leasehold_daemon::http::Connection,
+    numbers: std::ops::Range<u64>,
+    batched: bool,
+) -> Result<(), String> {
+    if !batched {
+        for i in numbers {
+            let body = bytes::Bytes::from(i.to_string());
+            let (code, answer) = connection
+                .request("POST", "/v1/publish?topic=bench.http", body)
+                .await?;
+            if code != 200 {
+                return Err(format!("publish through the agent: {code} {answer}"));
+            }
+        }
+        return Ok(());
+    }
+    let messages: Vec<_> = numbers
+        .map(|i| serde_json::json!({ "topic": "bench.http", "payload": i.to_string() }))
+        .collect();
+    let body = serde_json::json!({ "messages": messages }).to_string();
+    let (code, answer) = connection
+        .request("POST", "/v1/publish/batch", bytes::Bytes::from(body))
+        .await?;
+    if code != 200 || !answer.contains("\"failed\":0") {
+        return Err(format!("batch publish through the agent: {code} {answer}"));
+    }
+    Ok(())
+}
+
 /// Messages per second from publishers on kept-alive connections to
 /// agent A, `batch` messages per request and about `in_flight` messages in
 /// flight in all, to the event stream of agent B.
@@ -348,21 +367,7 @@ async fn agent_throughput(
             let mut first = w * batch;
             while first < n {
                 let last = (first + batch).min(n);
-                let (path, body) = if batch == 1 {
-                    ("/v1/publish?topic=bench.http", first.to_string())
-                } else {
-                    let messages: Vec<_> = (first..last)
-                        .map(|i| serde_json::json!({ "topic": "bench.http", "payload": i.to_string() }))
-                        .collect();
-                    let body = serde_json::json!({ "messages": messages }).to_string();
-                    ("/v1/publish/batch", body)
-                };
-                let (code, answer) = connection
-                    .request("POST", path, bytes::Bytes::from(body))
-                    .await?;
-                if code != 200 {
-                    return Err(format!("publish through the agent: {code} {answer}"));
-                }
+                publish_through(&mut connection, first..last, batch > 1).await?;
                 first += workers * batch;
             }
             Ok::<(), String>(())
@@ -379,6 +384,8 @@ async fn agent_throughput(
                     received += 1;
                 }
             }
+            // A publisher that failed says why at once.
+            Some(Ok(Err(e))) = senders.join_next() => return Err(e),
             _ = &mut deadline => return Err(format!("only {received} of {n} delivered through the agent")),
         }
     }

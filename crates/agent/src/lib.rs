@@ -355,12 +355,18 @@ impl Agent {
             .await
             .map_err(StartError::from)?;
         let events = node.events();
-        let joined = node
-            .join_all(
-                settings.groups.iter().map(|(_, full)| full.as_str()),
-                settings.election,
-            )
-            .map_err(|e| FlagError::new("--group", e))?;
+        // Registered, but nothing runs yet: a group or a subscription
+        // refused here unregisters the node rather than leave it live,
+        // with its subscriptions, until its lease runs out.
+        let joined = match Self::join_and_subscribe(&node, &settings).await {
+            Ok(joined) => joined,
+            Err(e) => {
+                if let Err(close) = node.close().await {
+                    tracing::warn!(error = %close, "unregistering after a refused start");
+                }
+                return Err(e.into());
+            }
+        };
         let groups: Vec<(String, Group)> = settings
             .groups
             .iter()
@@ -368,21 +374,6 @@ impl Agent {
             .zip(joined)
             .collect();
 
-        for pattern in &settings.subscribe {
-            if let Err(e) = node.subscribe(pattern).await {
-                // Registered but never run: unregister now rather than
-                // leave a live node, with its subscriptions, until its
-                // lease runs out.
-                if let Err(close) = node.close().await {
-                    tracing::warn!(error = %close, "unregistering after a failed --subscribe");
-                }
-                return Err(FlagError::worded(
-                    "--subscribe",
-                    format!("--subscribe {pattern:?}: {e}"),
-                )
-                .into());
-            }
-        }
         let node = Arc::new(node);
         let (step_downs, requests) = mpsc::channel::<StepDown>(16);
         let mailbox = Arc::new(mailbox::Mailbox::new(node.inbox()));
@@ -464,6 +455,22 @@ impl Agent {
 
     /// Carries out step-downs until `shutdown`, the command's own end, or
     /// the node's displacement.
+    /// Joins the groups of `--group` and subscribes to `--subscribe`.
+    async fn join_and_subscribe(node: &Node, settings: &Settings) -> Result<Vec<Group>, FlagError> {
+        let joined = node
+            .join_all(
+                settings.groups.iter().map(|(_, full)| full.as_str()),
+                settings.election,
+            )
+            .map_err(|e| FlagError::new("--group", e))?;
+        for pattern in &settings.subscribe {
+            node.subscribe(pattern).await.map_err(|e| {
+                FlagError::worded("--subscribe", format!("--subscribe {pattern:?}: {e}"))
+            })?;
+        }
+        Ok(joined)
+    }
+
     async fn run_until(&mut self, shutdown: impl std::future::Future<Output = ()>) -> Exit {
         tokio::pin!(shutdown);
         loop {

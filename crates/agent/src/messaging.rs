@@ -1,8 +1,8 @@
-//! The messaging half of the agent's API: publishing, direct sends and
-//! subscriptions through the node, and the mailbox read as an event stream
-//! (Server-Sent Events) or by long-poll. Payloads go out as the request
-//! body, raw bytes; they come back as JSON, text when UTF-8 and base64
-//! otherwise (see [`crate::mailbox::Item::to_json`]).
+//! The messaging half of the agent's API: publishing (one message, or a
+//! batch), direct sends and subscriptions through the node, and the mailbox
+//! read as an event stream (Server-Sent Events) or by long-poll. A single
+//! publish takes the request body as the payload, raw bytes; a batch and
+//! every read carry payloads in JSON as [`crate::payload`] spells them.
 
 use std::time::Duration;
 
@@ -36,7 +36,7 @@ fn refusal(e: &Error) -> (u16, serde_json::Value) {
         }
         Error::InBatch { index, source } => {
             let (status, mut body) = refusal(source);
-            body["error"] = json!(text);
+            body["error"] = json!(format!("messages[{index}]: {source}"));
             body["index"] = json!(index);
             (status, body)
         }
@@ -75,9 +75,10 @@ fn required(head: &Head, name: &str, what: &str) -> Result<String, Response> {
 
 /// Publish options from their parts, or what is wrong with them, naming the
 /// field as `at` spells it (`` for query parameters, `messages[3].` in a
-/// batch).
+/// batch) and saying how retain is turned on there (`retain_on`).
 fn options_from(
     at: &str,
+    retain_on: &str,
     retain: bool,
     retain_ttl_ms: Option<u64>,
     overflow: Option<&str>,
@@ -85,7 +86,7 @@ fn options_from(
     let max_ttl = leasehold_engine::config::MAX_RETAIN_MS;
     let retain = match (retain, retain_ttl_ms) {
         (false, None) => Retain::No,
-        (false, Some(_)) => return Err(format!("{at}retainTtlMs needs {at}retain=true")),
+        (false, Some(_)) => return Err(format!("{at}retainTtlMs needs {retain_on}")),
         (true, None) => Retain::Forever,
         (true, Some(ms)) if (1..=max_ttl).contains(&ms) => Retain::For(Duration::from_millis(ms)),
         (true, Some(ms)) => {
@@ -127,7 +128,14 @@ fn options(head: &Head) -> Result<PublishOptions, Response> {
             leasehold_engine::config::MAX_RETAIN_MS,
         )?),
     };
-    options_from("", retain, ttl, head.query("overflow").as_deref()).map_err(|e| error(400, e))
+    options_from(
+        "",
+        "retain=true",
+        retain,
+        ttl,
+        head.query("overflow").as_deref(),
+    )
+    .map_err(|e| error(400, e))
 }
 
 /// `POST /v1/publish?topic=T[&retain=true[&retainTtlMs=N]][&overflow=refuse]`.
@@ -173,7 +181,16 @@ impl BatchMessage {
     fn outbound(self, at: &str) -> Result<Outbound, String> {
         let payload = payload::get(at, self.payload, self.payload_base64.as_deref())?;
         let to = match (self.topic, self.node) {
-            (Some(topic), None) => To::Topic(topic),
+            (Some(topic), None) => To::Topic(
+                topic,
+                options_from(
+                    &format!("{at}."),
+                    &format!("\"retain\": true in {at}"),
+                    self.retain,
+                    self.retain_ttl_ms,
+                    self.overflow.as_deref(),
+                )?,
+            ),
             (None, Some(node)) => {
                 if self.retain || self.retain_ttl_ms.is_some() || self.overflow.is_some() {
                     return Err(format!(
@@ -185,27 +202,18 @@ impl BatchMessage {
             (None, None) => return Err(format!("{at} has no destination: give topic or node")),
             (Some(_), Some(_)) => return Err(format!("{at} has both topic and node: give one")),
         };
-        let options = options_from(
-            &format!("{at}."),
-            self.retain,
-            self.retain_ttl_ms,
-            self.overflow.as_deref(),
-        )?;
-        Ok(Outbound {
-            to,
-            payload,
-            options,
-        })
+        Ok(Outbound { to, payload })
     }
 }
 
 /// `POST /v1/publish/batch` with `{"messages": [...]}`: many messages in
 /// one request, published in order (see [`leasehold_engine::Node::publish_all`]).
 /// A batch with an invalid message is refused whole (400 or 413, naming
-/// `messages[i]`); otherwise the answer has a result per message, and its
-/// status is 200 only when every message was published, else that of the
-/// first failure, so that a client reading only the status loses nothing
-/// unawares.
+/// `messages[i]`). Otherwise the answer has a result per message and
+/// `failed`, the number that failed. Its status is 200 when at least one
+/// message was published, so that retry middleware which resends on 429
+/// or 503 does not publish the others twice; when none was, it is the
+/// first failure's, and resending is as safe as for one publish.
 pub(crate) async fn publish_batch(state: &State, head: &Head) -> Response {
     let batch: Batch = match serde_json::from_slice(&head.body) {
         Ok(batch) => batch,
@@ -258,13 +266,14 @@ pub(crate) async fn publish_batch(state: &State, head: &Head) -> Response {
         })
         .collect();
     match first_failure {
-        None => json(200, &json!({ "results": results })),
+        None => json(200, &json!({ "results": results, "failed": 0 })),
         Some((status, index, text)) => json(
-            status,
+            if failed < total { 200 } else { status },
             &json!({
                 "error": format!(
-                    "{failed} of {total} messages were not published; the first, messages[{index}]: {text}"
+                    "{failed} of {total} messages failed; the first, messages[{index}]: {text}"
                 ),
+                "failed": failed,
                 "results": results,
             }),
         ),

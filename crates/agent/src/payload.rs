@@ -49,14 +49,26 @@ pub fn encode(bytes: &[u8]) -> String {
     out
 }
 
-/// Padded standard base64 only: what [`encode`] writes and what the
-/// usual encoders (`base64`, `btoa`, Python's `b64encode`) write.
+/// Padded standard base64 only, as [`encode`] writes it and as the usual
+/// encoders (`btoa`, Python's `b64encode`, `base64` on the command line)
+/// do; line breaks (`base64` wraps at 76 columns) are skipped. Anything
+/// else is refused, including padding bits that are not zero (`Zh==`), so
+/// that one payload has one spelling.
 pub fn decode(text: &str) -> Option<Vec<u8>> {
-    let bytes = text.as_bytes();
+    const INVALID: u8 = 0xff;
+    const VALUES: [u8; 256] = {
+        let mut table = [INVALID; 256];
+        let mut i = 0;
+        while i < 64 {
+            table[ALPHABET[i] as usize] = i as u8;
+            i += 1;
+        }
+        table
+    };
+    let bytes: Vec<u8> = text.bytes().filter(|&c| c != b'\n' && c != b'\r').collect();
     if !bytes.len().is_multiple_of(4) {
         return None;
     }
-    let value = |c: u8| ALPHABET.iter().position(|&a| a == c).map(|v| v as u32);
     let mut out = Vec::with_capacity(bytes.len() / 4 * 3);
     let quads = bytes.len() / 4;
     for (q, quad) in bytes.chunks(4).enumerate() {
@@ -66,9 +78,17 @@ pub fn decode(text: &str) -> Option<Vec<u8>> {
         }
         let mut n = 0u32;
         for &c in &quad[..4 - padding] {
-            n = (n << 6) | value(c)?;
+            let v = VALUES[c as usize];
+            if v == INVALID {
+                return None;
+            }
+            n = (n << 6) | u32::from(v);
         }
         n <<= 6 * padding as u32;
+        // The bits a padded quad does not carry must be zero.
+        if padding > 0 && n & ((1 << (8 * padding)) - 1) != 0 {
+            return None;
+        }
         let three = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
         out.extend_from_slice(&three[..3 - padding]);
     }
@@ -101,9 +121,21 @@ mod tests {
 
     #[test]
     fn malformed_base64_is_refused() {
-        for bad in ["Zg", "Zg=", "Z===", "Zg==Zg==", "Zm9v!A==", "Zm 9v"] {
+        for bad in [
+            "Zg", "Zg=", "Z===", "Zg==Zg==", "Zm9v!A==", "Zm 9v", "Zh==", "Zm9=", "=Zg=",
+        ] {
             assert_eq!(decode(bad), None, "{bad:?}");
         }
+    }
+
+    #[test]
+    fn line_breaks_of_wrapping_encoders_are_skipped() {
+        // What `base64` prints for 60 bytes: 76 columns, then the rest.
+        let bytes: Vec<u8> = (0..60).collect();
+        let flat = encode(&bytes);
+        let wrapped = format!("{}\n{}\n", &flat[..76], &flat[76..]);
+        assert_eq!(decode(&wrapped), Some(bytes.clone()));
+        assert_eq!(decode(&wrapped.replace('\n', "\r\n")), Some(bytes));
     }
 
     #[test]

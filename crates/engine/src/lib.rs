@@ -78,7 +78,7 @@ pub enum Error {
     InboxFull(String),
     /// A message of a batch ([`Node::publish_all`]) is invalid; nothing of
     /// the batch was published.
-    #[error("message {index} of the batch: {source}")]
+    #[error("message {index} of the batch (counting from 0): {source}")]
     InBatch {
         /// From 0.
         index: usize,

@@ -408,11 +408,7 @@ impl<'a> PodsOfGroup<'a> {
         let selected: BTreeSet<&str> = mine.iter().map(|p| p.name.as_str()).collect();
         let mut yielded = BTreeSet::new();
         let mut shared = Vec::new();
-        let same_key: Vec<&OtherGroup> = observed
-            .others
-            .iter()
-            .filter(|o| o.role_label == group.spec.role_label && o.name != name)
-            .collect();
+        let same_key: Vec<&OtherGroup> = same_key(group, observed.others).collect();
         for other in &same_key {
             let theirs = PodSelector::new(&other.selector);
             for pod in mine.iter().filter(|p| theirs.matches(&p.labels)) {
@@ -551,7 +547,7 @@ fn label_changes(
         } else {
             // Not ours to label: clean up our key only where no other group
             // with the same key selects the pod.
-            if !matches!(current, Some(LEADER) | Some(FOLLOWER)) || sorted.claimed_by_another(pod) {
+            if !carries_a_role(current) || sorted.claimed_by_another(pod) {
                 continue;
             }
             None
@@ -591,23 +587,13 @@ pub fn role_labels_to_remove(
     others: &[OtherGroup],
 ) -> Vec<LabelChange> {
     let key = &group.spec.role_label;
-    let name = group.metadata.name.as_deref().unwrap_or_default();
-    let same_key: Vec<PodSelector> = others
-        .iter()
-        .filter(|o| o.role_label == *key && o.name != name)
-        .map(|o| PodSelector::new(&o.selector))
-        .collect();
+    let same_key = SelectorIndex::new(same_key(group, others).map(|o| &o.selector));
     let own = PodSelector::new(&group.spec.selector);
     let mut changes: Vec<LabelChange> = pods
         .iter()
         .filter(|pod| own.matches(&pod.labels))
-        .filter(|pod| {
-            matches!(
-                pod.labels.get(key).map(String::as_str),
-                Some(LEADER | FOLLOWER)
-            )
-        })
-        .filter(|pod| !same_key.iter().any(|s| s.matches(&pod.labels)))
+        .filter(|pod| carries_a_role(pod.labels.get(key).map(String::as_str)))
+        .filter(|pod| !same_key.any_matches(&pod.labels))
         .map(|pod| LabelChange {
             pod: pod.name.clone(),
             key: key.clone(),
@@ -778,14 +764,8 @@ pub struct PodsRead {
 impl PodsRead {
     pub fn new(group: &LeaderGroup, others: &[OtherGroup], store: &StoreView) -> Self {
         let namespace = group.metadata.namespace.as_deref().unwrap_or_default();
-        let name = group.metadata.name.as_deref().unwrap_or_default();
         let key = group.spec.role_label.clone();
-        let same_key = SelectorIndex::new(
-            others
-                .iter()
-                .filter(|o| o.role_label == key && o.name != name)
-                .map(|o| &o.selector),
-        );
+        let same_key = SelectorIndex::new(same_key(group, others).map(|o| &o.selector));
         let named = match store {
             StoreView::Available(state) => state
                 .members
@@ -809,11 +789,26 @@ impl PodsRead {
     pub fn needs(&self, name: &str, labels: &BTreeMap<String, String>) -> bool {
         self.named.contains(name)
             || self.own.matches(labels)
-            || (matches!(
-                labels.get(&self.key).map(String::as_str),
-                Some(LEADER) | Some(FOLLOWER)
-            ) && !self.same_key.any_matches(labels))
+            || (carries_a_role(labels.get(&self.key).map(String::as_str))
+                && !self.same_key.any_matches(labels))
     }
+}
+
+/// The other groups of the namespace that write the same label key.
+fn same_key<'o>(
+    group: &LeaderGroup,
+    others: &'o [OtherGroup],
+) -> impl Iterator<Item = &'o OtherGroup> {
+    let name = group.metadata.name.clone().unwrap_or_default();
+    let key = group.spec.role_label.clone();
+    others
+        .iter()
+        .filter(move |o| o.role_label == key && o.name != name)
+}
+
+/// A role label value this controller writes (and so may take off).
+fn carries_a_role(value: Option<&str>) -> bool {
+    matches!(value, Some(LEADER) | Some(FOLLOWER))
 }
 
 /// Rule: status is written only when something but the expiry times

@@ -113,18 +113,16 @@ fn pod_view(pod: &PartialObjectMeta<Pod>) -> PodView {
 }
 
 /// A hash of what a plan reads from the group object apart from its
-/// status: the spec, the annotations (a step-down), the labels, its
-/// identity and deletion. A change of status alone (this controller's own
-/// writes, most of all) triggers no reconcile; the resync still reads it.
+/// status: the spec, the annotations (a step-down) and deletion (the
+/// predicate's cache already tells objects apart by uid). A change of
+/// status alone (this controller's own writes, most of all) triggers no
+/// reconcile; the resync still reads it.
 pub fn what_the_plan_reads(group: &LeaderGroup) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     serde_json::to_string(&group.spec).ok()?.hash(&mut hasher);
     let meta = &group.metadata;
-    meta.uid.hash(&mut hasher);
     meta.annotations.hash(&mut hasher);
-    meta.labels.hash(&mut hasher);
-    meta.finalizers.hash(&mut hasher);
     meta.deletion_timestamp
         .as_ref()
         .map(|t| t.0.as_millisecond())
@@ -555,13 +553,10 @@ mod tests {
         respecced.spec.ttl_ms += 1000;
         let mut deleted = group.clone();
         deleted.metadata.deletion_timestamp = Some(crate::plan::time_of(1_000));
-        let mut recreated = group.clone();
-        recreated.metadata.uid = Some("other".into());
         for (what, changed) in [
             ("an annotation", stepped),
             ("the spec", respecced),
             ("deletion", deleted),
-            ("a new uid", recreated),
         ] {
             assert_ne!(what_the_plan_reads(&changed), before, "{what}");
         }

@@ -40,9 +40,9 @@ use leasehold_engine::{Node, NodeOptions};
 /// one, in the controller's own namespace.
 pub const CONTROLLER_GROUP: &str = "leasehold-controller";
 
-/// Reconciles running at once. Each used to hold a copy of its namespace's
-/// pods (now only of those its plan reads); without a bound, a resync of
-/// 1,000 groups ran 1,000 at once (4 GiB in the bench's 1,000-group step). A reconcile is mostly waiting on Redis
+/// Reconciles running at once, so that a resync of 1,000 groups does not
+/// start 1,000 reconciles, each with its copies of pods and groups (4 GiB
+/// in the bench's 1,000-group step when they copied whole namespaces). A reconcile is mostly waiting on Redis
 /// and the API server, so a few at once keep both cores busy.
 const RECONCILE_CONCURRENCY: u16 = 8;
 

@@ -109,8 +109,9 @@ pub struct PublishOptions {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum To {
     /// Every live subscriber of this topic, as [`crate::Node::publish_with`].
-    Topic(String),
-    /// One live node's inbox, as [`crate::Node::send`].
+    Topic(String, PublishOptions),
+    /// One live node's inbox, as [`crate::Node::send`]: never retained, and
+    /// one to a full inbox drops its oldest message.
     Node(String),
 }
 
@@ -119,9 +120,6 @@ pub enum To {
 pub struct Outbound {
     pub to: To,
     pub payload: Vec<u8>,
-    /// Used for topics only: a direct message is never retained, and one to
-    /// a full inbox drops its oldest message.
-    pub options: PublishOptions,
 }
 
 /// A successful publish.

@@ -83,20 +83,14 @@ impl Node {
         payload: &[u8],
         options: PublishOptions,
     ) -> Result<Published, Error> {
-        validate_topic(topic)?;
-        self.deliver(Destination::Topic(topic.to_owned()), payload, options)
-            .await
+        let message = self.checked(To::Topic(topic.to_owned(), options), payload.to_vec())?;
+        outcome(self.queue(message).await?).await
     }
 
     /// Sends a message to one node's inbox; it must be live.
     pub async fn send(&self, node: &str, payload: &[u8]) -> Result<Published, Error> {
-        validate_name("node id", node)?;
-        self.deliver(
-            Destination::Node(node.to_owned()),
-            payload,
-            PublishOptions::default(),
-        )
-        .await
+        let message = self.checked(To::Node(node.to_owned()), payload.to_vec())?;
+        outcome(self.queue(message).await?).await
     }
 
     /// Asks the live node `node` to step down from `group` (an operator
@@ -121,12 +115,12 @@ impl Node {
         command: &crate::inbox::command::Command,
     ) -> Result<Published, Error> {
         validate_name("node id", node)?;
-        self.deliver(
+        let message = self.outgoing(
             Destination::Command(node.to_owned()),
-            &command.encode(),
+            command.encode(),
             PublishOptions::default(),
-        )
-        .await
+        )?;
+        outcome(self.queue(message).await?).await
     }
 
     /// Publishes a batch: each message to a topic or to one node, in
@@ -136,55 +130,56 @@ impl Node {
     /// its index ([`Error::InBatch`]). After that each message succeeds or
     /// fails on its own (a full inbox with [`Overflow::Refuse`], a node that
     /// is not live, Redis), and the answer has one result per message.
+    ///
+    /// The batch is queued whole by a task of its own: a caller that gives
+    /// up waiting (a dropped future) cannot leave it queued only in part.
     pub async fn publish_all(
         &self,
         messages: Vec<Outbound>,
     ) -> Result<Vec<Result<Published, Error>>, Error> {
-        let mut outgoing = Vec::with_capacity(messages.len());
+        let mut requests = Vec::with_capacity(messages.len());
+        let mut answers = Vec::with_capacity(messages.len());
         for (index, m) in messages.into_iter().enumerate() {
-            let checked = match m.to {
-                To::Topic(topic) => validate_topic(&topic)
-                    .map_err(Error::from)
-                    .and_then(|()| self.outgoing(Destination::Topic(topic), m.payload, m.options)),
-                To::Node(node) => validate_name("node id", &node)
-                    .map_err(Error::from)
-                    .and_then(|()| {
-                        self.outgoing(
-                            Destination::Node(node),
-                            m.payload,
-                            PublishOptions::default(),
-                        )
-                    }),
-            };
-            outgoing.push(checked.map_err(|e| Error::InBatch {
+            let message = self.checked(m.to, m.payload).map_err(|e| Error::InBatch {
                 index,
                 source: Box::new(e),
-            })?);
+            })?;
+            let (reply, answer) = oneshot::channel();
+            requests.push(publisher::Request { message, reply });
+            answers.push(answer);
         }
-        // Queued in order from this one task, so they keep their order; the
-        // replies are awaited after all are queued.
-        let mut answers = Vec::with_capacity(outgoing.len());
-        for message in outgoing {
-            answers.push(self.queue(message).await);
-        }
+        let publisher = self.publisher.clone();
+        // In order from this one task, so they keep their order. A request
+        // that cannot be queued (the node is closing) drops its reply, and
+        // its answer below reads as a timeout.
+        let queued = tokio::spawn(async move {
+            for request in requests {
+                if publisher.send(request).await.is_err() {
+                    break;
+                }
+            }
+        });
+        let _ = queued.await;
         let mut results = Vec::with_capacity(answers.len());
         for answer in answers {
-            results.push(match answer {
-                Ok(answer) => outcome(answer).await,
-                Err(e) => Err(e),
-            });
+            results.push(outcome(answer).await);
         }
         Ok(results)
     }
 
-    async fn deliver(
-        &self,
-        destination: Destination,
-        payload: &[u8],
-        options: PublishOptions,
-    ) -> Result<Published, Error> {
-        let message = self.outgoing(destination, payload.to_vec(), options)?;
-        outcome(self.queue(message).await?).await
+    /// A message to a topic or a node, checked (the topic's or the node
+    /// id's spelling, the size, the options) and ready to queue.
+    fn checked(&self, to: To, payload: Vec<u8>) -> Result<Outgoing, Error> {
+        match to {
+            To::Topic(topic, options) => {
+                validate_topic(&topic)?;
+                self.outgoing(Destination::Topic(topic), payload, options)
+            }
+            To::Node(node) => {
+                validate_name("node id", &node)?;
+                self.outgoing(Destination::Node(node), payload, PublishOptions::default())
+            }
+        }
     }
 
     /// The message as the publisher takes it, once it is checked: everything
