@@ -56,10 +56,15 @@ fn state(holder: Option<&str>, term: u64, members: &[&str]) -> StoreView {
 }
 
 fn run(g: &LeaderGroup, pods: &[PodView], store: &StoreView) -> Plan {
+    run_among(g, pods, &[], store)
+}
+
+/// A plan for `g` beside other groups of the namespace.
+fn run_among(g: &LeaderGroup, pods: &[PodView], others: &[OtherGroup], store: &StoreView) -> Plan {
     plan(&Observed {
         group: g,
         pods,
-        others: &[],
+        others,
         store,
         swept: &[],
         local_now_ms: NOW,
@@ -328,16 +333,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
     let pods = [pod("a", None)];
     let store = state(Some("a"), 1, &["a"]);
     let beta = group("beta", spec(), None);
-    let p = plan(&Observed {
-        group: &beta,
-        pods: &pods,
-        others: &others_of_beta,
-        store: &store,
-        swept: &[],
-        local_now_ms: NOW,
-        redis_warnings: &[],
-        holder_gone_since_ms: Some(0),
-    });
+    let p = run_among(&beta, &pods, &others_of_beta, &store);
     assert!(p.labels.is_empty(), "beta yields the pod to alpha");
     let c = cond(&p.status, "LabelConflict");
     assert_eq!(c.status, "True");
@@ -353,16 +349,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
         Some(MemberProblem::LabelConflict)
     );
     let alpha = group("alpha", spec(), None);
-    let p = plan(&Observed {
-        group: &alpha,
-        pods: &pods,
-        others: &others_of_alpha,
-        store: &store,
-        swept: &[],
-        local_now_ms: NOW,
-        redis_warnings: &[],
-        holder_gone_since_ms: Some(0),
-    });
+    let p = run_among(&alpha, &pods, &others_of_alpha, &store);
     assert_eq!(p.labels, vec![change("a", Some(LEADER))]);
     assert_eq!(cond(&p.status, "LabelConflict").status, "True");
     // A different key is no conflict.
@@ -371,16 +358,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
         role_label: "x/role".into(),
         selector: spec().selector,
     }];
-    let p = plan(&Observed {
-        group: &beta,
-        pods: &pods,
-        others: &others,
-        store: &store,
-        swept: &[],
-        local_now_ms: NOW,
-        redis_warnings: &[],
-        holder_gone_since_ms: Some(0),
-    });
+    let p = run_among(&beta, &pods, &others, &store);
     assert_eq!(p.labels, vec![change("a", Some(LEADER))]);
     assert_eq!(cond(&p.status, "LabelConflict").status, "False");
 }
@@ -783,18 +761,7 @@ fn a_plan_on_the_pods_it_reads_equals_one_on_all_pods() {
         if kept.len() < pods.len() {
             kept_fewer += 1;
         }
-        let on = |pods: &[PodView]| {
-            plan(&Observed {
-                group: &g,
-                pods,
-                others: &others,
-                store: &store,
-                swept: &[],
-                local_now_ms: NOW,
-                redis_warnings: &[],
-                holder_gone_since_ms: Some(0),
-            })
-        };
+        let on = |pods: &[PodView]| run_among(&g, pods, &others, &store);
         assert_eq!(
             on(&kept),
             on(&pods),
