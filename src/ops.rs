@@ -289,7 +289,11 @@ pub async fn publish(args: PublishArgs) -> Result<(), String> {
         .publish_with(&args.topic, &payload, PublishOptions { retain, overflow })
         .await;
     let _ = node.close().await;
-    let published = result.map_err(|e| e.to_string())?;
+    let published = result.map_err(|e| match e {
+        // The only option the engine bounds is the retain ttl.
+        leasehold_engine::Error::Config(e) => format!("--retain-ttl-ms: {e}"),
+        e => e.to_string(),
+    })?;
     match args.common.output {
         Format::Json => println!(
             "{}",

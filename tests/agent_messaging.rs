@@ -512,7 +512,9 @@ async fn bad_messaging_requests_are_refused_with_the_field_named() {
     for (flag, words) in [
         ("--subscribe=a..b", "--subscribe"),
         ("--inbox-max-length=0", "--inbox-max-length"),
+        ("--inbox-max-length=0", "from 1 to 10000000"),
         ("--inbox-lag-threshold=20000", "--inbox-lag-threshold"),
+        ("--inbox-lag-threshold=20000", "from 1 to 10000"),
     ] {
         let port = free_port().to_string();
         let (status, stderr) = support::agent::run_to_end(&[

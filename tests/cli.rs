@@ -138,6 +138,30 @@ async fn publish_sends_an_argument_or_standard_input_to_subscribers() {
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("a..b"));
+    let too_long = (leasehold_engine::config::MAX_RETAIN_MS + 1).to_string();
+    let out = leasehold(
+        &redis,
+        &[
+            "publish",
+            "a",
+            "x",
+            "--retain",
+            "--retain-ttl-ms",
+            &too_long,
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--retain-ttl-ms")
+            && stderr.contains(&format!(
+                "from 1 to {}",
+                leasehold_engine::config::MAX_RETAIN_MS
+            )),
+        "{stderr}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

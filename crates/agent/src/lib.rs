@@ -31,7 +31,9 @@ use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http;
 use leasehold_daemon::names::{validate_object_name, NamespacedName};
 use leasehold_daemon::redis_settings::SettingsWatch;
-use leasehold_engine::config::{validate_name, ElectionConfig, InboxConfig, NodeConfig};
+use leasehold_engine::config::{
+    validate_name, ConfigError, ElectionConfig, InboxConfig, NodeConfig,
+};
 use leasehold_engine::{Event, Group, Node, NodeOptions};
 
 pub use api::{GroupView, InboxView, Status};
@@ -190,23 +192,21 @@ impl Settings {
                 subscribe.push(pattern.clone());
             }
         }
-        let max = leasehold_engine::config::MAX_INBOX_LENGTH;
-        if !(1..=max).contains(&args.inbox_max_length) {
-            return Err(FlagError::worded("--inbox-max-length", format!(
-                "--inbox-max-length = {} is out of range: it must be a whole number of messages from 1 to {max}",
-                args.inbox_max_length
-            )));
-        }
         let mut inbox = InboxConfig::with_max_length(args.inbox_max_length);
         if let Some(threshold) = args.inbox_lag_threshold {
-            if !(1..=args.inbox_max_length).contains(&threshold) {
-                return Err(FlagError::worded("--inbox-lag-threshold", format!(
-                    "--inbox-lag-threshold = {threshold} is out of range: it must be a whole number of messages from 1 to --inbox-max-length ({})",
-                    args.inbox_max_length
-                )));
-            }
             inbox.lag_threshold = threshold;
         }
+        // The engine's own bounds, with the flag at fault named.
+        inbox.validate().map_err(|e| {
+            let flag = match e {
+                ConfigError::OutOfBounds {
+                    option: "lag_threshold",
+                    ..
+                } => "--inbox-lag-threshold",
+                _ => "--inbox-max-length",
+            };
+            FlagError::new(flag, e)
+        })?;
         Ok(Self {
             node_id,
             groups,

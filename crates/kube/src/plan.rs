@@ -408,13 +408,22 @@ impl<'a> PodsOfGroup<'a> {
         let selected: BTreeSet<&str> = mine.iter().map(|p| p.name.as_str()).collect();
         let mut yielded = BTreeSet::new();
         let mut shared = Vec::new();
-        let same_key: Vec<&OtherGroup> = same_key(group, observed.others).collect();
-        for other in &same_key {
-            let theirs = PodSelector::new(&other.selector);
-            for pod in mine.iter().filter(|p| theirs.matches(&p.labels)) {
-                shared.push((pod.name.as_str(), other.name.as_str()));
-                if other.name.as_str() < name {
-                    yielded.insert(pod.name.as_str());
+        let same_key_groups: Vec<&OtherGroup> = same_key(group, observed.others).collect();
+        let same_key = SelectorIndex::new(same_key_groups.iter().map(|o| &o.selector));
+        // Which group shares a pod is worked out only for the pods the
+        // index says are shared: nearly always none.
+        let contested: Vec<&&PodView> = mine
+            .iter()
+            .filter(|p| same_key.any_matches(&p.labels))
+            .collect();
+        if !contested.is_empty() {
+            for other in &same_key_groups {
+                let theirs = PodSelector::new(&other.selector);
+                for pod in contested.iter().filter(|p| theirs.matches(&p.labels)) {
+                    shared.push((pod.name.as_str(), other.name.as_str()));
+                    if other.name.as_str() < name {
+                        yielded.insert(pod.name.as_str());
+                    }
                 }
             }
         }
@@ -422,7 +431,7 @@ impl<'a> PodsOfGroup<'a> {
             selected,
             yielded,
             shared,
-            same_key: SelectorIndex::new(same_key.iter().map(|o| &o.selector)),
+            same_key,
         }
     }
 
