@@ -384,7 +384,10 @@ pub async fn step_down(args: StepDownArgs) -> Result<(), String> {
             .group_state(&args.group)
             .await
             .map_err(|e| e.to_string())?;
-        if state.term > before.term || state.holder.as_deref() != Some(holder.as_str()) {
+        // A released lease (no holder yet) is not the end: wait for the
+        // next leader, or the deadline.
+        let next = state.holder.as_deref();
+        if next.is_some() && (state.term > before.term || next != Some(holder.as_str())) {
             after = Some(state);
             break;
         }
