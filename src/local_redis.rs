@@ -1,8 +1,9 @@
 //! A throwaway `redis-server` for commands that need one and were not given
 //! a URL (`demo`, `bench`), and for the tests: a free loopback port, no
 //! persistence, killed when dropped. It can be paused (SIGSTOP), killed and
-//! restarted empty on the same port, which is how the fault tests and the
-//! bench's Redis-stall scenarios break it.
+//! restarted on the same port, empty or on the snapshot its directory holds,
+//! which is how the fault tests and the bench's Redis-stall scenarios break
+//! it.
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
@@ -102,6 +103,12 @@ impl LocalRedis {
     fn spawn(&mut self) -> Result<(), String> {
         // Empty at every start: no snapshot from an earlier life.
         let _ = std::fs::remove_file(self.dir.join("dump.rdb"));
+        self.spawn_on_own_data(&[])
+    }
+
+    /// Starts the server on whatever its directory holds (a snapshot it
+    /// saved or received as a replica), with `args` added.
+    fn spawn_on_own_data(&mut self, args: &[&str]) -> Result<(), String> {
         let mut cmd = Command::new("redis-server");
         if let Some(config) = &self.sentinel_config {
             cmd.arg(config).arg("--sentinel");
@@ -118,6 +125,7 @@ impl LocalRedis {
             cmd.args(["--requirepass", p]);
         }
         cmd.args(&self.extra);
+        cmd.args(args);
         let child = cmd.spawn().map_err(|e| {
             format!(
                 "could not start redis-server ({e}); install it (Debian: apt-get install redis-server) \
@@ -186,6 +194,25 @@ impl LocalRedis {
     pub fn restart(&mut self) -> Result<(), String> {
         self.kill();
         self.spawn()
+    }
+
+    /// Kill (SIGKILL) and start again on the same port on its own
+    /// directory, as a restarted Redis pod comes back on its volume: with
+    /// the last snapshot it saved, or received from a primary, maybe older
+    /// than what it served. `args` are added to this start only
+    /// (`--replicaof HOST PORT`, say).
+    pub fn restart_on_own_data(&mut self, args: &[&str]) -> Result<(), String> {
+        self.kill();
+        self.spawn_on_own_data(args)
+    }
+
+    /// Starts a killed server again on its own directory (see
+    /// [`LocalRedis::restart_on_own_data`]).
+    pub fn start_on_own_data(&mut self, args: &[&str]) -> Result<(), String> {
+        if self.child.is_some() {
+            return Err("redis-server is still running".into());
+        }
+        self.spawn_on_own_data(args)
     }
 
     /// Its working directory.

@@ -907,8 +907,8 @@ async fn on_a_fresh_store_the_first_leader_is_labelled_within_seconds() {
     use leasehold_kube::run::{run_with, REPLICA_TIMINGS};
     let redis = RedisServer::start();
     let redis_started = std::time::Instant::now();
-    // A store never used: not the tests' preset birth.
-    redis.cli(&["DEL", "lh:born"]);
+    // A store never used: not the tests' preset birth and epoch.
+    redis.cli(&["DEL", "lh:born", "lh:epoch"]);
     let (a, ga) = elect(&redis, "shop/a").await;
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");

@@ -496,7 +496,8 @@ async fn a_follower_at_rest_claims_about_once_per_ttl_not_every_retry_interval()
 /// Redis restarting empty loses the lease, but the leader may still lead by
 /// its local view until its next renewal. A claimant that never saw the
 /// group (it cannot know a term) must not start leading meanwhile: no lease
-/// is handed out for one ttl after the store is born again.
+/// is handed out for one ttl after the store is born again (nor before the
+/// new term epoch's hold has passed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_redis_loses_its_data_no_second_leader_starts_while_the_first_may_lead() {
     let mut redis = RedisServer::start();
@@ -511,7 +512,10 @@ async fn after_redis_loses_its_data_no_second_leader_starts_while_the_first_may_
     let fresh = node(&redis, "test/fresh").await;
     groups.push(fresh.join(GROUP, cfg).unwrap());
     nodes.push(fresh);
-    let bound = Duration::from_millis(cfg.ttl_ms + 3 * cfg.retry_interval_ms);
+    // One ttl for the lease that may still stand, or the hold of the new
+    // history's term epoch (see the engine's term.rs), whichever is longer.
+    let hold = cfg.ttl_ms.max(leasehold_engine::TERM_EPOCH_HOLD_MS);
+    let bound = Duration::from_millis(hold + 3 * cfg.retry_interval_ms);
     let mut new_term = None;
     while restarted.elapsed() < bound + Duration::from_millis(500) {
         let leading: Vec<(usize, u64)> = groups
@@ -823,22 +827,22 @@ async fn a_restored_term_lifts_the_current_lease_at_its_next_renewal() {
 }
 
 /// A store first used on a Redis that has been up for longer than a ttl (a
-/// fresh install against a running Redis) hands out its first lease at once:
-/// the birth that holds leases back for one ttl is Redis's own start, which
-/// is what a restart that lost the data resets.
+/// fresh install against a running Redis) does not wait one ttl for its
+/// first lease: the birth that holds leases back for one ttl is Redis's own
+/// start, which is what a restart that lost the data resets. It waits only
+/// for its term epoch's hold (`TERM_EPOCH_HOLD_MS`, 1.1 s), since the store
+/// cannot tell a first use from a flushed data set (tests/histories.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_store_on_a_running_redis_elects_at_once() {
     let redis = RedisServer::start();
-    // Not the test preset: a store never used under this prefix.
-    redis.cli(&["DEL", "lh:born"]);
     let cfg = ElectionConfig {
-        ttl_ms: 1000,
+        ttl_ms: 3000,
         renew_interval_ms: 300,
         retry_interval_ms: 100,
     };
     // Redis up for at least one ttl, and a second more: its uptime counts
     // whole seconds, so the start it allows is up to a second late.
-    eventually(Duration::from_secs(4), "redis up for two seconds", || {
+    eventually(Duration::from_secs(6), "redis up for four seconds", || {
         redis
             .cli(&["INFO", "server"])
             .lines()
@@ -847,13 +851,15 @@ async fn a_fresh_store_on_a_running_redis_elects_at_once() {
             .is_some_and(|up| up * 1000 >= cfg.ttl_ms + 1000)
     })
     .await;
+    // Not the test preset: a store never used under this prefix.
+    redis.cli(&["DEL", "lh:born", "lh:epoch"]);
     let n = node(&redis, "test/first").await;
     let joined = Instant::now();
     let g = n.join(GROUP, cfg).unwrap();
-    // Before: about one ttl (1000 ms) after this first claim.
+    // Before: about one ttl (3000 ms) after this first claim.
     eventually(
-        Duration::from_millis(3 * cfg.retry_interval_ms),
-        "the first lease is handed out at once",
+        Duration::from_millis(leasehold_engine::TERM_EPOCH_HOLD_MS + 3 * cfg.retry_interval_ms),
+        "the first lease is handed out after the epoch's hold, not a ttl",
         || g.is_leader(),
     )
     .await;
@@ -863,11 +869,12 @@ async fn a_fresh_store_on_a_running_redis_elects_at_once() {
 
 /// A Redis user that may not run INFO (it is in the `@dangerous` ACL
 /// category) still elects on a fresh store: the birth is then the first
-/// claim, one ttl of waiting, instead of every claim failing.
+/// claim, one ttl (or the epoch's hold) of waiting, instead of every claim
+/// failing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_user_without_info_still_elects_on_a_fresh_store() {
     let redis = RedisServer::start();
-    redis.cli(&["DEL", "lh:born"]);
+    redis.cli(&["DEL", "lh:born", "lh:epoch"]);
     redis.cli(&[
         "ACL", "SETUSER", "lh", "on", ">secret", "~*", "&*", "+@all", "-info",
     ]);
@@ -879,8 +886,10 @@ async fn a_redis_user_without_info_still_elects_on_a_fresh_store() {
         .unwrap();
     let g = n.join(GROUP, cfg).unwrap();
     eventually(
-        Duration::from_millis(cfg.ttl_ms + 3 * cfg.retry_interval_ms),
-        "leads after one ttl",
+        Duration::from_millis(
+            cfg.ttl_ms.max(leasehold_engine::TERM_EPOCH_HOLD_MS) + 3 * cfg.retry_interval_ms,
+        ),
+        "leads after one ttl or the epoch's hold",
         || g.is_leader(),
     )
     .await;

@@ -465,3 +465,78 @@ async fn a_sentinel_in_the_minority_is_not_believed() {
     drop(a);
     b.close().await.unwrap();
 }
+
+/// A promoted replica has no replica of its own at first: the others, and
+/// the old primary, attach to it later, or not at all. A lease write that
+/// it alone confirmed would be lost if it failed before they attach, so it
+/// is believed alone only once the grace (`REPLICA_LOSS_GRACE`, 5 s) has
+/// passed since the last primary had its replicas. Before, its first
+/// reading ("no replica") was taken as the truth, and a claim on it was
+/// confirmed at once, by nobody but itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_primary_without_the_old_ones_replicas_confirms_no_lease_for_the_grace() {
+    let d = Deployment::start(1, DOWN_AFTER_MS).await;
+    users_a_and_b(&d);
+    let mut tally = Tally::default();
+    let ((a, ga), (b, gb)) = a_leads_b_follows(
+        &d,
+        &d.sentinels.iter().map(|s| s.port).collect::<Vec<_>>(),
+        &mut tally,
+    )
+    .await;
+    let groups = [&ga, &gb];
+    // The primary stalls: it takes no write and will not attach to the new
+    // one. The sentinels promote the replica, which then has no replica.
+    d.servers[0].pause();
+    d.sentinels[0]
+        .cli(&["SENTINEL", "FAILOVER", support::sentinel::MASTER])
+        .unwrap();
+    let mut named = None;
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(20),
+            "the sentinels name the replica",
+            || {
+                named = d.primary().filter(|p| *p == 1);
+                named.is_some()
+            },
+        )
+        .await;
+    let switched = Instant::now();
+    assert_eq!(
+        d.servers[1]
+            .cli(&["INFO", "replication"])
+            .lines()
+            .find(|l| l.starts_with("connected_slaves")),
+        Some("connected_slaves:0")
+    );
+    // Nobody leads for the grace, less two retry intervals: the nodes read
+    // the new primary's replicas when they first write to it, after it was
+    // named (the sentinels are polled every 50 ms here).
+    let quiet = leasehold_engine::config::REPLICA_LOSS_GRACE - 2 * CFG.retry_interval();
+    let mut led = None;
+    while switched.elapsed() < quiet {
+        tally.sample(&groups);
+        if let Some(t) = ga.leader_term().or(gb.leader_term()) {
+            led = Some((t, switched.elapsed()));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(led, None, "a lease confirmed by the new primary alone");
+    // Then the primary's own word counts, and one of them leads again.
+    tally
+        .until(
+            &groups,
+            leasehold_engine::config::REPLICA_LOSS_GRACE
+                + Duration::from_millis(CFG.ttl_ms + 4 * CFG.retry_interval_ms),
+            "a leader once the grace has passed",
+            || ga.is_leader() || gb.is_leader(),
+        )
+        .await;
+    tally.assert_clean();
+    d.servers[0].resume();
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}

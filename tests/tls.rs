@@ -131,7 +131,15 @@ impl TlsRedis {
         // An established store, as in support::RedisServer (see claim.lua).
         let set = Command::new("redis-cli")
             .args(["--tls", "--cacert", "ca.pem", "-h", "localhost"])
-            .args(["-p", &port.to_string(), "SET", "lh:born", "0"])
+            .args([
+                "-p",
+                &port.to_string(),
+                "MSET",
+                "lh:born",
+                "0",
+                "lh:epoch",
+                "0",
+            ])
             .current_dir(&dir)
             .output()
             .expect("redis-cli");

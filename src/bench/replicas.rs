@@ -126,8 +126,15 @@ pub async fn run(args: &BenchArgs) -> Result<Vec<Row>, String> {
     let mut measured = Vec::new();
     for (label, server, prefix, acks) in setups {
         progress(&format!("replicas: {label}, {groups} claims"));
-        // An established store (past its first ttl), as in production.
-        server.cli(&["SET", &format!("{prefix}:born"), "0"])?;
+        // An established store (past its first ttl and its epoch's hold),
+        // as in production.
+        server.cli(&[
+            "MSET",
+            &format!("{prefix}:born"),
+            "0",
+            &format!("{prefix}:epoch"),
+            "0",
+        ])?;
         measured.push((
             label,
             measure(&server.url(), prefix, acks, groups, timings).await?,

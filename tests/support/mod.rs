@@ -5,6 +5,7 @@
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 pub mod agent;
+pub mod fenced;
 pub mod kube_api;
 pub mod proxy;
 pub mod sentinel;
@@ -25,8 +26,9 @@ pub fn free_port() -> u16 {
 /// The project's throwaway `redis-server` (the one the demo starts), as an
 /// established store: tests start where a deployment runs, past the first
 /// ttl after the store's birth, when no lease is handed out (see
-/// claim.lua). A restart loses this, as a real one would; the tests of the
-/// birth restart Redis.
+/// claim.lua), in term epoch 0, so terms count 1, 2, 3... (see the
+/// engine's `term.rs`). A restart loses this, as a real one would; the
+/// tests of the birth restart Redis.
 pub struct RedisServer(LocalRedis);
 
 impl std::ops::Deref for RedisServer {
@@ -53,7 +55,7 @@ impl RedisServer {
 
     fn start_with(password: Option<&str>) -> Self {
         let server = Self(LocalRedis::start_with_password(password).expect("redis-server"));
-        server.cli(&["SET", "lh:born", "0"]);
+        server.cli(&["MSET", "lh:born", "0", "lh:epoch", "0"]);
         server
     }
 
@@ -74,6 +76,27 @@ impl RedisServer {
     /// Kill and start again on the same port, empty.
     pub fn restart(&mut self) {
         self.0.restart().expect("redis-server restarts");
+    }
+
+    /// SIGKILL and start again on the same port with the snapshot its
+    /// directory holds (`SAVE` one first), as a Redis pod restarted on an
+    /// older volume would.
+    pub fn restart_on_own_data(&mut self) {
+        self.0
+            .restart_on_own_data(&[])
+            .expect("redis-server restarts on its own data");
+    }
+
+    /// SIGKILL; the process is gone until [`RedisServer::start_on_own_data`].
+    pub fn kill(&mut self) {
+        self.0.kill();
+    }
+
+    /// Starts a killed server again on its own directory.
+    pub fn start_on_own_data(&mut self) {
+        self.0
+            .start_on_own_data(&[])
+            .expect("redis-server starts on its own data");
     }
 
     /// A plain synchronous command, for inspecting state from the test.

@@ -28,6 +28,7 @@ pub mod inbox;
 mod incarnation;
 pub mod node;
 pub mod store;
+pub mod term;
 
 mod task;
 
@@ -51,6 +52,7 @@ pub use node::{Node, NodeOptions, StepDownRequest};
 pub use store::{
     ConnectError, ConnectOptions, NodeInfo, ReplicaAcks, SettingWarning, Store, StoreError,
 };
+pub use term::{CLOCK_STEP_BACK_MS, TERM_EPOCH_HOLD_MS};
 
 /// Every error the engine's API returns.
 #[derive(Debug, thiserror::Error)]

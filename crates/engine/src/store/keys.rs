@@ -54,11 +54,15 @@ impl Keys {
     pub fn born(&self) -> String {
         format!("{}:born", self.prefix)
     }
-    /// The replication id (`master_replid`) of the primary the store was
-    /// last used on: a different one means a promotion or a restart, and a
-    /// store born again (see claim.lua).
-    pub fn replid(&self) -> String {
-        format!("{}:replid", self.prefix)
+    /// The server process and replication history the store was last used
+    /// on (`run_id:master_replid`): a different one means a restart or a
+    /// promotion, and a store born again (see claim.lua).
+    pub fn history(&self) -> String {
+        format!("{}:history", self.prefix)
+    }
+    /// The store's term epoch (see `term.rs`): where its terms start.
+    pub fn epoch(&self) -> String {
+        format!("{}:epoch", self.prefix)
     }
     /// Channel carrying every engine transition as JSON, for the controller.
     pub fn events(&self) -> String {

@@ -412,13 +412,14 @@ impl Store {
     /// the caller checks the confirmation when the write took a lease.
     async fn write_lease(
         &self,
+        write: replication::Write,
         script: &redis::Script,
         call: &redis::Cmd,
     ) -> Result<(Value, replication::Confirmation), StoreError> {
         let mut primary = self.route.primary().await?;
         let result = self
             .replication
-            .write(&mut primary.conn, primary.generation, script, call)
+            .write(&mut primary.conn, primary.generation, write, script, call)
             .await;
         self.noted(result)
     }
@@ -436,20 +437,23 @@ impl Store {
     ) -> Result<Claim, StoreError> {
         let mut call = redis::cmd("EVALSHA");
         call.arg(scripts::CLAIM.get_hash())
-            .arg(7)
+            .arg(8)
             .arg(&group.lease)
             .arg(&group.term)
             .arg(&group.members)
             .arg(&group.config)
             .arg(self.keys.born())
             .arg(self.keys.node(id))
-            .arg(self.keys.replid())
+            .arg(self.keys.history())
+            .arg(self.keys.epoch())
             .arg(id)
             .arg(incarnation)
             .arg(ttl_ms)
             .arg(seen_term)
             .arg(candidacy_ms);
-        let (reply, confirmation) = self.write_lease(&scripts::CLAIM, &call).await?;
+        let (reply, confirmation) = self
+            .write_lease(replication::Write::Claim, &scripts::CLAIM, &call)
+            .await?;
         let items = array(reply)?;
         match int_at(&items, 0)? {
             1 => {
@@ -491,7 +495,9 @@ impl Store {
             .arg(term)
             .arg(ttl_ms)
             .arg(candidacy_ms);
-        let (reply, confirmation) = self.write_lease(&scripts::RENEW, &call).await?;
+        let (reply, confirmation) = self
+            .write_lease(replication::Write::Renewal, &scripts::RENEW, &call)
+            .await?;
         let items = array(reply)?;
         Ok(match int_at(&items, 0)? {
             1 => {

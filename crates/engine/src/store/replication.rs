@@ -56,6 +56,18 @@ struct Replicas {
     /// count only after [`REPLICA_LOSS_GRACE`].
     most: u64,
     most_at: Instant,
+    /// The replicas the primary before this one had, and when this one was
+    /// first read: a claim waits for as many for [`REPLICA_LOSS_GRACE`].
+    inherited: u64,
+    inherited_at: Instant,
+}
+
+/// What a lease write is: a claim may hand out a new term, a renewal only
+/// extends a lease already confirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Write {
+    Claim,
+    Renewal,
 }
 
 impl Replicas {
@@ -66,6 +78,26 @@ impl Replicas {
             connected,
             most: connected,
             most_at: now,
+            inherited: 0,
+            inherited_at: now,
+        }
+    }
+
+    /// The first reading of another primary (a failover, or a Cluster slot
+    /// moved) after `self`, the last primary's: the replicas that primary
+    /// had are still wanted by claims for the grace. A promoted replica has
+    /// none at first, until the others (and the old primary, restarted)
+    /// attach; a claim it alone confirmed would be lost if it failed in
+    /// turn, and its first reading, taken as the truth, made it so (a term
+    /// was confirmed by a primary whose one replica was not attached, and
+    /// handed out again after the next failover). Renewals go by the new
+    /// primary's own count: a leader keeps its lease through a graceful
+    /// failover, and a renewal lost with the new primary is covered by the
+    /// hold-back of the store born again after it.
+    fn after(self, primary: u64, now: Instant, connected: u64) -> Self {
+        Self {
+            inherited: self.wanted(Write::Claim),
+            ..Self::first(primary, now, connected)
         }
     }
 
@@ -77,18 +109,28 @@ impl Replicas {
             } else {
                 (self.most, self.most_at)
             };
+        let inherited = if now.duration_since(self.inherited_at) >= REPLICA_LOSS_GRACE {
+            0
+        } else {
+            self.inherited
+        };
         Self {
             read_at: now,
             connected,
             most,
             most_at,
+            inherited,
             ..self
         }
     }
 
     /// How many replicas a write must reach.
-    fn wanted(&self) -> u64 {
-        self.connected.max(self.most)
+    fn wanted(&self, write: Write) -> u64 {
+        let own = self.connected.max(self.most);
+        match write {
+            Write::Claim => own.max(self.inherited),
+            Write::Renewal => own,
+        }
     }
 }
 
@@ -116,13 +158,14 @@ impl Replication {
         &self,
         conn: &mut ConnectionManager,
         primary: u64,
+        write: Write,
         script: &Script,
         call: &Cmd,
     ) -> Result<(Value, Confirmation), StoreError> {
         let wanted = match self.acks {
             ReplicaAcks::Off => 0,
             ReplicaAcks::AtLeast(n) => u64::from(n),
-            ReplicaAcks::All => self.wanted(conn, primary).await?,
+            ReplicaAcks::All => self.wanted(conn, primary, write).await?,
         };
         let mut loaded = false;
         loop {
@@ -156,16 +199,23 @@ impl Replication {
 
     /// The replicas to wait for: those the primary last said are
     /// connected (re-read once a second), or as many as it had before if it
-    /// lost some less than [`REPLICA_LOSS_GRACE`] ago. Another primary
-    /// starts afresh.
-    async fn wanted(&self, conn: &mut ConnectionManager, primary: u64) -> Result<u64, StoreError> {
+    /// lost some less than [`REPLICA_LOSS_GRACE`] ago. On another primary,
+    /// claims want the last one's count for that long (see
+    /// [`Replicas::after`]).
+    async fn wanted(
+        &self,
+        conn: &mut ConnectionManager,
+        primary: u64,
+        write: Write,
+    ) -> Result<u64, StoreError> {
         let now = Instant::now();
-        let known = {
+        let (known, before) = {
             let mut stored = crate::locked(&self.known);
+            let before = stored.filter(|k| k.primary != primary);
             let known = stored.filter(|k| k.primary == primary);
             if let Some(k) = known {
                 if now.duration_since(k.read_at) < REPLICA_COUNT_REFRESH {
-                    return Ok(k.wanted());
+                    return Ok(k.wanted(write));
                 }
                 // This call reads the count again; the calls meanwhile use
                 // the last one, so the leases renewed together cost one
@@ -173,7 +223,7 @@ impl Replication {
                 // for another refresh interval.)
                 *stored = Some(Replicas { read_at: now, ..k });
             }
-            known
+            (known, before)
         };
         let info: redis::RedisResult<String> = redis::cmd("INFO")
             .arg("replication")
@@ -189,11 +239,12 @@ impl Replication {
             }
             Err(e) => return Err(e.into()),
         };
-        let next = match known {
-            Some(k) => k.then(now, count),
-            None => Replicas::first(primary, now, count),
+        let next = match (known, before) {
+            (Some(k), _) => k.then(now, count),
+            (None, Some(b)) => b.after(primary, now, count),
+            (None, None) => Replicas::first(primary, now, count),
         };
-        if next.wanted() > count {
+        if next.wanted(write) > count {
             tracing::debug!(
                 connected = count,
                 before = next.most,
@@ -201,7 +252,7 @@ impl Replication {
             );
         }
         *crate::locked(&self.known) = Some(next);
-        Ok(next.wanted())
+        Ok(next.wanted(write))
     }
 }
 
@@ -242,18 +293,42 @@ mod tests {
     fn fewer_replicas_count_only_after_the_grace() {
         let t0 = Instant::now();
         let r = Replicas::first(1, t0, 2);
-        assert_eq!(r.wanted(), 2);
+        assert_eq!(r.wanted(Write::Renewal), 2);
         // One gone: still two wanted, until the grace has passed since two
         // were last seen.
         let r = r.then(t0 + Duration::from_secs(1), 1);
-        assert_eq!(r.wanted(), 2);
+        assert_eq!(r.wanted(Write::Renewal), 2);
         let r = r.then(t0 + REPLICA_LOSS_GRACE - Duration::from_millis(1), 0);
-        assert_eq!(r.wanted(), 2);
+        assert_eq!(r.wanted(Write::Renewal), 2);
         let r = r.then(t0 + REPLICA_LOSS_GRACE, 0);
-        assert_eq!(r.wanted(), 0);
+        assert_eq!(r.wanted(Write::Renewal), 0);
         // More count at once.
         let r = r.then(t0 + REPLICA_LOSS_GRACE + Duration::from_secs(1), 3);
-        assert_eq!(r.wanted(), 3);
+        assert_eq!(r.wanted(Write::Renewal), 3);
+    }
+
+    #[test]
+    fn a_new_primary_inherits_the_last_ones_replicas_for_claims_for_the_grace() {
+        let t0 = Instant::now();
+        let old = Replicas::first(1, t0, 2).then(t0 + Duration::from_secs(10), 2);
+        // Promoted, none attached yet: claims still want two; renewals go
+        // by what the new primary has.
+        let t1 = t0 + Duration::from_secs(20);
+        let new = old.after(2, t1, 0);
+        assert_eq!(new.primary, 2);
+        assert_eq!(new.wanted(Write::Claim), 2);
+        assert_eq!(new.wanted(Write::Renewal), 0);
+        let new = new.then(t1 + Duration::from_secs(1), 1);
+        assert_eq!(new.wanted(Write::Claim), 2);
+        assert_eq!(new.wanted(Write::Renewal), 1);
+        // After the grace the new primary's own count holds.
+        let new = new.then(t1 + REPLICA_LOSS_GRACE, 1);
+        assert_eq!(new.wanted(Write::Claim), 1);
+        // A new primary with more replicas: all of them, at once.
+        assert_eq!(old.after(3, t1, 3).wanted(Write::Claim), 3);
+        // A new primary after one that had none wants none.
+        let alone = Replicas::first(1, t0, 0);
+        assert_eq!(alone.after(2, t1, 0).wanted(Write::Claim), 0);
     }
 
     #[test]

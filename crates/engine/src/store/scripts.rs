@@ -1,6 +1,7 @@
 //! The Lua scripts, loaded once per connection and invoked by SHA (the redis
 //! crate falls back to EVAL and reloads on NOSCRIPT, e.g. after a restart).
-//! Each script is the shared prologue (`now.lua`) plus its own body.
+//! Each script is the shared prologue (`now.lua`) plus its own body; the
+//! lease scripts also have `terms.lua`, with the constants of `term.rs`.
 
 use std::sync::LazyLock;
 
@@ -14,10 +15,18 @@ fn script(parts: &[&str]) -> Script {
     Script::new(&parts.concat())
 }
 
+/// A lease script: the prologue, the term rules and `body`.
+fn lease_script(body: &str) -> Script {
+    let constants = crate::term::lua_constants();
+    script(&[PROLOGUE, &constants, TERMS, body])
+}
+
+const TERMS: &str = include_str!("scripts/terms.lua");
+
 pub static CLAIM: LazyLock<Script> =
-    LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/claim.lua")]));
+    LazyLock::new(|| lease_script(include_str!("scripts/claim.lua")));
 pub static RENEW: LazyLock<Script> =
-    LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/renew.lua")]));
+    LazyLock::new(|| lease_script(include_str!("scripts/renew.lua")));
 pub static RELEASE: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/release.lua")]));
 pub static GROUP_STATE: LazyLock<Script> =

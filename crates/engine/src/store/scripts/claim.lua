@@ -1,6 +1,7 @@
 -- Claim a group's lease.
 -- KEYS: lease, term, members, config, born, the claimant's node hash,
---       replid (the replication id of the primary the store was last used on)
+--       history (the identity of the server process and replication
+--       history the store was last used on), epoch (the store's term epoch)
 -- ARGV: node id, incarnation, ttl ms, highest term this node has seen, candidacy ms
 -- Returns {1, term, fresh, config} when this node holds the lease afterwards
 -- (fresh = 1 for a new acquisition, 0 when it kept a lease it already held),
@@ -13,69 +14,101 @@
 -- their next claim without another call.
 --
 -- born is the store's birth, in Redis ms: set by the first claim made under
--- this prefix, and so again after Redis lost its data. For one ttl after it
--- no lease is newly handed out ({0, term, ms left, '', config}): a leader
--- whose lease was lost with the data may still lead by its local view for
--- up to one ttl, and a second leader must not start meanwhile. Claims made
--- in that time also lift the term counter to the highest term the
--- claimants remember, so terms do not restart from 1 either.
+-- this prefix, and again whenever the store's history changes. For one ttl
+-- after it no lease is newly handed out ({0, term, ms left, '', config}): a
+-- leader whose lease was lost with the data may still lead by its local
+-- view for up to one ttl, and a second leader must not start meanwhile.
+-- Claims made in that time also lift the term counter to the highest term
+-- the claimants remember.
 -- The birth recorded is Redis's own start (the latest its uptime allows),
 -- not the first claim: a leader that Redis forgot by restarting empty
 -- renewed before that start, so one ttl from it is enough; and a store
 -- first used on a Redis that has been up for longer than a ttl (a fresh
--- install) hands out its first lease at once.
+-- install) hands out its first lease without that wait. A claimant that
+-- remembers a term the data lacks proves that the data was lost, or that
+-- this server's data is a branch that an earlier failover left behind (a
+-- primary never demoted, found again): the store is born again then too.
+--
+-- Terms come from the store's epoch (terms.lua): a new history starts a new
+-- epoch from the Redis clock, above the stored one, and its first term
+-- waits for the epoch's hold, so no term of an earlier history, even one
+-- nobody alive saw, is granted again.
 local mine = ARGV[1] .. '#' .. ARGV[2] .. '#'
 local ttl = tonumber(ARGV[3])
 local seen = tonumber(ARGV[4])
 local now = now_ms()
+-- INFO is in the @dangerous ACL category: a user without it cannot tell a
+-- new history by the server (only by the data: born and epoch missing).
+local function info(...)
+  local text = redis.pcall('INFO', ...)
+  if type(text) == 'string' then return text end
+  return nil
+end
+local text = info('server', 'replication')
+if not text then
+  -- Before Redis 7, INFO takes one section.
+  local server, replication = info('server'), info('replication')
+  if server and replication then text = server .. replication end
+end
 local born = tonumber(redis.call('GET', KEYS[5]) or '-1')
 if born < 0 then
-  -- INFO is in the @dangerous ACL category: a user without it gets the
-  -- older, longer rule (the birth is this first claim).
-  local info = redis.pcall('INFO', 'server')
-  local uptime = 0
-  if type(info) == 'string' then
-    uptime = tonumber(string.match(info, 'uptime_in_seconds:(%d+)') or '0')
+  local uptime = nil
+  if text then uptime = tonumber(string.match(text, 'uptime_in_seconds:(%d+)') or '') end
+  if not uptime then
+    born = now
+  else
+    -- uptime_in_seconds is the difference of two whole-second clocks, so
+    -- it can exceed the true uptime by up to a second: the latest start it
+    -- allows is a second later than it says (and never later than now).
+    born = math.min(now, now - uptime * 1000 + 1000)
   end
-  -- uptime_in_seconds is the difference of two whole-second clocks, so it
-  -- can exceed the true uptime by up to a second: the latest start it
-  -- allows is a second later than it says (and never later than now).
-  born = math.min(now, now - uptime * 1000 + 1000)
   redis.call('SET', KEYS[5], born)
 end
--- The store's history: a promoted replica, or a restarted primary, has a
--- new master_replid. A lease written on the old primary may be missing
--- here while its holder still leads by its local view, so such a store is
--- born again now: no lease for one ttl, while claims lift the term counter
--- to what the nodes remember. (No INFO for this user: not detected.)
-local repl = redis.pcall('INFO', 'replication')
-if type(repl) == 'string' then
-  local replid = string.match(repl, 'master_replid:(%w+)')
-  if replid then
+-- The store's epoch: missing on a store never used, flushed, or written
+-- before epochs; a new one after a change of history.
+local stored_epoch = tonumber(redis.call('GET', KEYS[8]) or '-1')
+local epoch = stored_epoch
+if epoch < 0 then epoch = epoch_at(now) end
+-- The store's history: a restarted server has a new run_id (and, whatever
+-- it loaded, may lack leases and terms it granted), a promoted replica a
+-- new master_replid. Either way the store is born again now: no lease for
+-- one ttl, while claims lift the term counter to what the nodes remember,
+-- and a new epoch. (No INFO for this user: not detected.)
+local function born_again()
+  born = now
+  redis.call('SET', KEYS[5], now)
+  epoch = math.max(epoch, epoch_at(now), stored_epoch + 1)
+end
+if text then
+  local run = string.match(text, 'run_id:(%w+)')
+  local replid = string.match(text, 'master_replid:(%w+)')
+  if run and replid then
+    local history = run .. ':' .. replid
     local known = redis.call('GET', KEYS[7])
-    if known and known ~= replid then
-      born = now
-      redis.call('SET', KEYS[5], now)
-    end
-    if known ~= replid then redis.call('SET', KEYS[7], replid) end
+    if known and known ~= history then born_again() end
+    if known ~= history then redis.call('SET', KEYS[7], history) end
   end
 end
+local stored = tonumber(redis.call('GET', KEYS[2]) or '0')
+if seen > stored then
+  -- Only after a data loss, or on a branch of history left behind:
+  -- remember what this node has seen, and hold leases back as after a
+  -- restart (a holder of that term may still lead by its local view).
+  born_again()
+  stored = seen
+  redis.call('SET', KEYS[2], term_text(stored))
+end
+if epoch ~= stored_epoch then redis.call('SET', KEYS[8], term_text(epoch)) end
 local config = redis.call('HMGET', KEYS[4], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs')
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1])
-local stored = tonumber(redis.call('GET', KEYS[2]) or '0')
 local current = redis.call('GET', KEYS[1])
 if current and string.sub(current, 1, #mine) == mine then
   -- Our own lease, still standing after a fail-safe demotion: nobody else
   -- could have held it in between, so it keeps its term.
   local term = tonumber(string.sub(current, #mine + 1))
-  if term > stored then redis.call('SET', KEYS[2], term) end
+  if term > stored then redis.call('SET', KEYS[2], term_text(term)) end
   redis.call('PEXPIRE', KEYS[1], ttl)
   return {1, term, 0, config}
-end
-if seen > stored then
-  -- Only after a data loss: remember what this node has seen.
-  stored = seen
-  redis.call('SET', KEYS[2], stored)
 end
 if current and holder_id(current) ~= ARGV[1] then
   return {0, stored, redis.call('PTTL', KEYS[1]), holder_id(current), config}
@@ -93,8 +126,13 @@ if now - born < ttl then
   return {0, stored, born + ttl - now, '', config}
 end
 -- Free, or held by an earlier incarnation of this node id (an unclean restart
--- with a stable id): a new acquisition, under a term larger than any before.
-local term = stored + 1
-redis.call('SET', KEYS[2], term)
-redis.call('SET', KEYS[1], mine .. term, 'PX', ttl)
+-- with a stable id): a new acquisition, under a term larger than any before,
+-- in the store's epoch at least.
+local term = next_term(math.max(stored, epoch * TERM_SPAN))
+local wait = epoch_wait(term, now)
+if wait > 0 then
+  return {0, stored, wait, '', config}
+end
+redis.call('SET', KEYS[2], term_text(term))
+redis.call('SET', KEYS[1], mine .. term_text(term), 'PX', ttl)
 return {1, term, 1, config}

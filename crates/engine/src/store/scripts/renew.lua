@@ -7,7 +7,8 @@
 -- If the term counter is ahead of the lease's term (the controller restored
 -- a term Redis had lost, after this lease was taken at a low term), the
 -- lease moves to a new term above the counter, so terms never go backwards
--- as anyone observes them.
+-- as anyone observes them; if that term's epoch may not be granted yet
+-- (terms.lua), at a later renewal.
 local mine = ARGV[1] .. '#' .. ARGV[2] .. '#'
 local current = redis.call('GET', KEYS[1])
 if current == mine .. ARGV[3] then
@@ -15,10 +16,11 @@ if current == mine .. ARGV[3] then
   local ttl = tonumber(ARGV[4])
   local term = tonumber(ARGV[3])
   local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
-  if counter > term then
-    term = counter + 1
-    redis.call('SET', KEYS[4], term)
-    redis.call('SET', KEYS[1], mine .. term, 'PX', ttl)
+  local moved = next_term(counter)
+  if counter > term and epoch_wait(moved, now) == 0 then
+    term = moved
+    redis.call('SET', KEYS[4], term_text(term))
+    redis.call('SET', KEYS[1], mine .. term_text(term), 'PX', ttl)
   else
     redis.call('PEXPIRE', KEYS[1], ttl)
   end
