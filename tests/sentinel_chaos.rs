@@ -4,26 +4,34 @@
 //! and one failover after another, of three kinds, picked at random:
 //! - forced: `SENTINEL FAILOVER`, the old primary demoted in order;
 //! - killed: the primary SIGKILLed, found down by the sentinels, restarted
-//!   empty as a replica of the new primary;
+//!   on its own directory (as a Redis pod on its volume: with the snapshot
+//!   of its last full sync, older than what it served) as a replica of the
+//!   new primary;
 //! - lagging: a replica SIGSTOPped (its replication stalls, so lease writes
 //!   cannot be confirmed), then the primary killed; the replica resumes
-//!   once the new primary is named.
+//!   once the new primary is named;
+//! - lossy: the primary's replica links cut (`CLIENT KILL TYPE replica`,
+//!   with `repl-timeout 60`), the leader told to step down, so the next
+//!   claim's term is written while no replica has the link, the primary
+//!   SIGKILLed 150 ms later and restarted on its own directory 0.5 s after
+//!   the switch, as a replica of the new primary.
 //!
 //! Every 5 ms each agent's report is read through its API, and each
-//! "leader under term t" it reports is offered to a fenced sink, which
-//! accepts a write only if no other agent ever wrote under t and no higher
-//! term was accepted before, and counts every refusal. Also counted: samples
-//! in which two agents report leading (under one term, or at all).
+//! "leader under term t" it reports is offered to a fenced sink
+//! (`support/fenced.rs`), which refuses a term another agent used first
+//! (the broken promise) and a term below the highest accepted (a term gone
+//! back). Also counted: samples in which two agents report leading (under
+//! one term, or at all).
 //!
 //! Short by default (CI). `LEASEHOLD_SENTINEL_CHAOS_SECONDS=660` runs eleven
 //! minutes; `LEASEHOLD_CHAOS_SEED=N` repeats a run.
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use support::agent::{args, Agent};
+use support::agent::{args, post, Agent};
+use support::fenced::FencedSink;
 use support::sentinel::Deployment;
 use support::{free_port, LocalRedis};
 
@@ -33,39 +41,12 @@ const TTL_MS: u64 = 1500;
 const RENEW_MS: u64 = 400;
 const RETRY_MS: u64 = 300;
 
-/// Refuses a write under a term another writer used, or under a term
-/// below the highest accepted.
-#[derive(Debug, Default)]
-struct FencedSink {
-    holders: HashMap<u64, usize>,
-    highest: u64,
-    accepted: u64,
-    rejected: u64,
-}
-
-impl FencedSink {
-    fn write(&mut self, writer: usize, term: u64) {
-        let taken = self.holders.get(&term).is_some_and(|h| *h != writer);
-        if taken || term < self.highest {
-            self.rejected += 1;
-            eprintln!(
-                "sink: refused agent {writer} under term {term} (highest {}, holder {:?})",
-                self.highest,
-                self.holders.get(&term)
-            );
-            return;
-        }
-        self.holders.insert(term, writer);
-        self.highest = term;
-        self.accepted += 1;
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Fault {
     Forced,
     Killed,
     Lagging,
+    Lossy,
 }
 
 struct Referee {
@@ -101,7 +82,7 @@ impl Referee {
             eprintln!("two leaders: {leaders:?}");
         }
         for (i, term) in &leaders {
-            self.sink.write(*i, *term);
+            self.sink.write(&format!("agent-{i}"), *term);
         }
         if !leaders.is_empty() {
             self.last_leader = Some(Instant::now());
@@ -259,7 +240,7 @@ async fn failovers_never_give_a_term_two_holders() {
     while Instant::now() < deadline {
         let old = d.primary().expect("a primary");
         let replicas: Vec<usize> = (0..d.servers.len()).filter(|i| *i != old).collect();
-        let fault = [Fault::Forced, Fault::Killed, Fault::Lagging][rng.usize(..3)];
+        let fault = [Fault::Forced, Fault::Killed, Fault::Lagging, Fault::Lossy][rng.usize(..4)];
         let start = Instant::now();
         let mut stalled = None;
         match fault {
@@ -296,6 +277,20 @@ async fn failovers_never_give_a_term_two_holders() {
                 .await;
                 d.servers[old].kill();
             }
+            Fault::Lossy => {
+                d.servers[old].cli(&["CONFIG", "SET", "repl-timeout", "60"]);
+                d.servers[old].cli(&["CLIENT", "KILL", "TYPE", "replica"]);
+                for agent in &r.agents {
+                    if agent.leads(GROUP).await {
+                        post(agent.port, &format!("/v1/groups/{GROUP}/step-down")).await;
+                    }
+                }
+                r.until(Duration::from_secs(1), "150 ms", || {
+                    start.elapsed() >= Duration::from_millis(150)
+                })
+                .await;
+                d.servers[old].kill();
+            }
         }
         let mut new = None;
         if fault == Fault::Forced {
@@ -325,17 +320,24 @@ async fn failovers_never_give_a_term_two_holders() {
                 || diagnose(&d, fault),
             )
             .await;
+        let switched = Instant::now();
         if let Some(lagging) = stalled {
             d.servers[lagging].resume();
         }
         if fault != Fault::Forced {
-            // Back empty, as a replica of the new primary, the way a
-            // restarted Redis pod comes back (the sentinels would do it
-            // too, at their next look at it, up to 10 s later).
-            d.servers[old].restart();
-            support::sentinel::tune(&d.servers[old]);
+            // Back on its own directory, as a replica of the new primary,
+            // the way a restarted Redis pod comes back on its volume (the
+            // sentinels would make it a replica too, at their next look at
+            // it, up to 10 s later).
+            if fault == Fault::Lossy {
+                r.until(Duration::from_secs(1), "0.5 s after the switch", || {
+                    switched.elapsed() >= Duration::from_millis(500)
+                })
+                .await;
+            }
             let new_port = d.servers[new.expect("named")].port.to_string();
-            d.servers[old].cli(&["REPLICAOF", "127.0.0.1", &new_port]);
+            d.servers[old].restart_on_own_data_with(&["--replicaof", "127.0.0.1", &new_port]);
+            support::sentinel::tune(&d.servers[old]);
         }
         // The window without a leader that the failover caused.
         let before = r.last_leader;
@@ -370,13 +372,15 @@ async fn failovers_never_give_a_term_two_holders() {
     named.sort();
     let count = |k: Fault| failovers.iter().filter(|f| f.0 == k).count();
     eprintln!(
-        "sentinel chaos: {n} failovers ({} forced, {} killed, {} lagging) in {seconds} s, {dropped} forced failovers Sentinel dropped; {} samples; sink accepted {} refused {}; two leaders at once {} (same term {})",
+        "sentinel chaos: {n} failovers ({} forced, {} killed, {} lagging, {} lossy) in {seconds} s, {dropped} forced failovers Sentinel dropped; {} samples; sink accepted {}, refused {} as a term another agent used, {} as below the highest; two leaders at once {} (same term {})",
         count(Fault::Forced),
         count(Fault::Killed),
         count(Fault::Lagging),
+        count(Fault::Lossy),
         r.samples,
         r.sink.accepted,
-        r.sink.rejected,
+        r.sink.duplicates,
+        r.sink.stale,
         r.two_leaders,
         r.same_term,
     );
@@ -406,7 +410,7 @@ async fn failovers_never_give_a_term_two_holders() {
         pick(0.99),
         over.last().copied().unwrap_or(0.0)
     );
-    for k in [Fault::Forced, Fault::Killed, Fault::Lagging] {
+    for k in [Fault::Forced, Fault::Killed, Fault::Lagging, Fault::Lossy] {
         let mut w: Vec<Duration> = failovers.iter().filter(|f| f.0 == k).map(|f| f.2).collect();
         w.sort();
         eprintln!(
@@ -415,7 +419,8 @@ async fn failovers_never_give_a_term_two_holders() {
             percentile(&w, 0.99)
         );
     }
-    assert_eq!(r.sink.rejected, 0, "the fenced sink refused writes");
+    assert_eq!(r.sink.duplicates, 0, "a term had two holders");
+    assert_eq!(r.sink.stale, 0, "a term went back");
     assert_eq!(r.same_term, 0, "two agents led under one term");
     assert_eq!(r.two_leaders, 0, "two agents led at once");
     assert!(

@@ -87,6 +87,14 @@ impl RedisServer {
             .expect("redis-server restarts on its own data");
     }
 
+    /// [`RedisServer::restart_on_own_data`] with more arguments for this
+    /// start (`--replicaof HOST PORT`, say).
+    pub fn restart_on_own_data_with(&mut self, args: &[&str]) {
+        self.0
+            .restart_on_own_data(args)
+            .expect("redis-server restarts on its own data");
+    }
+
     /// SIGKILL; the process is gone until [`RedisServer::start_on_own_data`].
     pub fn kill(&mut self) {
         self.0.kill();

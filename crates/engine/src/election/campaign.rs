@@ -215,6 +215,7 @@ impl Campaign {
                 self.ttl_ms(),
                 st.seen_term,
                 self.candidacy_ms(),
+                st.held,
             ),
         )
         .await;

@@ -426,6 +426,11 @@ impl Store {
 
     // ---- election ----
 
+    /// Claims `group`'s lease (claim.lua). `confirmed` is the term of a
+    /// lease this incarnation held as leader and may still hold in Redis (a
+    /// fail-safe demotion): finding it standing, the claim needs only a
+    /// renewal's confirmation.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn claim(
         &self,
         group: &GroupKeys,
@@ -434,6 +439,7 @@ impl Store {
         ttl_ms: u64,
         seen_term: u64,
         candidacy_ms: u64,
+        confirmed: Option<u64>,
     ) -> Result<Claim, StoreError> {
         let mut call = redis::cmd("EVALSHA");
         call.arg(scripts::CLAIM.get_hash())
@@ -451,17 +457,31 @@ impl Store {
             .arg(ttl_ms)
             .arg(seen_term)
             .arg(candidacy_ms);
-        let (reply, confirmation) = self
-            .write_lease(replication::Write::Claim, &scripts::CLAIM, &call)
-            .await?;
+        // Expecting its own confirmed lease, a claim waits as a renewal does.
+        let expected = match confirmed {
+            Some(_) => replication::Write::Renewal,
+            None => replication::Write::Claim,
+        };
+        let (reply, confirmation) = self.write_lease(expected, &scripts::CLAIM, &call).await?;
         let items = array(reply)?;
         match int_at(&items, 0)? {
             1 => {
-                // Leading only once the replicas have the lease too.
-                self.noted(confirmation.check())?;
+                // Leading only once the replicas have the lease too: a new
+                // term as many as a new term needs; a lease kept that was
+                // confirmed before (`confirmed`: still standing after a
+                // fail-safe demotion) as many as a renewal. A lease kept
+                // that was never confirmed (its claim went unconfirmed) is
+                // a new term still.
+                let term = uint_at(&items, 1)?;
+                let fresh = int_at(&items, 2)? == 1;
+                self.noted(if !fresh && confirmed == Some(term) {
+                    confirmation.check_kept()
+                } else {
+                    confirmation.check()
+                })?;
                 Ok(Claim::Won {
-                    term: uint_at(&items, 1)?,
-                    fresh: int_at(&items, 2)? == 1,
+                    term,
+                    fresh,
                     config: group_config(items.get(3)),
                 })
             }
@@ -501,10 +521,17 @@ impl Store {
         let items = array(reply)?;
         Ok(match int_at(&items, 0)? {
             1 => {
-                self.noted(confirmation.check())?;
+                // A lease that moved to a new term (renew.lua) is confirmed
+                // as a new term is.
+                let renewed = uint_at(&items, 2)?;
+                self.noted(if renewed == term {
+                    confirmation.check_kept()
+                } else {
+                    confirmation.check()
+                })?;
                 Renewal::Renewed {
                     config: group_config(items.get(1)),
-                    term: uint_at(&items, 2)?,
+                    term: renewed,
                 }
             }
             0 => Renewal::Gone,

@@ -62,8 +62,11 @@ struct Replicas {
     inherited_at: Instant,
 }
 
-/// What a lease write is: a claim may hand out a new term, a renewal only
-/// extends a lease already confirmed.
+/// What a lease write is expected to be, for how many replicas its `WAIT`
+/// waits: a claim may hand out a new term, a renewal (or a claim that
+/// expects to find its own confirmed lease standing) only extends a lease
+/// already confirmed. What it turned out to be is checked after
+/// ([`Confirmation::check`], [`Confirmation::check_kept`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Write {
     Claim,
@@ -162,10 +165,17 @@ impl Replication {
         script: &Script,
         call: &Cmd,
     ) -> Result<(Value, Confirmation), StoreError> {
-        let wanted = match self.acks {
-            ReplicaAcks::Off => 0,
-            ReplicaAcks::AtLeast(n) => u64::from(n),
-            ReplicaAcks::All => self.wanted(conn, primary, write).await?,
+        let (new_term, kept) = match self.acks {
+            ReplicaAcks::Off => (0, 0),
+            ReplicaAcks::AtLeast(n) => (u64::from(n), u64::from(n)),
+            ReplicaAcks::All => {
+                let known = self.known(conn, primary).await?;
+                (known.wanted(Write::Claim), known.wanted(Write::Renewal))
+            }
+        };
+        let wanted = match write {
+            Write::Claim => new_term,
+            Write::Renewal => kept,
         };
         let mut loaded = false;
         loop {
@@ -192,7 +202,16 @@ impl Replication {
                     loaded = true;
                 }
                 Err(e) => return Err(e.into()),
-                Ok((reply, acked)) => return Ok((reply, Confirmation { wanted, acked })),
+                Ok((reply, acked)) => {
+                    return Ok((
+                        reply,
+                        Confirmation {
+                            new_term,
+                            kept,
+                            acked,
+                        },
+                    ))
+                }
             }
         }
     }
@@ -202,12 +221,11 @@ impl Replication {
     /// lost some less than [`REPLICA_LOSS_GRACE`] ago. On another primary,
     /// claims want the last one's count for that long (see
     /// [`Replicas::after`]).
-    async fn wanted(
+    async fn known(
         &self,
         conn: &mut ConnectionManager,
         primary: u64,
-        write: Write,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<Replicas, StoreError> {
         let now = Instant::now();
         let (known, before) = {
             let mut stored = crate::locked(&self.known);
@@ -215,7 +233,7 @@ impl Replication {
             let known = stored.filter(|k| k.primary == primary);
             if let Some(k) = known {
                 if now.duration_since(k.read_at) < REPLICA_COUNT_REFRESH {
-                    return Ok(k.wanted(write));
+                    return Ok(k);
                 }
                 // This call reads the count again; the calls meanwhile use
                 // the last one, so the leases renewed together cost one
@@ -244,7 +262,7 @@ impl Replication {
             (None, Some(b)) => b.after(primary, now, count),
             (None, None) => Replicas::first(primary, now, count),
         };
-        if next.wanted(write) > count {
+        if next.wanted(Write::Claim) > count {
             tracing::debug!(
                 connected = count,
                 before = next.most,
@@ -252,26 +270,36 @@ impl Replication {
             );
         }
         *crate::locked(&self.known) = Some(next);
-        Ok(next.wanted(write))
+        Ok(next)
     }
 }
 
 /// What `WAIT` said after a lease write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Confirmation {
-    pub wanted: u64,
+    /// What a write that hands out a new term needs.
+    pub new_term: u64,
+    /// What a write that keeps a lease already confirmed (a renewal, a
+    /// claim of a lease still standing) needs: the primary's own count.
+    pub kept: u64,
     pub acked: u64,
 }
 
 impl Confirmation {
-    /// Whether the write counts: [`StoreError::Unconfirmed`] if too few
-    /// replicas have it.
+    /// Whether a write that handed out a new term counts:
+    /// [`StoreError::Unconfirmed`] if too few replicas have it.
     pub fn check(self) -> Result<(), StoreError> {
-        if self.acked < self.wanted {
-            return Err(StoreError::Unconfirmed {
-                acked: self.acked,
-                wanted: self.wanted,
-            });
+        Self::enough(self.acked, self.new_term)
+    }
+
+    /// Whether a write that kept a lease already confirmed counts.
+    pub fn check_kept(self) -> Result<(), StoreError> {
+        Self::enough(self.acked, self.kept)
+    }
+
+    fn enough(acked: u64, wanted: u64) -> Result<(), StoreError> {
+        if acked < wanted {
+            return Err(StoreError::Unconfirmed { acked, wanted });
         }
         Ok(())
     }
