@@ -63,8 +63,10 @@ fn owner(nodes: &[LocalRedis], slot: &str) -> usize {
     nodes.iter().position(serves).unwrap_or(usize::MAX)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn in_a_cluster_the_store_lives_in_one_slot_and_follows_a_failover() {
+/// Three primaries and a fourth node replicating the slot of the prefix
+/// `lh`, every node ok and the replica in sync; returns the nodes, the
+/// slot and the index of its owner.
+async fn cluster_with_a_replica_of_the_slot() -> (Vec<LocalRedis>, String, usize) {
     let (nodes, buses): (Vec<LocalRedis>, Vec<u16>) = (0..4).map(|_| cluster_node()).unzip();
     let primaries: Vec<String> = nodes[..3]
         .iter()
@@ -112,6 +114,12 @@ async fn in_a_cluster_the_store_lives_in_one_slot_and_follows_a_failover() {
     )
     .await;
 
+    (nodes, slot, owner_at_start)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_the_store_lives_in_one_slot_and_follows_a_failover() {
+    let (nodes, slot, owner_at_start) = cluster_with_a_replica_of_the_slot().await;
     // A seed that does not serve the slot is enough.
     let seed = (owner_at_start + 1) % 3;
     let url = format!("redis+cluster://127.0.0.1:{}", nodes[seed].port);
@@ -197,4 +205,101 @@ async fn in_a_cluster_the_store_lives_in_one_slot_and_follows_a_failover() {
     .await;
     assert!(gb.leader_term() > Some(first), "{:?}", gb.leader_term());
     b.close().await.unwrap();
+}
+
+/// The lossy failover of a slot: the owner's replica link is cut, the
+/// leader steps down so the next claim's term is written while the link is
+/// down, the owner is SIGKILLed 150 ms later, its replica takes the slot
+/// over (`CLUSTER FAILOVER TAKEOVER`, as an operator does for a dead
+/// primary) and the killed node is restarted on its own directory, where it
+/// rejoins as a replica. Every term any node leads under goes to a fenced
+/// sink: none may come from two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lossy_slot_failover_never_gives_a_term_two_holders() {
+    const FAST: ElectionConfig = ElectionConfig {
+        ttl_ms: 1000,
+        renew_interval_ms: 300,
+        retry_interval_ms: 200,
+    };
+    let (mut nodes, slot, owner_at_start) = cluster_with_a_replica_of_the_slot().await;
+    let seed = (owner_at_start + 1) % 3;
+    let url = format!("redis+cluster://127.0.0.1:{}", nodes[seed].port);
+    let start = |id: &'static str| {
+        let url = url.clone();
+        async move {
+            let store = Store::connect(&url, "lh").expect("a cluster URL");
+            let node = Node::start(store, id, node_config()).await.expect("node");
+            let group = node.join(GROUP, FAST).expect("join");
+            (node, group)
+        }
+    };
+    let mut sink = support::fenced::FencedSink::default();
+    let mut members = vec![start("test/a").await, start("test/b").await];
+    let offer = |sink: &mut support::fenced::FencedSink,
+                 members: &[(Node, leasehold_engine::Group)]| {
+        for (n, g) in members {
+            if let Some(term) = g.leader_term() {
+                sink.write(n.id(), term);
+            }
+        }
+    };
+    let limit = Instant::now() + Duration::from_secs(10);
+    while !members.iter().any(|(_, g)| g.is_leader()) {
+        assert!(Instant::now() < limit, "no first leader");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    offer(&mut sink, &members);
+    cli(
+        &nodes[owner_at_start],
+        &["CONFIG", "SET", "repl-timeout", "60"],
+    );
+    cli(
+        &nodes[owner_at_start],
+        &["CLIENT", "KILL", "TYPE", "replica"],
+    );
+    let leader = members
+        .iter()
+        .position(|(_, g)| g.is_leader())
+        .expect("a leader");
+    members[leader].0.step_down(GROUP).await.expect("step down");
+    let cut = Instant::now();
+    while cut.elapsed() < Duration::from_millis(150) {
+        offer(&mut sink, &members);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    nodes[owner_at_start].kill();
+    assert_eq!(cli(&nodes[3], &["CLUSTER", "FAILOVER", "TAKEOVER"]), "OK");
+    // Sampled every 2 ms from here on, while the slot moves.
+    let mut took_over = false;
+    let moved = Instant::now();
+    let mut restarted = false;
+    members.push(start("test/c").await);
+    let mut led_after = None;
+    while moved.elapsed() < Duration::from_secs(20) {
+        offer(&mut sink, &members);
+        if !took_over && owner(&nodes[3..], &slot) == 0 {
+            took_over = true;
+        }
+        if took_over && !restarted && moved.elapsed() > Duration::from_millis(500) {
+            nodes[owner_at_start]
+                .restart_on_own_data(&[])
+                .expect("the killed node restarts on its own directory");
+            restarted = true;
+        }
+        if restarted && led_after.is_none() && members.iter().any(|(_, g)| g.is_leader()) {
+            led_after = Some(moved.elapsed());
+        }
+        if led_after.is_some_and(|t| moved.elapsed() > t + Duration::from_secs(2)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(took_over, "the replica did not take the slot over");
+    let led = led_after.expect("a leader after the failover");
+    eprintln!("one leader {led:?} after the takeover; sink: {sink:?}");
+    assert_eq!(sink.duplicates, 0, "a term had two holders: {sink:?}");
+    assert_eq!(sink.stale, 0, "a term went back: {sink:?}");
+    for (n, _) in members {
+        n.close().await.unwrap();
+    }
 }

@@ -351,7 +351,7 @@ async fn failovers_never_give_a_term_two_holders() {
         };
         failovers.push((fault, named, leaderless, start.elapsed()));
         let new = new.expect("named");
-        r.until(
+        r.until_or(
             Duration::from_secs(60),
             "both replicas follow the new primary",
             || {
@@ -360,6 +360,7 @@ async fn failovers_never_give_a_term_two_holders() {
                     .contains("connected_slaves:2")
                     && d.primary() == Some(new)
             },
+            || diagnose(&d, fault),
         )
         .await;
         r.until(Duration::from_secs(2), "a pause", || true).await;

@@ -9,7 +9,10 @@
 //! (publish-to-delivery latency, throughput, fan-out), `idle` (what an
 //! idle node costs) and `replicas` (what confirming lease writes with a
 //! replica costs: claim latency and calls per renewal, on Redis servers of
-//! its own) and `controller` (the controller process against a real API
+//! its own), `sentinel` (failovers behind three sentinels, graceful and
+//! after a SIGKILL, with and without `min-replicas-to-write 1`: fault to
+//! one leader on the new primary against a bound derived from the
+//! failover and the timings) and `controller` (the controller process against a real API
 //! server: label latency after a leader change, API requests per change,
 //! memory and CPU with one group and with `--controller-groups`; needs
 //! `scripts/kubernetes/build.sh apiserver`, and `all` skips it, said out
@@ -23,6 +26,7 @@ mod failover;
 mod messaging;
 mod replicas;
 mod report;
+mod sentinel;
 
 use std::io::IsTerminal;
 use std::time::Duration;
@@ -48,6 +52,7 @@ pub enum Scenario {
     Messaging,
     Idle,
     Replicas,
+    Sentinel,
     Controller,
     All,
 }
@@ -63,6 +68,10 @@ pub struct BenchArgs {
     /// Trials per takeover scenario.
     #[arg(long, default_value_t = 20)]
     pub trials: usize,
+    /// Trials of each failover kind (graceful, SIGKILL) per
+    /// `min-replicas-to-write` setting of the Sentinel scenario.
+    #[arg(long, default_value_t = 5)]
+    pub sentinel_trials: usize,
     /// Lease time to live of the takeover and cost scenarios, ms.
     #[arg(long, default_value_t = 1000)]
     pub ttl_ms: u64,
@@ -194,6 +203,12 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     if args.trials == 0 {
         return Err("--trials = 0 is out of range: it must be at least 1".into());
     }
+    if args.sentinel_trials == 0 || args.sentinel_trials > 100 {
+        return Err(format!(
+            "--sentinel-trials = {} is out of range: it must be from 1 to 100",
+            args.sentinel_trials
+        ));
+    }
     if args.controller_groups == 0 || args.controller_groups > MAX_CONTROLLER_GROUPS {
         return Err(format!(
             "--controller-groups = {} is out of range: it must be from 1 to {MAX_CONTROLLER_GROUPS}",
@@ -234,6 +249,9 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
     }
     if all || args.scenario == Scenario::Replicas {
         rows.extend(replicas::run(&args).await?);
+    }
+    if all || args.scenario == Scenario::Sentinel {
+        rows.extend(sentinel::run(&args).await?);
     }
     if args.scenario == Scenario::Controller {
         rows.extend(controller::run(&url, &args).await?);
