@@ -14,8 +14,9 @@
 //! measured: `down-after-milliseconds` and Sentinel's election for a
 //! kill), then the agents' next look at the sentinels (`SENTINEL_RECHECK`)
 //! or, if later, a replica online on the new primary (a new term needs
-//! one to confirm it; at most `REPLICA_LOSS_GRACE` after the new primary
-//! was named), then the hold of a store born again (the larger of the ttl
+//! one to confirm it: at most `REPLICA_LOSS_GRACE` after the new primary
+//! was named, or as long as it takes with `min-replicas-to-write 1`, where
+//! Redis refuses writes until then), then the hold of a store born again (the larger of the ttl
 //! and the term epoch's hold) and one retry interval. The goal is every
 //! trial within that bound plus one ttl.
 
@@ -234,11 +235,16 @@ async fn trial(
     })
     .await?;
     // A new term needs a replica's confirmation: a claim on the new
-    // primary waits for one to attach, for the grace at most.
-    let confirmable = attached
-        .unwrap_or(led)
-        .min(named + REPLICA_LOSS_GRACE)
-        .max(named + SENTINEL_RECHECK);
+    // primary waits for one to attach, for the grace at most; with
+    // min-replicas-to-write the primary itself refuses writes until one
+    // has, however long that takes.
+    let online = attached.unwrap_or(led);
+    let online = if min_replicas > 0 {
+        online
+    } else {
+        online.min(named + REPLICA_LOSS_GRACE)
+    };
+    let confirmable = online.max(named + SENTINEL_RECHECK);
     Ok(Trial {
         kind,
         named,
@@ -319,21 +325,32 @@ pub async fn run(args: &BenchArgs) -> Result<Vec<Row>, String> {
                     of.len()
                 ),
                 format!(
-                    "each within its bound + one ttl ({} ms): bound = max(named + recheck {} ms, a replica online, at most named + {} s) + max(ttl, epoch hold) + retry ({} ms)",
+                    "each within its bound + one ttl ({} ms): bound = max(named + recheck {} ms, a replica online{}) + max(ttl, epoch hold) + retry ({} ms)",
                     ttl.as_millis(),
                     SENTINEL_RECHECK.as_millis(),
-                    REPLICA_LOSS_GRACE.as_secs(),
+                    if min_replicas > 0 {
+                        String::new()
+                    } else {
+                        format!(" but at most named + {} s", REPLICA_LOSS_GRACE.as_secs())
+                    },
                     hold.as_millis()
                 ),
                 format!(
-                    "p50 {:.0} ms, max {:.0} ms; named p50 {:.0} ms, max {:.0} ms; a replica online p50 {:.0} ms ({} of {} before the leader); worst against the bound {:+.0} ms",
+                    "p50 {:.0} ms, max {:.0} ms; named p50 {:.0} ms, max {:.0} ms; a replica online {}; worst against the bound {:+.0} ms",
                     ms(percentile(&led, 0.5)),
                     ms(led.last().copied().unwrap_or_default()),
                     ms(percentile(&named, 0.5)),
                     ms(named.last().copied().unwrap_or_default()),
-                    ms(percentile(&attached, 0.5)),
-                    attached.len(),
-                    of.len(),
+                    if attached.is_empty() {
+                        format!("in none of {} trials before the leader", of.len())
+                    } else {
+                        format!(
+                            "p50 {:.0} ms ({} of {} trials before the leader)",
+                            ms(percentile(&attached, 0.5)),
+                            attached.len(),
+                            of.len()
+                        )
+                    },
                     worst * 1000.0
                 ),
                 Some(worst <= ttl.as_secs_f64()),

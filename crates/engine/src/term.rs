@@ -33,10 +33,10 @@ pub const TERM_EPOCH_SPAN: u64 = 1000;
 /// `SPAN` per step of history.
 pub const TERM_EPOCH_MS: u64 = 100;
 
-/// Epoch 0 starts at 2026-01-01T00:00:00Z (Unix ms), so terms stay short. A
-/// clock before it gives epoch 0, which also is the epoch of stores that
-/// hold terms from before epochs (and of the tests' preset store): epoch 0
-/// is never held back.
+/// Epoch 0 starts at 2026-01-01T00:00:00Z (Unix ms), so terms stay short.
+/// Every history takes its epoch from the clock; only a clock before the
+/// anchor gives epoch 0 (and the tests preset it, so their terms count 1,
+/// 2, 3). Epoch 0 is never held back.
 pub const TERM_EPOCH_ANCHOR_MS: u64 = 1_767_225_600_000;
 
 /// How far the clock of the Redis server that takes over (a restarted

@@ -505,11 +505,12 @@ impl Store {
     ) -> Result<Renewal, StoreError> {
         let mut call = redis::cmd("EVALSHA");
         call.arg(scripts::RENEW.get_hash())
-            .arg(4)
+            .arg(5)
             .arg(&group.lease)
             .arg(&group.members)
             .arg(&group.config)
             .arg(&group.term)
+            .arg(self.keys.epoch())
             .arg(id)
             .arg(incarnation)
             .arg(term)

@@ -74,18 +74,22 @@ if epoch < 0 then epoch = epoch_at(now) end
 -- new master_replid. Either way the store is born again now: no lease for
 -- one ttl, while claims lift the term counter to what the nodes remember,
 -- and a new epoch. (No INFO for this user: not detected.)
-local function born_again()
+local function born_again(above)
   born = now
   redis.call('SET', KEYS[5], now)
-  epoch = math.max(epoch, epoch_at(now), stored_epoch + 1)
+  epoch = math.max(epoch, epoch_at(now), above + 1)
 end
+local moved_on = false
 if text then
   local run = string.match(text, 'run_id:(%w+)')
   local replid = string.match(text, 'master_replid:(%w+)')
   if run and replid then
     local history = run .. ':' .. replid
     local known = redis.call('GET', KEYS[7])
-    if known and known ~= history then born_again() end
+    if known and known ~= history then
+      born_again(stored_epoch)
+      moved_on = true
+    end
     if known ~= history then redis.call('SET', KEYS[7], history) end
   end
 end
@@ -93,8 +97,11 @@ local stored = tonumber(redis.call('GET', KEYS[2]) or '0')
 if seen > stored then
   -- Only after a data loss, or on a branch of history left behind:
   -- remember what this node has seen, and hold leases back as after a
-  -- restart (a holder of that term may still lead by its local view).
-  born_again()
+  -- restart (a holder of that term may still lead by its local view), in
+  -- an epoch above the one of the term seen (later terms of it may be
+  -- lost too). Not twice in one claim, nor above that for every claimant
+  -- that comes with a term: the epoch must not run ahead of the clock.
+  if not moved_on then born_again(math.floor(seen / TERM_SPAN)) end
   stored = seen
   redis.call('SET', KEYS[2], term_text(stored))
 end

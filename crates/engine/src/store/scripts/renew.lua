@@ -1,5 +1,5 @@
 -- Renew a held lease (compare-and-expire).
--- KEYS: lease, members, config, term
+-- KEYS: lease, members, config, term, epoch (the store's term epoch)
 -- ARGV: node id, incarnation, term, ttl ms, candidacy ms
 -- Returns {1, config, term} renewed (config as in claim.lua; term is the
 -- lease's term afterwards), {0} the lease is gone (expired), {-1, lease
@@ -16,7 +16,11 @@ if current == mine .. ARGV[3] then
   local ttl = tonumber(ARGV[4])
   local term = tonumber(ARGV[3])
   local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
-  local moved = next_term(counter)
+  -- Above the store's epoch too: a lease kept across a change of history
+  -- must not move to a term of the old history's that may have been
+  -- granted already.
+  local epoch = tonumber(redis.call('GET', KEYS[5]) or '0')
+  local moved = next_term(math.max(counter, epoch * TERM_SPAN))
   if counter > term and epoch_wait(moved, now) == 0 then
     term = moved
     redis.call('SET', KEYS[4], term_text(term))

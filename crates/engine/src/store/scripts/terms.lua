@@ -15,15 +15,16 @@ end
 -- How long (ms) before `term` may be granted at `now`: a term of epoch e
 -- waits until the clock reads e's start plus the hold, so that a later
 -- history, on a clock that has not stepped back by more than the
--- allowance, starts a greater epoch. Epoch 0 (terms from before epochs)
--- never waits, and neither does an epoch more than one step ahead of this
--- clock: it came from a clock that ran ahead, and waiting for it could
--- last for ever; the term is still above every one this store knows.
+-- allowance, starts a greater epoch. Epoch 0 (the clock before the
+-- anchor) never waits, and neither does an epoch that starts more than the
+-- hold ahead of this clock: only a clock that ran ahead by more than the
+-- allowance makes one, and waiting for it could last for ever; the term is
+-- still above every one this store knows.
 local function epoch_wait(term, now)
   local e = math.floor(term / TERM_SPAN)
   if e == 0 then return 0 end
   local start = EPOCH_ANCHOR + e * EPOCH_MS
-  if start > now + EPOCH_MS then return 0 end
+  if start > now + EPOCH_HOLD then return 0 end
   local ready = start + EPOCH_HOLD
   if ready > now then return ready - now end
   return 0
