@@ -14,8 +14,9 @@
 //! measured: `down-after-milliseconds` and Sentinel's election for a
 //! kill), then the agents' next look at the sentinels (`SENTINEL_RECHECK`)
 //! or, if later, a replica online on the new primary (a new term needs
-//! one to confirm it: at most `REPLICA_LOSS_GRACE` after the new primary
-//! was named, or as long as it takes with `min-replicas-to-write 1`, where
+//! one to confirm it: at most `REPLICA_LOSS_GRACE` after a node first
+//! wrote to the new primary, itself at most a recheck after it was named,
+//! or as long as it takes with `min-replicas-to-write 1`, where
 //! Redis refuses writes until then), then the hold of a store born again (the larger of the ttl
 //! and the term epoch's hold) and one retry interval. The goal is every
 //! trial within that bound plus one ttl.
@@ -235,14 +236,15 @@ async fn trial(
     })
     .await?;
     // A new term needs a replica's confirmation: a claim on the new
-    // primary waits for one to attach, for the grace at most; with
-    // min-replicas-to-write the primary itself refuses writes until one
-    // has, however long that takes.
+    // primary waits for one to attach, for the grace at most, counted from
+    // a node's first write there (at most a recheck after it was named);
+    // with min-replicas-to-write the primary itself refuses writes until
+    // one has, however long that takes.
     let online = attached.unwrap_or(led);
     let online = if min_replicas > 0 {
         online
     } else {
-        online.min(named + REPLICA_LOSS_GRACE)
+        online.min(named + SENTINEL_RECHECK + REPLICA_LOSS_GRACE)
     };
     let confirmable = online.max(named + SENTINEL_RECHECK);
     Ok(Trial {
@@ -331,7 +333,10 @@ pub async fn run(args: &BenchArgs) -> Result<Vec<Row>, String> {
                     if min_replicas > 0 {
                         String::new()
                     } else {
-                        format!(" but at most named + {} s", REPLICA_LOSS_GRACE.as_secs())
+                        format!(
+                            " but at most named + recheck + {} s",
+                            REPLICA_LOSS_GRACE.as_secs()
+                        )
                     },
                     hold.as_millis()
                 ),
