@@ -237,6 +237,7 @@ async fn failovers_never_give_a_term_two_holders() {
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut failovers: Vec<(Fault, Duration, Duration, Duration)> = Vec::new();
     let mut dropped = 0;
+    let mut pointed = 0;
     while Instant::now() < deadline {
         let old = d.primary().expect("a primary");
         let replicas: Vec<usize> = (0..d.servers.len()).filter(|i| *i != old).collect();
@@ -351,15 +352,32 @@ async fn failovers_never_give_a_term_two_holders() {
         };
         failovers.push((fault, named, leaderless, start.elapsed()));
         let new = new.expect("named");
+        let follow = |d: &support::sentinel::Deployment| {
+            d.servers[new]
+                .cli(&["INFO", "replication"])
+                .contains("connected_slaves:2")
+                && d.primary() == Some(new)
+        };
+        // Sentinel reconfigures replicas at its own pace, and once a
+        // failover's reconfiguration times out, only at a later look. The
+        // next fault needs both replicas in place, so after 30 s they are
+        // pointed at the new primary by hand, as an operator would (shown
+        // and counted: it is the harness's doing, not leasehold's).
+        if !r.until_or_not(Duration::from_secs(30), || follow(&d)).await {
+            eprintln!("sentinel chaos: the replicas do not follow the new primary after 30 s");
+            diagnose(&d, fault);
+            let port = d.servers[new].port.to_string();
+            for (i, server) in d.servers.iter().enumerate() {
+                if i != new {
+                    server.cli(&["REPLICAOF", "127.0.0.1", &port]);
+                }
+            }
+            pointed += 1;
+        }
         r.until_or(
-            Duration::from_secs(60),
+            Duration::from_secs(30),
             "both replicas follow the new primary",
-            || {
-                d.servers[new]
-                    .cli(&["INFO", "replication"])
-                    .contains("connected_slaves:2")
-                    && d.primary() == Some(new)
-            },
+            || follow(&d),
             || diagnose(&d, fault),
         )
         .await;
@@ -373,7 +391,7 @@ async fn failovers_never_give_a_term_two_holders() {
     named.sort();
     let count = |k: Fault| failovers.iter().filter(|f| f.0 == k).count();
     eprintln!(
-        "sentinel chaos: {n} failovers ({} forced, {} killed, {} lagging, {} lossy) in {seconds} s, {dropped} forced failovers Sentinel dropped; {} samples; sink accepted {}, refused {} as a term another agent used, {} as below the highest; two leaders at once {} (same term {})",
+        "sentinel chaos: {n} failovers ({} forced, {} killed, {} lagging, {} lossy) in {seconds} s, {dropped} forced failovers Sentinel dropped, replicas pointed by hand after {pointed}; {} samples; sink accepted {}, refused {} as a term another agent used, {} as below the highest; two leaders at once {} (same term {})",
         count(Fault::Forced),
         count(Fault::Killed),
         count(Fault::Lagging),

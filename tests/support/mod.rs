@@ -107,6 +107,17 @@ impl RedisServer {
             .expect("redis-server starts on its own data");
     }
 
+    /// Every key, sorted.
+    pub fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .cli(&["KEYS", "*"])
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        keys.sort();
+        keys
+    }
+
     /// A plain synchronous command, for inspecting state from the test.
     pub fn cli(&self, args: &[&str]) -> String {
         self.0.cli(args).expect("redis-cli")
