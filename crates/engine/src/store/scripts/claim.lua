@@ -99,9 +99,14 @@ if seen > stored then
   -- remember what this node has seen, and hold leases back as after a
   -- restart (a holder of that term may still lead by its local view), in
   -- an epoch above the one of the term seen (later terms of it may be
-  -- lost too). Not twice in one claim, nor above that for every claimant
-  -- that comes with a term: the epoch must not run ahead of the clock.
-  if not moved_on then born_again(math.floor(seen / TERM_SPAN)) end
+  -- lost too). Only once in a claim that already found a new server: the
+  -- epoch must not run ahead of the clock one step per claimant.
+  local seen_epoch = math.floor(seen / TERM_SPAN)
+  if moved_on then
+    epoch = math.max(epoch, seen_epoch + 1)
+  else
+    born_again(seen_epoch)
+  end
   stored = seen
   redis.call('SET', KEYS[2], term_text(stored))
 end
