@@ -144,15 +144,43 @@ impl Referee {
         false
     }
 
-    /// Samples until someone leads; returns when that was seen.
-    async fn until_led(&mut self, limit: Duration, what: &str) -> Instant {
+    /// Samples until someone leads; returns when that was seen, or `None`
+    /// after `limit`.
+    async fn until_led(&mut self, limit: Duration) -> Option<Instant> {
         let start = Instant::now();
         loop {
             if self.sample().await {
-                return Instant::now();
+                return Some(Instant::now());
             }
-            assert!(start.elapsed() < limit, "not within {limit:?}: {what}");
+            if start.elapsed() >= limit {
+                return None;
+            }
             tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// What every agent reports, and the store's keys on every server, for
+    /// a group left without a leader.
+    async fn explain_leaderless(&self, d: &Deployment) {
+        for (i, agent) in self.agents.iter().enumerate() {
+            let status = support::agent::get(agent.port, "/v1/status").await;
+            eprintln!("agent {i}: {status:?}");
+        }
+        let group = format!("t/{GROUP}");
+        for (i, server) in d.servers.iter().enumerate() {
+            let get = |key: &str| server.cli(&["GET", key]);
+            eprintln!(
+                "server {i} (port {}): time {} born {} epoch {} history {} term {} lease {} pttl {} {}",
+                server.port,
+                server.cli(&["TIME"]).replace('\n', " "),
+                get("lh:born"),
+                get("lh:epoch"),
+                get("lh:history"),
+                get(&format!("lh:g:{{{group}}}:term")),
+                get(&format!("lh:g:{{{group}}}:lease")),
+                server.cli(&["PTTL", &format!("lh:g:{{{group}}}:lease")]),
+                server.cli(&["ROLE"]).replace('\n', " "),
+            );
         }
     }
 }
@@ -232,7 +260,9 @@ async fn failovers_never_give_a_term_two_holders() {
         same_term: 0,
         last_leader: None,
     };
-    r.until_led(Duration::from_secs(10), "a first leader").await;
+    r.until_led(Duration::from_secs(10))
+        .await
+        .expect("a first leader within 10 s");
 
     let deadline = Instant::now() + Duration::from_secs(seconds);
     let mut failovers: Vec<(Fault, Duration, Duration, Duration)> = Vec::new();
@@ -342,9 +372,12 @@ async fn failovers_never_give_a_term_two_holders() {
         }
         // The window without a leader that the failover caused.
         let before = r.last_leader;
-        let led = r
-            .until_led(Duration::from_secs(30), "a leader after the failover")
-            .await;
+        let led = r.until_led(Duration::from_secs(30)).await;
+        let Some(led) = led else {
+            r.explain_leaderless(&d).await;
+            diagnose(&d, fault);
+            panic!("no leader within 30 s after a {fault:?} failover");
+        };
         let leaderless = match before {
             Some(seen) if seen >= start => led.duration_since(seen),
             Some(seen) => led.duration_since(start.max(seen)),
