@@ -63,6 +63,14 @@ fn owner(nodes: &[LocalRedis], slot: &str) -> usize {
     nodes.iter().position(serves).unwrap_or(usize::MAX)
 }
 
+/// A node of `id` on the cluster at `url`, in the test group.
+async fn member(url: &str, id: &str, cfg: ElectionConfig) -> (Node, leasehold_engine::Group) {
+    let store = Store::connect(url, "lh").expect("a cluster URL");
+    let node = Node::start(store, id, node_config()).await.expect("node");
+    let group = node.join(GROUP, cfg).expect("join");
+    (node, group)
+}
+
 /// Three primaries and a fourth node replicating the slot of the prefix
 /// `lh`, every node ok and the replica in sync; returns the nodes, the
 /// slot and the index of its owner.
@@ -123,15 +131,7 @@ async fn in_a_cluster_the_store_lives_in_one_slot_and_follows_a_failover() {
     // A seed that does not serve the slot is enough.
     let seed = (owner_at_start + 1) % 3;
     let url = format!("redis+cluster://127.0.0.1:{}", nodes[seed].port);
-    let start = |id: &'static str| {
-        let url = url.clone();
-        async move {
-            let store = Store::connect(&url, "lh").expect("a cluster URL");
-            let node = Node::start(store, id, node_config()).await.expect("node");
-            let group = node.join(GROUP, CFG).expect("join");
-            (node, group)
-        }
-    };
+    let start = |id: &'static str| member(&url, id, CFG);
     let (a, ga) = start("test/a").await;
     // A fresh store on a Redis up for less than a ttl waits out the ttl.
     support::eventually(Duration::from_millis(3 * CFG.ttl_ms), "a leads", || {
@@ -224,15 +224,7 @@ async fn a_lossy_slot_failover_never_gives_a_term_two_holders() {
     let (mut nodes, slot, owner_at_start) = cluster_with_a_replica_of_the_slot().await;
     let seed = (owner_at_start + 1) % 3;
     let url = format!("redis+cluster://127.0.0.1:{}", nodes[seed].port);
-    let start = |id: &'static str| {
-        let url = url.clone();
-        async move {
-            let store = Store::connect(&url, "lh").expect("a cluster URL");
-            let node = Node::start(store, id, node_config()).await.expect("node");
-            let group = node.join(GROUP, FAST).expect("join");
-            (node, group)
-        }
-    };
+    let start = |id: &'static str| member(&url, id, FAST);
     let mut sink = support::fenced::FencedSink::default();
     let mut members = vec![start("test/a").await, start("test/b").await];
     let offer = |sink: &mut support::fenced::FencedSink,
