@@ -23,8 +23,9 @@
 //! back). Also counted: samples in which two agents report leading (under
 //! one term, or at all).
 //!
-//! Short by default (CI). `LEASEHOLD_SENTINEL_CHAOS_SECONDS=660` runs eleven
-//! minutes; `LEASEHOLD_CHAOS_SEED=N` repeats a run.
+//! Short by default (CI). `LEASEHOLD_SENTINEL_CHAOS_SECONDS=600` runs ten
+//! minutes (a cycle takes about 5 s: some 120 failovers);
+//! `LEASEHOLD_CHAOS_SEED=N` repeats a run.
 
 mod support;
 
@@ -36,10 +37,14 @@ use support::sentinel::Deployment;
 use support::{free_port, LocalRedis};
 
 const GROUP: &str = "chaos";
-const DOWN_AFTER_MS: u64 = 2000;
-const TTL_MS: u64 = 1500;
-const RENEW_MS: u64 = 400;
-const RETRY_MS: u64 = 300;
+// The timings of the run (22).
+const DOWN_AFTER_MS: u64 = 1000;
+const TTL_MS: u64 = 1000;
+const RENEW_MS: u64 = 300;
+const RETRY_MS: u64 = 200;
+/// A steady leader between two faults, so that a second holder of its term
+/// would be seen.
+const PAUSE_MS: u64 = 1000;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Fault {
@@ -270,8 +275,21 @@ async fn failovers_never_give_a_term_two_holders() {
     let mut pointed = 0;
     while Instant::now() < deadline {
         let old = d.primary().expect("a primary");
-        let replicas: Vec<usize> = (0..d.servers.len()).filter(|i| *i != old).collect();
-        let fault = [Fault::Forced, Fault::Killed, Fault::Lagging, Fault::Lossy][rng.usize(..4)];
+        // The replicas in sync with the primary (an old primary that
+        // Sentinel has not converted yet is not one).
+        let info = d.servers[old].cli(&["INFO", "replication"]);
+        let replicas: Vec<usize> = (0..d.servers.len())
+            .filter(|i| {
+                *i != old && info.contains(&format!("port={},state=online", d.servers[*i].port))
+            })
+            .collect();
+        // A lagging fault stalls one replica and needs another to promote.
+        let faults: &[Fault] = if replicas.len() >= 2 {
+            &[Fault::Forced, Fault::Killed, Fault::Lagging, Fault::Lossy]
+        } else {
+            &[Fault::Forced, Fault::Killed, Fault::Lossy]
+        };
+        let fault = faults[rng.usize(..faults.len())];
         let start = Instant::now();
         let mut stalled = None;
         match fault {
@@ -384,37 +402,51 @@ async fn failovers_never_give_a_term_two_holders() {
             None => led.duration_since(start),
         };
         failovers.push((fault, named, leaderless, start.elapsed()));
-        let new = new.expect("named");
-        let follow = |d: &support::sentinel::Deployment| {
-            d.servers[new]
-                .cli(&["INFO", "replication"])
-                .contains("connected_slaves:2")
-                && d.primary() == Some(new)
+        // Replicas in sync with the primary the sentinels name now: mostly
+        // the new one, but with `down-after-milliseconds` 1000 on two busy
+        // cores they may fail over again on their own, back to the restarted
+        // server (seen in a 60 s run), and the harness follows them.
+        let online = |d: &Deployment| {
+            let primary = d.primary()?;
+            let info = d.servers[primary].cli(&["INFO", "replication"]);
+            Some((primary, info.matches("state=online").count()))
         };
-        // Sentinel reconfigures replicas at its own pace, and once a
-        // failover's reconfiguration times out, only at a later look. The
-        // next fault needs both replicas in place, so after 30 s they are
-        // pointed at the new primary by hand, as an operator would (shown
-        // and counted: it is the harness's doing, not leasehold's).
-        if !r.until_or_not(Duration::from_secs(30), || follow(&d)).await {
-            eprintln!("sentinel chaos: the replicas do not follow the new primary after 30 s");
+        let synced = |d: &Deployment| online(d).is_some_and(|(_, n)| n >= 1);
+        // The next fault needs a replica in sync to promote. Sentinel
+        // converts an old primary left standing by a forced failover only
+        // about 10 s later, and that is part of the weather: a fault may
+        // come while it is still a primary nobody names (the run).
+        // The cycle waits a moment for both replicas, then for one. If none
+        // is in sync after 30 s (Sentinel reconfigures replicas at its own
+        // pace, and after a reconfiguration timed out only at a later
+        // look), they are pointed at the named primary by hand, as an
+        // operator would (shown and counted: the harness's doing).
+        r.until_or_not(Duration::from_secs(1), || {
+            online(&d).is_some_and(|(_, n)| n == 2)
+        })
+        .await;
+        if !r.until_or_not(Duration::from_secs(30), || synced(&d)).await {
+            eprintln!("sentinel chaos: no replica follows the named primary after 30 s");
             diagnose(&d, fault);
-            let port = d.servers[new].port.to_string();
-            for (i, server) in d.servers.iter().enumerate() {
-                if i != new {
-                    server.cli(&["REPLICAOF", "127.0.0.1", &port]);
+            if let Some(primary) = d.primary() {
+                let port = d.servers[primary].port.to_string();
+                for (i, server) in d.servers.iter().enumerate() {
+                    if i != primary {
+                        server.cli(&["REPLICAOF", "127.0.0.1", &port]);
+                    }
                 }
+                pointed += 1;
             }
-            pointed += 1;
         }
         r.until_or(
             Duration::from_secs(30),
-            "both replicas follow the new primary",
-            || follow(&d),
+            "a replica follows the named primary",
+            || synced(&d),
             || diagnose(&d, fault),
         )
         .await;
-        r.until(Duration::from_secs(2), "a pause", || true).await;
+        r.until(Duration::from_millis(PAUSE_MS), "a pause", || true)
+            .await;
     }
 
     let n = failovers.len();
@@ -476,7 +508,7 @@ async fn failovers_never_give_a_term_two_holders() {
     assert_eq!(r.same_term, 0, "two agents led under one term");
     assert_eq!(r.two_leaders, 0, "two agents led at once");
     assert!(
-        n as u64 >= seconds / 15,
+        n as u64 >= seconds / 10,
         "only {n} failovers in {seconds} s"
     );
 }
