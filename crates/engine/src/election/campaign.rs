@@ -11,13 +11,19 @@
 //!    demotes at once; the next claim takes back the still-held lease.
 //! 3. Followers claim on their retry tick, and earlier when the lease is
 //!    released (pub/sub) or due to expire (from the PTTL of their last claim).
+//!
+//! What each reply means is decided in `rules.rs`, without I/O; this task
+//! sends the calls, keeps the state and reports.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 
+use super::rules::{
+    after_claim, after_renew, next_step, AfterClaim, AfterRenew, ClaimContext, RenewContext,
+    Standing, Step,
+};
 use super::{LocalLease, Role};
 use crate::config::ElectionConfig;
 use crate::events::{Event, LostReason, Operation};
@@ -43,12 +49,6 @@ pub(crate) struct Campaign {
     pub commands: mpsc::Receiver<Command>,
 }
 
-/// What the loop does next, and when.
-enum Next {
-    Renew,
-    Claim,
-}
-
 struct State {
     /// `Some((term, valid_until))` while this node leads.
     leading: Option<(u64, Instant)>,
@@ -71,14 +71,6 @@ struct State {
 impl Campaign {
     fn ttl_ms(&self) -> u64 {
         self.config.ttl_ms
-    }
-
-    /// 10 ms after the first error in a row, doubling, at most one retry
-    /// interval. (An attempt into a stalled Redis also waits out its call
-    /// timeout, so this adds few calls.)
-    fn error_backoff(&self, errors: u32) -> Duration {
-        Duration::from_millis(10u64.saturating_mul(1 << errors.min(16)))
-            .min(self.config.retry_interval())
     }
 
     /// A candidacy outlives the gap between two claims or renewals.
@@ -146,27 +138,31 @@ impl Campaign {
                 return;
             }
             let now = Instant::now();
-            if let Some((_, valid_until)) = st.leading {
-                if now >= valid_until {
+            let standing = Standing {
+                leading: st.leading,
+                abstain_until: st.abstain_until,
+                last_sent: st.last_sent,
+                next_claim: st.next_claim,
+            };
+            let (renew, at, deadline, can_wake) = match next_step(&standing, &self.config, now) {
+                Step::Expire => {
                     self.demote(&mut st, LostReason::Expired, Role::Candidate);
                     st.next_claim = now;
                     continue;
                 }
-            }
-            if let Some(until) = st.abstain_until {
-                if now >= until {
+                Step::EndAbstention => {
                     st.abstain_until = None;
                     st.next_claim = now;
                     self.set_role(Role::Candidate);
+                    continue;
                 }
-            }
-            let (next, at) = match (st.leading, st.abstain_until) {
-                (Some(_), _) => (Next::Renew, st.last_sent + self.config.renew_interval()),
-                (None, Some(until)) => (Next::Claim, until),
-                (None, None) => (Next::Claim, st.next_claim),
+                Step::Wait {
+                    renew,
+                    at,
+                    deadline,
+                    can_wake,
+                } => (renew, at, deadline, can_wake),
             };
-            let deadline = st.leading.map(|(_, v)| v);
-            let can_wake = st.leading.is_none() && st.abstain_until.is_none();
             tokio::select! {
                 biased;
                 _ = displaced.changed() => continue,
@@ -188,25 +184,23 @@ impl Campaign {
                 _ = self.wake.notified(), if can_wake => {
                     self.claim(&mut st).await;
                 }
-                _ = tokio::time::sleep_until(at) => match next {
-                    Next::Renew => self.renew(&mut st).await,
-                    Next::Claim => {
-                        if st.abstain_until.is_none() {
-                            self.claim(&mut st).await;
-                        }
+                _ = tokio::time::sleep_until(at) => {
+                    if renew {
+                        self.renew(&mut st).await;
+                    } else if st.abstain_until.is_none() {
+                        self.claim(&mut st).await;
                     }
-                },
+                }
             }
         }
     }
 
     async fn claim(&mut self, st: &mut State) {
-        let retry = self.config.retry_interval();
         // The ttl this claim asks for: the local lease view must use it even
         // if the reply brings new timings.
-        let ttl = self.config.ttl();
+        let asked_ttl = self.config.ttl();
         let sent = Instant::now();
-        let result = bounded(
+        let reply = bounded(
             self.config.call_timeout(),
             self.shared.store.claim(
                 &self.keys,
@@ -219,19 +213,27 @@ impl Campaign {
             ),
         )
         .await;
-        if result.is_ok() {
-            st.errors = 0;
+        if let Ok(Claim::Won { config, .. } | Claim::Lost { config, .. }) = &reply {
+            self.adopt(*config);
         }
-        match result {
-            Ok(Claim::Won {
+        let cx = ClaimContext {
+            sent,
+            now: Instant::now(),
+            asked_ttl,
+            config: self.config,
+            wake_healthy: self.wake_healthy.load(std::sync::atomic::Ordering::SeqCst),
+            was_following: matches!(*self.role.borrow(), Role::Follower { .. }),
+            errors: st.errors,
+        };
+        match after_claim(&reply, &cx) {
+            AfterClaim::Lead {
                 term,
+                valid_until,
                 fresh,
-                config,
-            }) => {
-                self.adopt(config);
+            } => {
                 st.seen_term = st.seen_term.max(term);
                 st.last_sent = sent;
-                self.set_lease(st, Some((term, sent + ttl)), Some(term));
+                self.set_lease(st, Some((term, valid_until)), Some(term));
                 tracing::info!(term, fresh, "leading");
                 self.shared.events.emit(Event::Elected {
                     node: self.node().to_owned(),
@@ -239,67 +241,53 @@ impl Campaign {
                     term,
                 });
             }
-            Ok(Claim::Lost {
+            AfterClaim::Follow {
+                leader,
                 term,
-                pttl_ms,
-                holder,
-                config,
-            }) => {
-                self.adopt(config);
+                announce,
+                claim_at,
+            } => {
                 st.seen_term = st.seen_term.max(term);
                 self.set_lease(st, None, None);
-                let was_following = matches!(*self.role.borrow(), Role::Follower { .. });
-                // No holder: the store is in its first ttl (claim.lua).
-                if holder.is_empty() {
-                    self.set_role(Role::Candidate);
-                } else {
-                    if !was_following {
-                        self.shared.events.emit(Event::Following {
-                            node: self.node().to_owned(),
-                            group: self.group.clone(),
-                            leader: holder.clone(),
-                            term,
-                        });
-                    }
-                    self.set_role(Role::Follower {
-                        leader: holder,
+                if announce {
+                    self.shared.events.emit(Event::Following {
+                        node: self.node().to_owned(),
+                        group: self.group.clone(),
+                        leader: leader.clone(),
                         term,
                     });
                 }
-                // Wake 1 ms after the lease is due to expire, so Redis sees
-                // it expired; a release (or new timings) wakes us earlier
-                // through pub/sub. Never later than one ttl: a lease taken
-                // under a longer ttl is shortened by the holder's next
-                // renewal once it adopts a shorter one. Without confirmed
-                // wake-ups, also at the retry tick.
-                let healthy = self.wake_healthy.load(std::sync::atomic::Ordering::SeqCst);
-                let wait = match u64::try_from(pttl_ms) {
-                    Ok(ms) if healthy => Duration::from_millis(ms + 1).min(self.config.ttl()),
-                    Ok(ms) => Duration::from_millis(ms + 1).min(retry),
-                    Err(_) => retry,
-                };
-                st.next_claim = Instant::now() + wait;
+                self.set_role(Role::Follower { leader, term });
+                st.next_claim = claim_at;
             }
-            Err(e) => {
+            AfterClaim::Wait { term, claim_at } => {
+                st.seen_term = st.seen_term.max(term);
+                self.set_lease(st, None, None);
                 self.set_role(Role::Candidate);
-                self.store_error(Operation::Claim, &e);
-                st.next_claim = Instant::now() + self.error_backoff(st.errors);
-                st.errors += 1;
+                st.next_claim = claim_at;
+            }
+            AfterClaim::BackOff { claim_at } => {
+                self.set_role(Role::Candidate);
+                if let Err(e) = &reply {
+                    self.store_error(Operation::Claim, e);
+                }
+                st.next_claim = claim_at;
             }
         }
+        st.errors = if reply.is_ok() { 0 } else { st.errors + 1 };
     }
 
     async fn renew(&mut self, st: &mut State) {
         let Some((term, valid_until)) = st.leading else {
             return;
         };
-        let ttl = self.config.ttl();
+        let asked_ttl = self.config.ttl();
         let sent = Instant::now();
         // Never wait past the local lease, nor longer than a call may take.
         let limit = valid_until
             .saturating_duration_since(sent)
             .min(self.config.call_timeout());
-        let result = bounded(
+        let reply = bounded(
             limit,
             self.shared.store.renew(
                 &self.keys,
@@ -311,64 +299,63 @@ impl Campaign {
             ),
         )
         .await;
-        if result.is_ok() {
-            st.errors = 0;
+        if let Ok(Renewal::Renewed { config, .. }) = &reply {
+            self.adopt(*config);
         }
-        match result {
-            Ok(Renewal::Renewed {
-                config,
-                term: renewed_term,
-            }) => {
-                self.adopt(config);
+        let cx = RenewContext {
+            sent,
+            now: Instant::now(),
+            asked_ttl,
+            config: self.config,
+            term,
+            node: self.node(),
+            errors: st.errors,
+        };
+        match after_renew(&reply, &cx) {
+            AfterRenew::Renewed {
+                term: renewed,
+                valid_until,
+                moved,
+            } => {
                 st.last_sent = sent;
-                st.seen_term = st.seen_term.max(renewed_term);
-                self.set_lease(st, Some((renewed_term, sent + ttl)), Some(renewed_term));
-                if renewed_term != term {
-                    // The counter had been restored above our term: the lease
-                    // moved to a new, higher term. Same leader, new token.
-                    tracing::info!(
-                        from = term,
-                        to = renewed_term,
-                        "lease moved to a higher term"
-                    );
+                st.seen_term = st.seen_term.max(renewed);
+                self.set_lease(st, Some((renewed, valid_until)), Some(renewed));
+                if moved {
+                    tracing::info!(from = term, to = renewed, "lease moved to a higher term");
                     self.shared.events.emit(Event::Elected {
                         node: self.node().to_owned(),
                         group: self.group.clone(),
-                        term: renewed_term,
+                        term: renewed,
                     });
                 }
             }
-            Ok(Renewal::Gone) => {
+            AfterRenew::Expired => {
                 self.demote(st, LostReason::Expired, Role::Candidate);
                 self.set_lease(st, None, None);
                 st.next_claim = Instant::now();
             }
-            Ok(Renewal::Replaced {
-                holder,
-                incarnation,
-            }) => {
-                if holder == self.node() {
-                    // Our id, another incarnation: a second live process uses
-                    // this node id. The node reports it and stops campaigning.
+            AfterRenew::Replaced {
+                leader,
+                displaced,
+                claim_at,
+            } => {
+                if let Some(incarnation) = displaced {
+                    // A second live process uses this node id: the node
+                    // reports it and stops campaigning.
                     self.shared.mark_displaced(incarnation);
                 }
-                self.demote(
-                    st,
-                    LostReason::Replaced,
-                    Role::Follower {
-                        leader: holder,
-                        term,
-                    },
-                );
-                st.next_claim = Instant::now() + self.config.retry_interval();
+                self.demote(st, LostReason::Replaced, Role::Follower { leader, term });
+                st.next_claim = claim_at;
             }
-            Err(e) => {
-                self.store_error(Operation::Renew, &e);
+            AfterRenew::Demote { claim_at } => {
+                if let Err(e) = &reply {
+                    self.store_error(Operation::Renew, e);
+                }
                 self.demote(st, LostReason::StoreError, Role::Candidate);
-                st.next_claim = Instant::now() + self.error_backoff(st.errors);
-                st.errors += 1;
+                st.next_claim = claim_at;
             }
         }
+        st.errors = if reply.is_ok() { 0 } else { st.errors + 1 };
     }
 
     async fn release(&self, term: Option<u64>, withdraw: bool) -> Result<bool, StoreError> {

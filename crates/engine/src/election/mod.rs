@@ -10,6 +10,7 @@
 //! a release that cannot land is forfeited and the lease simply expires.
 
 mod campaign;
+mod rules;
 mod wake;
 
 use std::collections::HashMap;

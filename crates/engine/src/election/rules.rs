@@ -1,0 +1,535 @@
+//! The campaign's rules, apart from its I/O: what the outcome of a claim or a
+//! renewal means for this node (lead, follow, wait, back off, demote), and
+//! which deadline the loop waits for next. `campaign.rs` sends the calls,
+//! applies these answers and reports them; the tests below are the table of
+//! every outcome.
+//!
+//! Times are passed in, never read here, so each rule is a plain function of
+//! what the node knew when the reply came.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::config::ElectionConfig;
+use crate::store::{Claim, Renewal, StoreError};
+
+/// What a claim's reply tells this node to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum AfterClaim {
+    /// Lead under `term`, locally valid until `valid_until`: the send time
+    /// plus the ttl the claim asked for, so the local view ends no later
+    /// than the lease Redis set on receipt.
+    Lead {
+        term: u64,
+        valid_until: Instant,
+        fresh: bool,
+    },
+    /// Another node leads under `term`: follow it (`announce` the first time)
+    /// and claim again at `claim_at`.
+    Follow {
+        leader: String,
+        term: u64,
+        announce: bool,
+        claim_at: Instant,
+    },
+    /// Nobody may lead yet (the store is in its first ttl after a birth,
+    /// claim.lua's hold-back): a candidate until `claim_at`.
+    Wait { term: u64, claim_at: Instant },
+    /// The call failed (an unconfirmed write included): a candidate, back
+    /// off until `claim_at`.
+    BackOff { claim_at: Instant },
+}
+
+/// What a renewal's reply tells a leader to be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum AfterRenew {
+    /// Still leading, now under `term` (higher than before when the term
+    /// counter had been restored above it: the same leader, a new token).
+    Renewed {
+        term: u64,
+        valid_until: Instant,
+        moved: bool,
+    },
+    /// The lease ran out before the renewal reached Redis: claim at once.
+    Expired,
+    /// Another holder has the lease: follow it. `displaced` carries the other
+    /// incarnation when that holder is this node's own id (a second live
+    /// process with it), which ends the campaign.
+    Replaced {
+        leader: String,
+        displaced: Option<String>,
+        claim_at: Instant,
+    },
+    /// The call failed or was not confirmed: demote at once (a leader that
+    /// cannot prove its lease is not one), the lease possibly still held.
+    Demote { claim_at: Instant },
+}
+
+/// What the node knew when a claim's reply came.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct ClaimContext {
+    /// When the claim was sent.
+    pub sent: Instant,
+    /// When the reply came.
+    pub now: Instant,
+    /// The ttl the claim asked for (the timings may change with the reply).
+    pub asked_ttl: Duration,
+    /// The timings after adopting the reply's.
+    pub config: ElectionConfig,
+    /// Whether release wake-ups are known to arrive.
+    pub wake_healthy: bool,
+    /// Whether this node already followed someone.
+    pub was_following: bool,
+    /// Store errors in a row before this reply.
+    pub errors: u32,
+}
+
+pub(super) fn after_claim(reply: &Result<Claim, StoreError>, cx: &ClaimContext) -> AfterClaim {
+    match reply {
+        Ok(Claim::Won { term, fresh, .. }) => AfterClaim::Lead {
+            term: *term,
+            valid_until: cx.sent + cx.asked_ttl,
+            fresh: *fresh,
+        },
+        Ok(Claim::Lost {
+            term,
+            pttl_ms,
+            holder,
+            ..
+        }) => {
+            let claim_at = cx.now + follower_wait(*pttl_ms, &cx.config, cx.wake_healthy);
+            if holder.is_empty() {
+                AfterClaim::Wait {
+                    term: *term,
+                    claim_at,
+                }
+            } else {
+                AfterClaim::Follow {
+                    leader: holder.clone(),
+                    term: *term,
+                    announce: !cx.was_following,
+                    claim_at,
+                }
+            }
+        }
+        Err(_) => AfterClaim::BackOff {
+            claim_at: cx.now + error_backoff(cx.errors, &cx.config),
+        },
+    }
+}
+
+/// A follower claims again 1 ms after the lease is due to expire, so Redis
+/// sees it expired; a release (or new timings) wakes it earlier. Never later
+/// than one ttl: a lease taken under a longer ttl is shortened by the
+/// holder's next renewal once it adopts a shorter one. Without confirmed
+/// wake-ups, at the retry tick at the latest. A lease with no expiry
+/// (negative PTTL) is looked at again at the retry tick.
+pub(super) fn follower_wait(pttl_ms: i64, config: &ElectionConfig, wake_healthy: bool) -> Duration {
+    match u64::try_from(pttl_ms) {
+        Ok(ms) if wake_healthy => Duration::from_millis(ms + 1).min(config.ttl()),
+        Ok(ms) => Duration::from_millis(ms + 1).min(config.retry_interval()),
+        Err(_) => config.retry_interval(),
+    }
+}
+
+/// What the node knew when a renewal's reply came.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RenewContext<'a> {
+    pub sent: Instant,
+    pub now: Instant,
+    pub asked_ttl: Duration,
+    pub config: ElectionConfig,
+    /// The term the renewal was for.
+    pub term: u64,
+    /// This node's id.
+    pub node: &'a str,
+    pub errors: u32,
+}
+
+pub(super) fn after_renew(reply: &Result<Renewal, StoreError>, cx: &RenewContext) -> AfterRenew {
+    match reply {
+        Ok(Renewal::Renewed { term, .. }) => AfterRenew::Renewed {
+            term: *term,
+            valid_until: cx.sent + cx.asked_ttl,
+            moved: *term != cx.term,
+        },
+        Ok(Renewal::Gone) => AfterRenew::Expired,
+        Ok(Renewal::Replaced {
+            holder,
+            incarnation,
+        }) => AfterRenew::Replaced {
+            leader: holder.clone(),
+            displaced: (holder == cx.node).then(|| incarnation.clone()),
+            claim_at: cx.now + cx.config.retry_interval(),
+        },
+        Err(_) => AfterRenew::Demote {
+            claim_at: cx.now + error_backoff(cx.errors, &cx.config),
+        },
+    }
+}
+
+/// 10 ms after the first error in a row, doubling, at most one retry
+/// interval: a Redis that comes back is noticed within milliseconds, not a
+/// whole retry interval, and an attempt into a stalled Redis also waits out
+/// its call timeout, so this adds few calls.
+pub(super) fn error_backoff(errors: u32, config: &ElectionConfig) -> Duration {
+    Duration::from_millis(10u64.saturating_mul(1 << errors.min(16))).min(config.retry_interval())
+}
+
+/// Where the campaign stands between two calls.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Standing {
+    /// `(term, valid_until)` while leading.
+    pub leading: Option<(u64, Instant)>,
+    pub abstain_until: Option<Instant>,
+    pub last_sent: Instant,
+    pub next_claim: Instant,
+}
+
+/// What the loop does at `now`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Step {
+    /// The local lease view ran out: demote before anything else.
+    Expire,
+    /// A step-down's abstention is over: a candidate again, claiming now.
+    EndAbstention,
+    /// Wait for `at`, then renew (a leader) or claim; until then a release
+    /// may wake a claim early only when `can_wake`, and a leader's lease
+    /// view ends at `deadline`.
+    Wait {
+        renew: bool,
+        at: Instant,
+        deadline: Option<Instant>,
+        can_wake: bool,
+    },
+}
+
+pub(super) fn next_step(st: &Standing, config: &ElectionConfig, now: Instant) -> Step {
+    if st
+        .leading
+        .is_some_and(|(_, valid_until)| now >= valid_until)
+    {
+        return Step::Expire;
+    }
+    if st.abstain_until.is_some_and(|until| now >= until) {
+        return Step::EndAbstention;
+    }
+    let (renew, at) = match (st.leading, st.abstain_until) {
+        (Some(_), _) => (true, st.last_sent + config.renew_interval()),
+        (None, Some(until)) => (false, until),
+        (None, None) => (false, st.next_claim),
+    };
+    Step::Wait {
+        renew,
+        at,
+        deadline: st.leading.map(|(_, v)| v),
+        can_wake: st.leading.is_none() && st.abstain_until.is_none(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> ElectionConfig {
+        ElectionConfig {
+            ttl_ms: 1000,
+            renew_interval_ms: 300,
+            retry_interval_ms: 200,
+        }
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    fn claim_cx(t0: Instant) -> ClaimContext {
+        ClaimContext {
+            sent: t0,
+            now: t0 + ms(3),
+            asked_ttl: ms(1000),
+            config: config(),
+            wake_healthy: true,
+            was_following: false,
+            errors: 0,
+        }
+    }
+
+    fn lost(term: u64, pttl_ms: i64, holder: &str) -> Result<Claim, StoreError> {
+        Ok(Claim::Lost {
+            term,
+            pttl_ms,
+            holder: holder.into(),
+            config: None,
+        })
+    }
+
+    #[test]
+    fn a_won_claim_leads_from_its_send_time_for_the_asked_ttl() {
+        let t0 = Instant::now();
+        let mut cx = claim_cx(t0);
+        // New timings came with the reply; the lease Redis set is the one asked for.
+        cx.config.ttl_ms = 5000;
+        let won = Ok(Claim::Won {
+            term: 7,
+            fresh: true,
+            config: None,
+        });
+        assert_eq!(
+            after_claim(&won, &cx),
+            AfterClaim::Lead {
+                term: 7,
+                valid_until: t0 + ms(1000),
+                fresh: true
+            }
+        );
+    }
+
+    #[test]
+    fn a_claim_lost_to_a_live_holder_follows_and_claims_just_after_its_expiry() {
+        let t0 = Instant::now();
+        let cx = claim_cx(t0);
+        assert_eq!(
+            after_claim(&lost(4, 640, "n2"), &cx),
+            AfterClaim::Follow {
+                leader: "n2".into(),
+                term: 4,
+                announce: true,
+                claim_at: cx.now + ms(641)
+            }
+        );
+        let following = ClaimContext {
+            was_following: true,
+            ..cx
+        };
+        assert!(matches!(
+            after_claim(&lost(4, 640, "n2"), &following),
+            AfterClaim::Follow {
+                announce: false,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_follower_waits_at_most_a_ttl_or_without_wake_ups_a_retry_interval() {
+        let c = config();
+        assert_eq!(follower_wait(640, &c, true), ms(641));
+        // A lease taken under a longer ttl: looked at again after one ttl.
+        assert_eq!(follower_wait(9000, &c, true), ms(1000));
+        assert_eq!(follower_wait(640, &c, false), ms(200));
+        assert_eq!(follower_wait(50, &c, false), ms(51));
+        // No expiry on the key (PTTL -1): the retry tick.
+        assert_eq!(follower_wait(-1, &c, true), ms(200));
+    }
+
+    #[test]
+    fn a_born_again_store_holds_every_claim_back_until_its_first_ttl_ends() {
+        let t0 = Instant::now();
+        let cx = claim_cx(t0);
+        assert_eq!(
+            after_claim(&lost(3_000, 400, ""), &cx),
+            AfterClaim::Wait {
+                term: 3_000,
+                claim_at: cx.now + ms(401)
+            }
+        );
+    }
+
+    #[test]
+    fn a_failed_or_unconfirmed_claim_backs_off_from_10_ms_to_the_retry_interval() {
+        let t0 = Instant::now();
+        let unconfirmed = Err(StoreError::Unconfirmed {
+            acked: 0,
+            wanted: 1,
+        });
+        let timeout = Err(StoreError::Timeout(ms(200)));
+        for (errors, wait) in [(0, 10), (1, 20), (3, 80), (4, 160), (5, 200), (40, 200)] {
+            let cx = ClaimContext {
+                errors,
+                ..claim_cx(t0)
+            };
+            for reply in [&unconfirmed, &timeout] {
+                assert_eq!(
+                    after_claim(reply, &cx),
+                    AfterClaim::BackOff {
+                        claim_at: cx.now + ms(wait)
+                    },
+                    "after {errors} errors"
+                );
+            }
+        }
+    }
+
+    fn renew_cx(t0: Instant) -> RenewContext<'static> {
+        RenewContext {
+            sent: t0,
+            now: t0 + ms(2),
+            asked_ttl: ms(1000),
+            config: config(),
+            term: 9,
+            node: "n1",
+            errors: 0,
+        }
+    }
+
+    #[test]
+    fn a_renewal_extends_the_lease_from_its_send_time() {
+        let t0 = Instant::now();
+        let renewed = Ok(Renewal::Renewed {
+            config: None,
+            term: 9,
+        });
+        assert_eq!(
+            after_renew(&renewed, &renew_cx(t0)),
+            AfterRenew::Renewed {
+                term: 9,
+                valid_until: t0 + ms(1000),
+                moved: false
+            }
+        );
+    }
+
+    #[test]
+    fn a_renewal_under_a_restored_counter_moves_the_lease_to_a_higher_term() {
+        let t0 = Instant::now();
+        let renewed = Ok(Renewal::Renewed {
+            config: None,
+            term: 2_001,
+        });
+        assert!(matches!(
+            after_renew(&renewed, &renew_cx(t0)),
+            AfterRenew::Renewed {
+                term: 2_001,
+                moved: true,
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn a_renewal_that_came_too_late_claims_at_once() {
+        let t0 = Instant::now();
+        assert_eq!(
+            after_renew(&Ok(Renewal::Gone), &renew_cx(t0)),
+            AfterRenew::Expired
+        );
+    }
+
+    #[test]
+    fn a_renewal_lost_to_another_node_follows_it_and_to_its_own_id_is_displaced() {
+        let t0 = Instant::now();
+        let cx = renew_cx(t0);
+        let replaced = |holder: &str| {
+            Ok(Renewal::Replaced {
+                holder: holder.into(),
+                incarnation: "i2".into(),
+            })
+        };
+        assert_eq!(
+            after_renew(&replaced("n2"), &cx),
+            AfterRenew::Replaced {
+                leader: "n2".into(),
+                displaced: None,
+                claim_at: cx.now + ms(200)
+            }
+        );
+        assert_eq!(
+            after_renew(&replaced("n1"), &cx),
+            AfterRenew::Replaced {
+                leader: "n1".into(),
+                displaced: Some("i2".into()),
+                claim_at: cx.now + ms(200)
+            }
+        );
+    }
+
+    #[test]
+    fn a_failed_or_unconfirmed_renewal_demotes_at_once() {
+        let t0 = Instant::now();
+        let cx = RenewContext {
+            errors: 2,
+            ..renew_cx(t0)
+        };
+        for reply in [
+            Err(StoreError::Unconfirmed {
+                acked: 1,
+                wanted: 2,
+            }),
+            Err(StoreError::Timeout(ms(200))),
+            Err(StoreError::Reply("nonsense".into())),
+        ] {
+            assert_eq!(
+                after_renew(&reply, &cx),
+                AfterRenew::Demote {
+                    claim_at: cx.now + ms(40)
+                }
+            );
+        }
+    }
+
+    fn standing(t0: Instant) -> Standing {
+        Standing {
+            leading: None,
+            abstain_until: None,
+            last_sent: t0,
+            next_claim: t0 + ms(150),
+        }
+    }
+
+    #[test]
+    fn a_leader_renews_one_renew_interval_after_its_last_send_until_its_view_ends() {
+        let t0 = Instant::now();
+        let st = Standing {
+            leading: Some((5, t0 + ms(1000))),
+            ..standing(t0)
+        };
+        assert_eq!(
+            next_step(&st, &config(), t0 + ms(10)),
+            Step::Wait {
+                renew: true,
+                at: t0 + ms(300),
+                deadline: Some(t0 + ms(1000)),
+                can_wake: false
+            }
+        );
+        assert_eq!(next_step(&st, &config(), t0 + ms(1000)), Step::Expire);
+    }
+
+    #[test]
+    fn a_candidate_claims_at_its_next_claim_or_when_woken() {
+        let t0 = Instant::now();
+        assert_eq!(
+            next_step(&standing(t0), &config(), t0),
+            Step::Wait {
+                renew: false,
+                at: t0 + ms(150),
+                deadline: None,
+                can_wake: true
+            }
+        );
+    }
+
+    #[test]
+    fn an_abstaining_node_ignores_wake_ups_until_its_abstention_ends() {
+        let t0 = Instant::now();
+        let st = Standing {
+            abstain_until: Some(t0 + ms(1000)),
+            ..standing(t0)
+        };
+        assert_eq!(
+            next_step(&st, &config(), t0 + ms(1)),
+            Step::Wait {
+                renew: false,
+                at: t0 + ms(1000),
+                deadline: None,
+                can_wake: false
+            }
+        );
+        assert_eq!(
+            next_step(&st, &config(), t0 + ms(1000)),
+            Step::EndAbstention
+        );
+    }
+}
