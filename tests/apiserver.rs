@@ -506,7 +506,10 @@ fn kubectl(api: &ApiServer, args: &[&str]) -> Option<String> {
     {
         Ok(out) => out,
         Err(_) if std::env::var_os("CI").is_none() => {
-            eprintln!("SKIPPED kubectl {args:?}: no kubectl on the PATH");
+            support::skipped(
+                &format!("kubectl {}", args.join(" ")),
+                "no kubectl on the PATH (scripts/test builds it)",
+            );
             return None;
         }
         Err(e) => panic!("kubectl: {e} (scripts/kubernetes/build.sh installs it)"),

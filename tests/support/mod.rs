@@ -336,14 +336,36 @@ pub fn helm() -> Option<std::path::PathBuf> {
 
 /// The helm binary, or `None` (skipped, said out loud) outside CI.
 pub fn helm_or_skip(test: &str) -> Option<std::path::PathBuf> {
-    match helm() {
-        Some(h) => Some(h),
-        None if std::env::var_os("CI").is_some() => panic!(
-            "{test}: helm is needed and was not found; set LEASEHOLD_HELM or put helm in PATH (.ci/run fetches a pinned one)"
-        ),
-        None => {
-            eprintln!("{test}: SKIPPED, no helm (set LEASEHOLD_HELM or put helm in PATH)");
-            None
+    let helm = helm();
+    if helm.is_none() {
+        lacks(
+            test,
+            "no helm (scripts/test fetches a pinned one; or set LEASEHOLD_HELM, or put helm in PATH)",
+        );
+    }
+    helm
+}
+
+/// Says that `test` lacks a part it needs and returns early: fatal under
+/// CI, which must have every part; elsewhere a skip, said out loud.
+pub fn lacks(test: &str, why: &str) {
+    assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
+    skipped(test, why);
+}
+
+/// Says that `test` did not run, and why: on stderr (which cargo shows only
+/// for a failure) and in the file scripts/test names in
+/// `LEASEHOLD_SKIP_LOG`, whose lines close the run, so a skip never reads
+/// as a pass.
+pub fn skipped(test: &str, why: &str) {
+    use std::io::Write;
+    eprintln!("SKIPPED {test}: {why}");
+    if let Some(path) = std::env::var_os("LEASEHOLD_SKIP_LOG") {
+        // One short append per line: the test binaries run one after
+        // another, and the tests in one binary write whole lines.
+        let line = format!("{test}: {why}\n");
+        if let Ok(mut file) = std::fs::OpenOptions::new().append(true).open(path) {
+            let _ = file.write_all(line.as_bytes());
         }
     }
 }
