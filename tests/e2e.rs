@@ -28,7 +28,10 @@ async fn role_of(pods: &Api<Pod>, name: &str) -> Option<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn e2e_labels_follow_the_leader_in_a_real_cluster() {
     let Ok(path) = std::env::var("LEASEHOLD_E2E_KUBECONFIG") else {
-        println!("e2e skipped: set LEASEHOLD_E2E_KUBECONFIG to a kubeconfig to run it (see README, 'End-to-end tests')");
+        support::skipped(
+            "e2e_labels_follow_the_leader_in_a_real_cluster",
+            "opt-in: set LEASEHOLD_E2E_KUBECONFIG to a cluster's kubeconfig (docs/controller.md, 'End-to-end tests')",
+        );
         return;
     };
     let kubeconfig = Kubeconfig::read_from(&path).expect("read LEASEHOLD_E2E_KUBECONFIG");

@@ -16,7 +16,7 @@ use support::sentinel::{Deployment, StaleSentinel};
 const GROUP: &str = "test/group";
 
 /// Sentinels find a silent primary down after this. At least two of the
-/// engine's Sentinel rechecks (1 s), as the README asks.
+/// engine's Sentinel rechecks (1 s), as docs/redis.md asks.
 const DOWN_AFTER_MS: u64 = 2000;
 
 /// A call timeout (the retry interval) of 300 ms, so a WAIT on a busy

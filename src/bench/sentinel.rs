@@ -31,7 +31,7 @@ use super::agents::{agreed, AgentProcess, GROUP, NAMESPACE};
 use super::report::Row;
 use super::{percentile, progress, BenchArgs};
 
-/// Sentinel's `down-after-milliseconds`: the least the README allows.
+/// Sentinel's `down-after-milliseconds`: the least docs/redis.md allows.
 const DOWN_AFTER_MS: u64 = 2000;
 const MASTER: &str = "bench-primary";
 

@@ -15,7 +15,7 @@ pub mod types {
     pub const LEADER_ELECTED: &str = "LeaderElected";
     /// Another group writes the same label key on some of these pods.
     pub const LABEL_CONFLICT: &str = "LabelConflict";
-    /// The Redis server's settings keep the guarantees (see the README's
+    /// The Redis server's settings keep the guarantees (see docs/redis.md,
     /// "What Redis must provide"); False names what to change. Not part of
     /// Ready: the group works, with a weaker guarantee.
     pub const REDIS_SETTINGS_SAFE: &str = "RedisSettingsSafe";

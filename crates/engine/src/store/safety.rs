@@ -1,7 +1,7 @@
 //! Settings of the Redis server that break the guarantees, read from
 //! `INFO` (which managed services allow where `CONFIG GET` is refused) and
 //! reported, so an operator learns of them at start rather than after an
-//! incident. See the README's "What Redis must provide".
+//! incident. See docs/redis.md, "What Redis must provide".
 
 use super::{Store, StoreError};
 
