@@ -435,7 +435,9 @@ async fn failovers_never_give_a_term_two_holders() {
             // replica (the agents follow the majority's name, and a replica
             // refuses writes): Sentinel's state, mended by hand, counted,
             // and left out of the windows. Then leasehold has its 30 s.
-            eprintln!("sentinel chaos: the sentinels name no primary that says so; mending by hand");
+            eprintln!(
+                "sentinel chaos: the sentinels name no primary that says so; mending by hand"
+            );
             diagnose(&d, fault);
             split = point_at_named(&d);
             if split {
