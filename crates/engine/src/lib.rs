@@ -30,60 +30,23 @@ pub mod node;
 pub mod store;
 pub mod term;
 
+mod error;
+pub mod sync;
 mod task;
 
-/// The engine's one policy for a poisoned mutex: go on with the data. Every
-/// critical section leaves it consistent (plain assignments), so a panic in
-/// another task must not take the node down with it.
-pub(crate) fn locked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 
 pub use config::{ConfigError, ElectionConfig, InboxConfig, NodeConfig};
 pub use election::{Group, Role};
+pub use error::Error;
 pub use events::{Event, LostReason, Observer, Operation};
 pub use inbox::topic::TopicError;
 pub use inbox::{
     Delivery, Inbox, Message, Outbound, Overflow, PublishOptions, Published, Retain, To,
 };
 pub use node::{Node, NodeOptions, StepDownRequest};
-pub use store::{
-    ConnectError, ConnectOptions, NodeInfo, ReplicaAcks, SettingWarning, Store, StoreError,
-};
+pub use store::messaging::NodeInfo;
+pub use store::safety::SettingWarning;
+pub use store::{ConnectError, ConnectOptions, ReplicaAcks, Store, StoreError};
 pub use term::{CLOCK_STEP_BACK_MS, TERM_EPOCH_HOLD_MS};
-
-/// Every error the engine's API returns.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    #[error(transparent)]
-    Config(#[from] ConfigError),
-    #[error(transparent)]
-    Connect(#[from] ConnectError),
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("group {0:?} is already joined by this node")]
-    AlreadyJoined(String),
-    #[error("group {0:?} is not joined by this node")]
-    NotJoined(String),
-    #[error("another live process took over this node id; this node no longer campaigns")]
-    Displaced,
-    /// Covers both `InvalidTopic` and `InvalidPattern`.
-    #[error(transparent)]
-    Topic(#[from] TopicError),
-    #[error("node {0:?} is not a live registered node")]
-    NodeNotRegistered(String),
-    #[error("payload of {size} bytes is larger than max_message_size = {max}")]
-    DataTooLarge { size: u64, max: u64 },
-    #[error("the inbox of node {0:?} is full; the publish was refused and nothing was written")]
-    InboxFull(String),
-    /// A message of a batch ([`Node::publish_all`]) is invalid; nothing of
-    /// the batch was published.
-    #[error("message {index} of the batch (counting from 0): {source}")]
-    InBatch {
-        /// From 0.
-        index: usize,
-        source: Box<Error>,
-    },
-}

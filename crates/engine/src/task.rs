@@ -1,29 +1,13 @@
-//! A spawned task that is aborted when its handle is dropped, so that dropping
-//! an engine handle without closing it stops its loops, like a crash would.
+//! The engine's loops run as tasks that are aborted when their handle is
+//! dropped (tokio-util's `AbortOnDropHandle`), so that dropping an engine
+//! handle without closing it stops its loops, like a crash would.
 
 use std::future::Future;
 
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
-pub(crate) struct Task(JoinHandle<()>);
+pub(crate) type Task = AbortOnDropHandle<()>;
 
-impl Task {
-    pub fn spawn(future: impl Future<Output = ()> + Send + 'static) -> Self {
-        Self(tokio::spawn(future))
-    }
-
-    /// Waits for the task to end by itself.
-    pub async fn join(mut self) {
-        let _ = (&mut self.0).await;
-    }
-
-    pub fn abort(&self) {
-        self.0.abort();
-    }
-}
-
-impl Drop for Task {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+pub(crate) fn spawn(future: impl Future<Output = ()> + Send + 'static) -> Task {
+    AbortOnDropHandle::new(tokio::spawn(future))
 }

@@ -20,11 +20,11 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot, watch, Notify};
 use tokio::time::Instant;
 
+use super::role::{LocalLease, Role};
 use super::rules::{
     after_claim, after_renew, next_step, AfterClaim, AfterRenew, ClaimContext, RenewContext,
     Standing, Step,
 };
-use super::{LocalLease, Role};
 use crate::config::ElectionConfig;
 use crate::events::{Event, LostReason, Operation};
 use crate::incarnation::Incarnation;
@@ -97,7 +97,7 @@ impl Campaign {
     fn set_lease(&self, st: &mut State, leading: Option<(u64, Instant)>, held: Option<u64>) {
         st.leading = leading;
         st.held = held;
-        *crate::locked(&self.lease) = LocalLease {
+        *crate::sync::locked(&self.lease) = LocalLease {
             leading,
             held,
             timings: self.config,
@@ -425,7 +425,7 @@ impl Campaign {
         if let Some(config) = config.filter(|c| *c != self.config) {
             tracing::info!(?config, "group timings changed in redis");
             self.config = config;
-            crate::locked(&self.lease).timings = config;
+            crate::sync::locked(&self.lease).timings = config;
         }
     }
 

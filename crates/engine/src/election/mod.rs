@@ -10,6 +10,7 @@
 //! a release that cannot land is forfeited and the lease simply expires.
 
 mod campaign;
+mod role;
 mod rules;
 mod wake;
 
@@ -25,33 +26,8 @@ use crate::store::bounded;
 use crate::task::Task;
 use crate::Error;
 use campaign::{Campaign, Command};
-
-/// A node's role in one group, as seen by that node.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "role", rename_all = "camelCase")]
-pub enum Role {
-    /// Neither leading nor aware of a leader (just joined, or Redis is away).
-    Candidate,
-    /// Another node leads under `term`.
-    Follower { leader: String, term: u64 },
-    /// This node leads under `term` (a fencing token: it only increases).
-    Leader { term: u64 },
-    /// Stepped down: not claiming for one ttl.
-    Abstaining,
-}
-
-/// The local view of a held lease, shared with [`Group::leader_term`].
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct LocalLease {
-    /// `(term, valid_until)` while this node leads.
-    pub leading: Option<(u64, Instant)>,
-    /// The term of a lease this node may still hold in Redis, leading or not
-    /// (after a fail-safe demotion): what a shutdown must release.
-    pub held: Option<u64>,
-    /// The timings the campaign runs with now: those it joined with, or the
-    /// group's own once adopted from Redis.
-    pub timings: ElectionConfig,
-}
+pub(crate) use role::LocalLease;
+pub use role::Role;
 
 /// A handle on one joined group: watch the role, or ask right now whether
 /// this node leads.
@@ -86,7 +62,7 @@ impl Group {
     /// turns false the instant the local lease runs out, even if the campaign
     /// task has not yet been scheduled to notice.
     pub fn leader_term(&self) -> Option<u64> {
-        let lease = *crate::locked(&self.lease);
+        let lease = *crate::sync::locked(&self.lease);
         lease
             .leading
             .and_then(|(term, valid_until)| (Instant::now() < valid_until).then_some(term))
@@ -96,7 +72,7 @@ impl Group {
     /// leads. For work that must end *before* the lease could pass to another
     /// node: stop once the time left is shorter than the work takes to stop.
     pub fn leader_lease(&self) -> Option<(u64, std::time::Duration)> {
-        let lease = *crate::locked(&self.lease);
+        let lease = *crate::sync::locked(&self.lease);
         let now = Instant::now();
         lease
             .leading
@@ -112,7 +88,7 @@ impl Group {
     /// adopted from Redis (`Store::write_group_config`), so work tied to the
     /// lease (exec mode's stop deadline) must read them here, not keep a copy.
     pub fn timings(&self) -> ElectionConfig {
-        crate::locked(&self.lease).timings
+        crate::sync::locked(&self.lease).timings
     }
 }
 
@@ -141,7 +117,7 @@ impl Campaigns {
     }
 
     fn entries(&self) -> std::sync::MutexGuard<'_, HashMap<String, Entry>> {
-        crate::locked(&self.entries)
+        crate::sync::locked(&self.entries)
     }
 
     pub fn names(&self) -> Vec<String> {
@@ -185,7 +161,7 @@ impl Campaigns {
             commands: commands_rx,
         };
         let span = tracing::info_span!("campaign", node = %self.shared.id, group = %name);
-        let task = Task::spawn(tracing::Instrument::instrument(campaign.run(), span));
+        let task = crate::task::spawn(tracing::Instrument::instrument(campaign.run(), span));
         let group = Group {
             name: name.to_owned(),
             role: role_rx,
@@ -281,11 +257,11 @@ async fn stop(shared: impl AsRef<Incarnation>, name: String, entry: Entry) -> bo
         .ok()
         .flatten()
     {
-        entry.task.join().await;
+        let _ = entry.task.await;
         return released;
     }
     entry.task.abort();
-    let held = crate::locked(&entry.group.lease).held;
+    let held = crate::sync::locked(&entry.group.lease).held;
     let keys = shared.store.keys().group(&name);
     let released = bounded(
         limit,

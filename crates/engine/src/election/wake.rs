@@ -35,9 +35,8 @@ impl Wake {
         let (push_tx, push_rx) = mpsc::unbounded_channel();
         let (changes, changes_rx) = mpsc::unbounded_channel();
         let healthy = Arc::new(AtomicBool::new(false));
-        let dispatcher =
-            crate::task::Task::spawn(dispatch(push_rx, routes.clone(), healthy.clone()));
-        let subscriber = crate::task::Task::spawn(keep_subscribed(
+        let dispatcher = crate::task::spawn(dispatch(push_rx, routes.clone(), healthy.clone()));
+        let subscriber = crate::task::spawn(keep_subscribed(
             store.clone(),
             push_tx,
             routes.clone(),
@@ -73,7 +72,7 @@ impl Wake {
 }
 
 fn lock(routes: &Routes) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Notify>>> {
-    crate::locked(routes)
+    crate::sync::locked(routes)
 }
 
 fn text(v: &Value) -> Option<String> {

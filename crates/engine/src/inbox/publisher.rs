@@ -10,7 +10,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::config::{PUBLISH_BATCH, PUBLISH_BATCH_BYTES, REQUEST_TIMEOUT};
 use crate::incarnation::Incarnation;
-use crate::store::{bounded, Outgoing, PublishOutcome, StoreError};
+use crate::store::messaging::{Outgoing, PublishOutcome};
+use crate::store::{bounded, StoreError};
 
 pub(crate) struct Request {
     pub message: Outgoing,

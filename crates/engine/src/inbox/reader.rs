@@ -18,14 +18,15 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::{Delivery, Message};
+use super::message::{Delivery, Message};
 use crate::backoff::Backoff;
 use crate::config::{
     InboxConfig, COMMANDS_MAX, INBOX_BATCH, INBOX_BLOCK, INBOX_BUFFER, LAG_CHECK_INTERVAL,
 };
 use crate::events::{Event, Operation};
 use crate::incarnation::Incarnation;
-use crate::store::{bounded, InboxEntry, Store, StoreError};
+use crate::store::messaging::InboxEntry;
+use crate::store::{bounded, Store, StoreError};
 
 /// The id just after `id` (`ms-seq` -> `ms-(seq+1)`): the exclusive lower
 /// bound that trims everything up to and including `id`.

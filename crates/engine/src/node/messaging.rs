@@ -5,12 +5,14 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::{locked, Node};
+use super::Node;
 use crate::config::{self, validate_name};
 use crate::inbox::publisher;
 use crate::inbox::topic::{validate_subscription, validate_topic};
 use crate::inbox::{Inbox, Outbound, Overflow, PublishOptions, Published, Retain, To};
-use crate::store::{bounded, Destination, Outgoing, PublishOutcome};
+use crate::store::bounded;
+use crate::store::messaging::{Destination, Outgoing, PublishOutcome};
+use crate::sync::locked;
 use crate::Error;
 
 impl Node {

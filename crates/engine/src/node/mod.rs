@@ -24,7 +24,6 @@ mod messaging;
 mod registration;
 mod sweeper;
 
-use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::{broadcast, mpsc, watch};
@@ -37,7 +36,7 @@ use crate::incarnation::Incarnation;
 use crate::store::{bounded, Store};
 use crate::task::Task;
 use crate::Error;
-use registration::{write_groups, Registration};
+use registration::{write_groups, Registration, Subscriptions};
 
 /// Options beyond the timings: inbox limits, metadata stored with the
 /// registration, the application's event observer, and a test hook.
@@ -105,19 +104,12 @@ pub struct Node {
     loops: Vec<Task>,
 }
 
-type Subscriptions = Arc<Mutex<BTreeSet<String>>>;
-
-pub(super) use crate::locked;
-
 fn new_incarnation() -> String {
     format!("{:016x}", fastrand::u64(..))
 }
 
 fn local_wall_ms(skew: i64) -> i64 {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as i64);
-    now + skew
+    crate::sync::wall_clock_ms() as i64 + skew
 }
 
 impl Node {
@@ -164,24 +156,24 @@ impl Node {
             groups: groups.subscribe(),
         };
         let registered = registration.register(false).await;
-        let heartbeat = Task::spawn(tracing::Instrument::instrument(
+        let heartbeat = crate::task::spawn(tracing::Instrument::instrument(
             registration.heartbeat_loop(registered),
             tracing::info_span!("heartbeat", node = %id),
         ));
-        let sweeper = Task::spawn(tracing::Instrument::instrument(
+        let sweeper = crate::task::spawn(tracing::Instrument::instrument(
             sweeper::run(shared.clone(), config),
             tracing::info_span!("sweeper", node = %id),
         ));
-        let groups_writer = Task::spawn(write_groups(shared.clone(), groups.subscribe()));
+        let groups_writer = crate::task::spawn(write_groups(shared.clone(), groups.subscribe()));
         let (publisher, requests) = mpsc::channel(config::PUBLISH_BATCH * 8);
-        let publisher_task = Task::spawn(publisher::run(shared.clone(), requests));
+        let publisher_task = crate::task::spawn(publisher::run(shared.clone(), requests));
         let (tx, rx) = mpsc::channel(config::INBOX_BUFFER);
-        let reader = Task::spawn(tracing::Instrument::instrument(
+        let reader = crate::task::spawn(tracing::Instrument::instrument(
             crate::inbox::run_reader(shared.clone(), options.inbox, tx),
             tracing::info_span!("inbox", node = %id),
         ));
         let campaigns = Arc::new(Campaigns::new(shared.clone()));
-        let command_task = Task::spawn(tracing::Instrument::instrument(
+        let command_task = crate::task::spawn(tracing::Instrument::instrument(
             act_on_commands(
                 campaigns.clone(),
                 command_rx,

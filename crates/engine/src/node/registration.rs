@@ -2,16 +2,19 @@
 //! registering again (restoring subscriptions and groups) after the node
 //! finds its lease expired; plus the writer of the `groups` field.
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
 
-use super::{locked, Subscriptions};
 use crate::config::{self, NodeConfig};
 use crate::events::{Event, Operation};
 use crate::incarnation::Incarnation;
 use crate::store::{bounded, Heartbeat};
+use crate::sync::locked;
+
+pub(super) type Subscriptions = Arc<Mutex<BTreeSet<String>>>;
 
 /// Writes the latest `groups` value to the registration, retrying until
 /// Redis has answered. Only while this incarnation's registration stands:

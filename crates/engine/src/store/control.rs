@@ -2,7 +2,9 @@
 //! timings the nodes adopt, and a term that Redis lost (restored from a
 //! record kept elsewhere, such as a custom resource's status).
 
-use super::{as_int, scripts, Store, StoreError};
+use super::error::StoreError;
+use super::reply::as_int;
+use super::{scripts, Store};
 use crate::config::{self, ElectionConfig};
 
 impl Store {

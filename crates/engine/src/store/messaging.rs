@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 
-use super::{array, as_int, as_string, scripts, string_at, uint_at, Store, StoreError};
+use super::error::StoreError;
+use super::reply::{array, as_int, as_string, string_at, uint_at};
+use super::{scripts, Store};
 use crate::config;
 
 /// What a publish achieved.
@@ -164,7 +166,7 @@ impl Store {
         items
             .chunks(2)
             .map(|pair| {
-                Ok(match as_int(super::at(pair, 0)?)? {
+                Ok(match as_int(super::reply::at(pair, 0)?)? {
                     -1 => PublishOutcome::InboxFull {
                         node: string_at(pair, 1)?,
                     },

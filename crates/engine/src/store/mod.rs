@@ -11,94 +11,32 @@
 //! the background, so a retried call finds a fresh connection.
 
 mod control;
+mod error;
 mod keys;
-mod messaging;
+pub(crate) mod messaging;
 mod replication;
+mod reply;
 mod route;
-mod safety;
+pub(crate) mod safety;
 mod scripts;
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::aio::ConnectionManager;
 use redis::{IntoConnectionInfo, ProtocolVersion, Value};
 
+pub use error::{bounded, StoreError};
 pub(crate) use keys::{GroupKeys, Keys};
-pub use messaging::NodeInfo;
-pub(crate) use messaging::{Destination, InboxEntry, Outgoing, PublishOutcome};
 pub use replication::ReplicaAcks;
 use replication::Replication;
+pub(crate) use reply::holder_id;
+use reply::{array, as_int, as_string, group_config, int_at, split_lease, string_at, uint_at};
+pub use route::ConnectError;
+use route::{check_ca, manager_config, tcp_settings};
 use route::{Route, Topology};
-pub use safety::SettingWarning;
 
-use crate::config::{self, ConfigError, ElectionConfig};
-
-/// A failed Redis call. Never fatal: loops report it and try again.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    #[error("redis: {0}")]
-    Redis(#[from] redis::RedisError),
-    #[error("redis did not answer within {0:?}")]
-    Timeout(Duration),
-    #[error("unexpected reply from redis: {0}")]
-    Reply(String),
-    #[error(
-        "the lease write reached {acked} of the {wanted} replicas it must reach (WAIT timed out)"
-    )]
-    Unconfirmed { acked: u64, wanted: u64 },
-    /// No primary to talk to: the sentinels do not agree on one, or no
-    /// cluster node answers.
-    #[error("{0}")]
-    Topology(String),
-}
-
-/// Runs one store call, giving up after `limit`. A hung connection (a paused
-/// Redis, a black-holed network) must never wedge a loop or a shutdown.
-pub async fn bounded<T>(
-    limit: Duration,
-    call: impl Future<Output = Result<T, StoreError>>,
-) -> Result<T, StoreError> {
-    match tokio::time::timeout(limit, call).await {
-        Ok(result) => result,
-        Err(_) => Err(StoreError::Timeout(limit)),
-    }
-}
-
-/// Why [`Store::connect`] refused to start.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    #[error("redis_url is invalid ({0}); expected {forms}", forms = route::URL_FORMS)]
-    Url(redis::RedisError),
-    #[error("redis_url is invalid ({0}); expected {forms}", forms = route::URL_FORMS)]
-    UrlForm(String),
-    #[error(transparent)]
-    Prefix(#[from] ConfigError),
-    #[error("could not set up the redis connection: {0}")]
-    Setup(redis::RedisError),
-    /// A CA certificate only makes sense for a TLS (`rediss://`) URL.
-    #[error("a CA certificate was given for a plain redis:// URL; it is used only with rediss://")]
-    CaWithoutTls,
-    #[error("the CA certificate is not PEM ({0}); expected one or more -----BEGIN CERTIFICATE----- blocks")]
-    InvalidCa(String),
-}
-
-/// Checks that `pem` holds at least one PEM certificate, so a wrong file
-/// fails at start instead of as TLS errors later.
-fn check_ca(pem: &[u8]) -> Result<(), ConnectError> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::CertificateDer;
-    let mut found = 0;
-    for cert in CertificateDer::pem_slice_iter(pem) {
-        cert.map_err(|e| ConnectError::InvalidCa(e.to_string()))?;
-        found += 1;
-    }
-    if found == 0 {
-        return Err(ConnectError::InvalidCa("no certificate in it".into()));
-    }
-    Ok(())
-}
+use crate::config::{self, ElectionConfig};
 
 /// Outcome of a claim attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -199,33 +137,6 @@ pub struct ConnectOptions<'a> {
     pub sentinel_password: Option<&'a str>,
 }
 
-/// No response timeout here: every engine call is bounded by its caller, with
-/// a limit that fits that call (see [`bounded`]).
-fn manager_config() -> ConnectionManagerConfig {
-    ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config::CONNECT_TIMEOUT))
-        .set_response_timeout(None)
-        // Few, quick reconnection attempts per failure: a call should fail
-        // fast and be retried by its loop, which knows its own schedule.
-        .set_number_of_retries(2)
-        .set_min_delay(Duration::from_millis(50))
-        .set_max_delay(Duration::from_secs(1))
-}
-
-fn tcp_settings() -> redis::io::tcp::TcpSettings {
-    let keepalive = socket2::TcpKeepalive::new()
-        .with_time(config::TCP_KEEPALIVE)
-        .with_interval(config::TCP_KEEPALIVE / 2);
-    let settings = redis::io::tcp::TcpSettings::default()
-        .set_nodelay(true)
-        .set_keepalive(keepalive);
-    // TCP_USER_TIMEOUT exists on Linux only; elsewhere keepalive and the
-    // engine's own call bounds retire a dead connection.
-    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
-    let settings = settings.set_user_timeout(config::TCP_USER_TIMEOUT);
-    settings
-}
-
 impl Store {
     /// Prepares a connection to `url` (`redis://`, or `rediss://` for TLS
     /// checked against the system's root certificates, or the file named by
@@ -275,7 +186,7 @@ impl Store {
         config::validate_prefix(prefix)?;
         // rustls needs a process-wide crypto provider; a second install is a no-op error.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let parsed = route::parse(url).map_err(ConnectError::UrlForm)?;
+        let parsed = route::parse(url)?;
         let mut info = parsed
             .redis_url
             .as_str()
@@ -407,14 +318,14 @@ impl Store {
         self.noted(invocation.invoke_async(&mut conn).await.map_err(Into::into))
     }
 
-    /// A claim or renewal (`call`, an `EVALSHA` of `script`) with the
+    /// A claim or renewal (`call`, an invocation of `script`) with the
     /// `WAIT` for the replicas in the same request (see [`ReplicaAcks`]);
     /// the caller checks the confirmation when the write took a lease.
     async fn write_lease(
         &self,
         write: replication::Write,
         script: &redis::Script,
-        call: &redis::Cmd,
+        call: &redis::ScriptInvocation<'_>,
     ) -> Result<(Value, replication::Confirmation), StoreError> {
         let mut primary = self.route.primary().await?;
         let result = self
@@ -441,17 +352,15 @@ impl Store {
         candidacy_ms: u64,
         confirmed: Option<u64>,
     ) -> Result<Claim, StoreError> {
-        let mut call = redis::cmd("EVALSHA");
-        call.arg(scripts::CLAIM.get_hash())
-            .arg(8)
-            .arg(&group.lease)
-            .arg(&group.term)
-            .arg(&group.members)
-            .arg(&group.config)
-            .arg(self.keys.born())
-            .arg(self.keys.node(id))
-            .arg(self.keys.history())
-            .arg(self.keys.epoch())
+        let mut call = scripts::CLAIM.prepare_invoke();
+        call.key(&group.lease)
+            .key(&group.term)
+            .key(&group.members)
+            .key(&group.config)
+            .key(self.keys.born())
+            .key(self.keys.node(id))
+            .key(self.keys.history())
+            .key(self.keys.epoch())
             .arg(id)
             .arg(incarnation)
             .arg(ttl_ms)
@@ -503,14 +412,12 @@ impl Store {
         ttl_ms: u64,
         candidacy_ms: u64,
     ) -> Result<Renewal, StoreError> {
-        let mut call = redis::cmd("EVALSHA");
-        call.arg(scripts::RENEW.get_hash())
-            .arg(5)
-            .arg(&group.lease)
-            .arg(&group.members)
-            .arg(&group.config)
-            .arg(&group.term)
-            .arg(self.keys.epoch())
+        let mut call = scripts::RENEW.prepare_invoke();
+        call.key(&group.lease)
+            .key(&group.members)
+            .key(&group.config)
+            .key(&group.term)
+            .key(self.keys.epoch())
             .arg(id)
             .arg(incarnation)
             .arg(term)
@@ -728,91 +635,6 @@ impl Store {
             .await?;
         Ok(as_int(&reply)? == 1)
     }
-}
-
-/// A group's timings from its config hash: all three present and valid, or
-/// nothing (a half-written or invalid config is ignored, not half-applied).
-fn group_config(value: Option<&Value>) -> Option<ElectionConfig> {
-    let Some(Value::Array(fields)) = value else {
-        return None;
-    };
-    let field = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|v| as_int(v).ok())
-            .and_then(|n| u64::try_from(n).ok())
-    };
-    let config = ElectionConfig {
-        ttl_ms: field(0)?,
-        renew_interval_ms: field(1)?,
-        retry_interval_ms: field(2)?,
-    };
-    config.validate().ok().map(|_| config)
-}
-
-/// The node id part of a lease value `NODE_ID#INCARNATION#TERM`.
-pub(crate) fn holder_id(value: &str) -> &str {
-    split_lease(value).0
-}
-
-/// Node id, incarnation and term of a lease value `NODE_ID#INCARNATION#TERM`
-/// (missing parts are empty).
-fn split_lease(value: &str) -> (&str, &str, &str) {
-    let mut parts = value.splitn(3, '#');
-    let id = parts.next().unwrap_or_default();
-    let incarnation = parts.next().unwrap_or_default();
-    let term = parts.next().unwrap_or_default();
-    (id, incarnation, term)
-}
-
-fn array(v: Value) -> Result<Vec<Value>, StoreError> {
-    match v {
-        Value::Array(items) => Ok(items),
-        other => Err(StoreError::Reply(format!(
-            "expected an array, got {other:?}"
-        ))),
-    }
-}
-
-fn as_int(v: &Value) -> Result<i64, StoreError> {
-    match v {
-        Value::Int(i) => Ok(*i),
-        Value::BulkString(b) => std::str::from_utf8(b)
-            .ok()
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| StoreError::Reply(format!("expected an integer, got {v:?}"))),
-        other => Err(StoreError::Reply(format!(
-            "expected an integer, got {other:?}"
-        ))),
-    }
-}
-
-fn as_string(v: &Value) -> Result<String, StoreError> {
-    match v {
-        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Ok(s.clone()),
-        Value::Int(i) => Ok(i.to_string()),
-        other => Err(StoreError::Reply(format!(
-            "expected a string, got {other:?}"
-        ))),
-    }
-}
-
-fn at(items: &[Value], i: usize) -> Result<&Value, StoreError> {
-    items
-        .get(i)
-        .ok_or_else(|| StoreError::Reply(format!("reply has no element {i}: {items:?}")))
-}
-fn int_at(items: &[Value], i: usize) -> Result<i64, StoreError> {
-    as_int(at(items, i)?)
-}
-fn uint_at(items: &[Value], i: usize) -> Result<u64, StoreError> {
-    let n = int_at(items, i)?;
-    u64::try_from(n)
-        .map_err(|_| StoreError::Reply(format!("expected a non-negative integer, got {n}")))
-}
-fn string_at(items: &[Value], i: usize) -> Result<String, StoreError> {
-    as_string(at(items, i)?)
 }
 
 #[cfg(test)]

@@ -16,9 +16,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionManager;
-use redis::{Cmd, Script, Value};
+use redis::{Cmd, Script, ScriptInvocation, Value};
 
-use super::StoreError;
+use super::error::StoreError;
 use crate::config::{REPLICA_COUNT_REFRESH, REPLICA_LOSS_GRACE, REPLICA_WAIT};
 
 /// How many replicas a lease write must reach before it counts.
@@ -152,7 +152,7 @@ impl Replication {
         }
     }
 
-    /// Runs `call` (an `EVALSHA` of `script`) followed, in the same
+    /// Runs `call` (an invocation of `script`) followed, in the same
     /// request, by a `WAIT` for the replicas the policy asks for; returns
     /// the script's reply and what `WAIT` said.
     /// `primary` says which primary `conn` leads to (see
@@ -163,7 +163,7 @@ impl Replication {
         primary: u64,
         write: Write,
         script: &Script,
-        call: &Cmd,
+        call: &ScriptInvocation<'_>,
     ) -> Result<(Value, Confirmation), StoreError> {
         let (new_term, kept) = match self.acks {
             ReplicaAcks::Off => (0, 0),
@@ -180,10 +180,13 @@ impl Replication {
         let mut loaded = false;
         loop {
             let result = if wanted == 0 {
-                call.query_async::<Value>(conn).await.map(|v| (v, 0))
+                Cmd::invoke_script(call)
+                    .query_async::<Value>(conn)
+                    .await
+                    .map(|v| (v, 0))
             } else {
                 redis::pipe()
-                    .add_command(call.clone())
+                    .invoke_script(call)
                     .cmd("WAIT")
                     .arg(wanted)
                     .arg(self.wait.as_millis() as u64)
@@ -228,7 +231,7 @@ impl Replication {
     ) -> Result<Replicas, StoreError> {
         let now = Instant::now();
         let (known, before) = {
-            let mut stored = crate::locked(&self.known);
+            let mut stored = crate::sync::locked(&self.known);
             let before = stored.filter(|k| k.primary != primary);
             let known = stored.filter(|k| k.primary == primary);
             if let Some(k) = known {
@@ -269,7 +272,7 @@ impl Replication {
                 "the primary lost replicas: lease writes wait for as many as before for a while"
             );
         }
-        *crate::locked(&self.known) = Some(next);
+        *crate::sync::locked(&self.known) = Some(next);
         Ok(next)
     }
 }

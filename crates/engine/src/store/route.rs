@@ -20,11 +20,14 @@
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use redis::aio::ConnectionManager;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
-use super::{manager_config, ConnectError, StoreError};
-use crate::config::{CLUSTER_RECHECK, CONNECT_TIMEOUT, SENTINEL_RECHECK, SENTINEL_TIMEOUT};
+use super::error::StoreError;
+use crate::config::ConfigError;
+use crate::config::{self, CLUSTER_RECHECK, CONNECT_TIMEOUT, SENTINEL_RECHECK, SENTINEL_TIMEOUT};
 
 /// How the URL says to find the primary.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,12 +55,34 @@ pub(crate) const URL_FORMS: &str = "redis://[user:password@]host[:port][/db], re
 redis+sentinel://[user:password@]host[:port][,host[:port]…]/MASTER[/db] or \
 redis+cluster://[user:password@]host[:port][,host[:port]…] (rediss+sentinel://, rediss+cluster:// for TLS)";
 
+/// What is wrong with a URL's form (its `Display` is the sentence
+/// [`ConnectError::UrlForm`] shows).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UrlError {
+    #[error("{0:?} has no scheme")]
+    NoScheme(String),
+    #[error("unknown scheme {0:?}")]
+    UnknownScheme(String),
+    #[error("query parameters are not supported in this URL")]
+    Query,
+    #[error("a Sentinel URL names the master after the hosts: …/MASTER[/db]")]
+    NoMaster,
+    #[error("a Redis Cluster has only database 0, not {0:?}")]
+    ClusterDatabase(String),
+    #[error("{0:?}: too many path segments")]
+    TooManySegments(String),
+    #[error("database {0:?} is not a number")]
+    Database(String),
+    #[error("{0:?} is not host[:port]")]
+    HostPort(String),
+}
+
 /// Takes a URL apart (no I/O). Sentinels default to port 26379, cluster
 /// nodes to 6379.
-pub(crate) fn parse(url: &str) -> Result<Parsed, String> {
+pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
     let (scheme, rest) = url
         .split_once("://")
-        .ok_or_else(|| format!("{url:?} has no scheme"))?;
+        .ok_or_else(|| UrlError::NoScheme(url.to_owned()))?;
     let (tls, kind) = match scheme {
         "redis" | "rediss" => {
             return Ok(Parsed {
@@ -70,10 +95,10 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, String> {
         "rediss+sentinel" => (true, "sentinel"),
         "redis+cluster" => (false, "cluster"),
         "rediss+cluster" => (true, "cluster"),
-        other => return Err(format!("unknown scheme {other:?}")),
+        other => return Err(UrlError::UnknownScheme(other.to_owned())),
     };
     if rest.contains('?') || rest.contains('#') {
-        return Err("query parameters are not supported in this URL".into());
+        return Err(UrlError::Query);
     }
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let (userinfo, hosts) = match authority.rsplit_once('@') {
@@ -90,9 +115,7 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, String> {
     hosts.retain(|h| seen.insert(h.clone()));
     let mut segments = path.split('/').filter(|s| !s.is_empty());
     let (topology, db) = if kind == "sentinel" {
-        let master = segments
-            .next()
-            .ok_or("a Sentinel URL names the master after the hosts: …/MASTER[/db]")?;
+        let master = segments.next().ok_or(UrlError::NoMaster)?;
         let db = segments.next().unwrap_or("0");
         (
             Topology::Sentinel {
@@ -104,7 +127,7 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, String> {
     } else {
         let db = segments.next().unwrap_or("0");
         if db != "0" {
-            return Err(format!("a Redis Cluster has only database 0, not {db:?}"));
+            return Err(UrlError::ClusterDatabase(db.to_owned()));
         }
         (
             Topology::Cluster {
@@ -114,10 +137,10 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, String> {
         )
     };
     if segments.next().is_some() {
-        return Err(format!("{path:?}: too many path segments"));
+        return Err(UrlError::TooManySegments(path.to_owned()));
     }
     if db.parse::<u16>().is_err() {
-        return Err(format!("database {db:?} is not a number"));
+        return Err(UrlError::Database(db.to_owned()));
     }
     let (host, port) = &hosts[0];
     let host = url_host(host);
@@ -140,8 +163,8 @@ fn url_host(host: &str) -> String {
 }
 
 /// `host[:port]` or `[v6]:port`.
-fn host_port(text: &str, default_port: u16) -> Result<(String, u16), String> {
-    let bad = || format!("{text:?} is not host[:port]");
+fn host_port(text: &str, default_port: u16) -> Result<(String, u16), UrlError> {
+    let bad = || UrlError::HostPort(text.to_owned());
     let (host, port) = if let Some(v6) = text.strip_prefix('[') {
         let (host, after) = v6.split_once(']').ok_or_else(bad)?;
         (host, after.strip_prefix(':'))
@@ -553,6 +576,67 @@ fn owner_in(slots: &Value, slot: i64, asked: &str) -> Option<(String, u16)> {
     })
 }
 
+/// Why [`Store::connect`] refused to start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("redis_url is invalid ({0}); expected {forms}", forms = URL_FORMS)]
+    Url(redis::RedisError),
+    #[error("redis_url is invalid ({0}); expected {forms}", forms = URL_FORMS)]
+    UrlForm(#[from] UrlError),
+    #[error(transparent)]
+    Prefix(#[from] ConfigError),
+    #[error("could not set up the redis connection: {0}")]
+    Setup(redis::RedisError),
+    /// A CA certificate only makes sense for a TLS (`rediss://`) URL.
+    #[error("a CA certificate was given for a plain redis:// URL; it is used only with rediss://")]
+    CaWithoutTls,
+    #[error("the CA certificate is not PEM ({0}); expected one or more -----BEGIN CERTIFICATE----- blocks")]
+    InvalidCa(String),
+}
+
+/// Checks that `pem` holds at least one PEM certificate, so a wrong file
+/// fails at start instead of as TLS errors later.
+pub(super) fn check_ca(pem: &[u8]) -> Result<(), ConnectError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut found = 0;
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        cert.map_err(|e| ConnectError::InvalidCa(e.to_string()))?;
+        found += 1;
+    }
+    if found == 0 {
+        return Err(ConnectError::InvalidCa("no certificate in it".into()));
+    }
+    Ok(())
+}
+
+/// No response timeout here: every engine call is bounded by its caller, with
+/// a limit that fits that call (see [`bounded`]).
+pub(super) fn manager_config() -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config::CONNECT_TIMEOUT))
+        .set_response_timeout(None)
+        // Few, quick reconnection attempts per failure: a call should fail
+        // fast and be retried by its loop, which knows its own schedule.
+        .set_number_of_retries(2)
+        .set_min_delay(Duration::from_millis(50))
+        .set_max_delay(Duration::from_secs(1))
+}
+
+pub(super) fn tcp_settings() -> redis::io::tcp::TcpSettings {
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(config::TCP_KEEPALIVE)
+        .with_interval(config::TCP_KEEPALIVE / 2);
+    let settings = redis::io::tcp::TcpSettings::default()
+        .set_nodelay(true)
+        .set_keepalive(keepalive);
+    // TCP_USER_TIMEOUT exists on Linux only; elsewhere keepalive and the
+    // engine's own call bounds retire a dead connection.
+    #[cfg(any(target_os = "linux", target_os = "android", target_os = "fuchsia"))]
+    let settings = settings.set_user_timeout(config::TCP_USER_TIMEOUT);
+    settings
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -576,15 +660,19 @@ mod tests {
         let p = parse("rediss+sentinel://h/m").unwrap();
         assert!(p.tls);
         assert_eq!(p.redis_url, "rediss://h:26379/0");
-        assert!(parse("redis+sentinel://h1,h2")
-            .unwrap_err()
-            .contains("MASTER"));
-        assert!(parse("redis+sentinel://h/m/x")
-            .unwrap_err()
-            .contains("not a number"));
-        assert!(parse("redis+sentinel://h:port/m")
-            .unwrap_err()
-            .contains("host[:port]"));
+        assert_eq!(
+            parse("redis+sentinel://h1,h2").unwrap_err(),
+            UrlError::NoMaster
+        );
+        assert_eq!(
+            parse("redis+sentinel://h/m/x").unwrap_err(),
+            UrlError::Database("x".into())
+        );
+        assert_eq!(
+            parse("redis+sentinel://h:port/m").unwrap_err(),
+            UrlError::HostPort("h:port".into())
+        );
+        assert!(UrlError::NoMaster.to_string().contains("MASTER"));
     }
 
     #[test]
@@ -597,13 +685,18 @@ mod tests {
             }
         );
         assert_eq!(p.redis_url, "redis://u:p@a:7000/0");
-        assert!(parse("redis+cluster://a/3")
-            .unwrap_err()
-            .contains("database 0"));
-        assert!(parse("redis+cluster://a/0?x=1")
-            .unwrap_err()
-            .contains("query"));
-        assert!(parse("http://a").unwrap_err().contains("scheme"));
+        assert_eq!(
+            parse("redis+cluster://a/3").unwrap_err(),
+            UrlError::ClusterDatabase("3".into())
+        );
+        assert_eq!(
+            parse("redis+cluster://a/0?x=1").unwrap_err(),
+            UrlError::Query
+        );
+        assert_eq!(
+            parse("http://a").unwrap_err(),
+            UrlError::UnknownScheme("http".into())
+        );
         assert_eq!(parse("redis://a:1/3").unwrap().topology, Topology::Direct);
     }
 

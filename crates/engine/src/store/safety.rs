@@ -3,7 +3,8 @@
 //! reported, so an operator learns of them at start rather than after an
 //! incident. See docs/redis.md, "What Redis must provide".
 
-use super::{Store, StoreError};
+use super::error::StoreError;
+use super::Store;
 
 /// One setting of the Redis server that weakens a guarantee.
 #[derive(Debug, Clone, PartialEq, Eq)]
