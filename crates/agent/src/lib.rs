@@ -13,8 +13,8 @@
 mod api;
 pub mod config;
 mod exec;
+mod invalid;
 mod mailbox;
-mod messaging;
 mod metrics;
 mod payload;
 mod role_file;
@@ -25,6 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::{broadcast, mpsc};
+
+use api::StepDown;
 
 use leasehold_daemon::election_args::ElectionArgs;
 use leasehold_daemon::error::{FlagError, StartError};
@@ -120,10 +122,28 @@ pub struct Settings {
 impl Settings {
     /// Checks every flag and names the one at fault, before anything starts.
     pub fn from_args(args: &AgentArgs) -> Result<Self, FlagError> {
-        let object_name = |flag: &'static str, value: &str| {
-            validate_object_name(flag, value).map_err(|e| FlagError::worded(flag, e.to_string()))
-        };
         object_name("--namespace", &args.namespace)?;
+        let node_id = Self::node_id(args)?;
+        let groups = Self::groups(args)?;
+        let election = args.election.config()?;
+        let node = NodeConfig::with_lease(args.node_lease_ms);
+        node.validate()
+            .map_err(|e| FlagError::new("--node-lease-ms", e))?;
+        Self::check_exec(args, groups.len(), &election)?;
+        Ok(Self {
+            node_id,
+            groups,
+            election,
+            node,
+            grace: Duration::from_millis(args.grace_period_ms),
+            command: args.command.clone(),
+            subscribe: Self::subscriptions(args)?,
+            inbox: Self::inbox(args)?,
+        })
+    }
+
+    /// `--node-id`, or `NAMESPACE/POD_NAME`.
+    fn node_id(args: &AgentArgs) -> Result<String, FlagError> {
         let node_id = match (&args.node_id, &args.pod_name) {
             (Some(id), _) => id.clone(),
             (None, Some(pod)) => {
@@ -139,7 +159,12 @@ impl Settings {
         };
         validate_name("--node-id", &node_id)
             .map_err(|e| FlagError::worded("--node-id", e.to_string()))?;
-        let mut groups = Vec::new();
+        Ok(node_id)
+    }
+
+    /// `(LeaderGroup name, engine group name)` per `--group`, each once.
+    fn groups(args: &AgentArgs) -> Result<Vec<(String, String)>, FlagError> {
+        let mut groups: Vec<(String, String)> = Vec::new();
         for name in &args.groups {
             object_name("--group", name)?;
             if groups.iter().any(|(n, _)| n == name) {
@@ -153,10 +178,16 @@ impl Settings {
                 NamespacedName::new(&args.namespace, name).to_string(),
             ));
         }
-        let election = args.election.config()?;
-        let node = NodeConfig::with_lease(args.node_lease_ms);
-        node.validate()
-            .map_err(|e| FlagError::new("--node-lease-ms", e))?;
+        Ok(groups)
+    }
+
+    /// The grace period, and in exec mode one group, a command that exists
+    /// and a grace period that fits the timings.
+    fn check_exec(
+        args: &AgentArgs,
+        groups: usize,
+        election: &ElectionConfig,
+    ) -> Result<(), FlagError> {
         if args.grace_period_ms > config::MAX_EXEC_GRACE_MS {
             return Err(FlagError::worded("--grace-period-ms", format!(
                 "--grace-period-ms = {} is out of range: it must be a whole number of milliseconds from 0 to {}",
@@ -164,26 +195,31 @@ impl Settings {
                 config::MAX_EXEC_GRACE_MS
             )));
         }
-        if !args.command.is_empty() {
-            if groups.len() != 1 {
-                return Err(FlagError::worded("--group", format!(
-                    "exec mode runs the command while this pod leads one group; {} --group flags were given",
-                    groups.len()
-                )));
-            }
-            exec::check_program(&args.command[0]).map_err(|e| FlagError::worded("COMMAND", e))?;
-            // The command is stopped once less than the grace period is left
-            // on the lease; a healthy renewal cycle, even one slow by a retry
-            // interval, must never get there. (Timings adopted later from the
-            // LeaderGroup shorten the grace period instead: see `exec`.)
-            let room = exec::grace_room(&election).as_millis();
-            if u128::from(args.grace_period_ms) > room {
-                return Err(FlagError::worded("--grace-period-ms", format!(
-                    "--grace-period-ms = {} is too long for these timings: exec mode needs at most ttl - renew interval - retry interval - 40 ms = {room} ms",
-                    args.grace_period_ms
-                )));
-            }
+        if args.command.is_empty() {
+            return Ok(());
         }
+        if groups != 1 {
+            return Err(FlagError::worded("--group", format!(
+                "exec mode runs the command while this pod leads one group; {groups} --group flags were given"
+            )));
+        }
+        exec::check_program(&args.command[0])?;
+        // The command is stopped once less than the grace period is left
+        // on the lease; a healthy renewal cycle, even one slow by a retry
+        // interval, must never get there. (Timings adopted later from the
+        // LeaderGroup shorten the grace period instead: see `exec`.)
+        let room = exec::grace_room(election).as_millis();
+        if u128::from(args.grace_period_ms) > room {
+            return Err(FlagError::worded("--grace-period-ms", format!(
+                "--grace-period-ms = {} is too long for these timings: exec mode needs at most ttl - renew interval - retry interval - 40 ms = {room} ms",
+                args.grace_period_ms
+            )));
+        }
+        Ok(())
+    }
+
+    /// `--subscribe` patterns, checked, each once.
+    fn subscriptions(args: &AgentArgs) -> Result<Vec<String>, FlagError> {
         let mut subscribe: Vec<String> = Vec::new();
         for pattern in &args.subscribe {
             leasehold_engine::inbox::topic::validate_subscription(pattern)
@@ -192,11 +228,15 @@ impl Settings {
                 subscribe.push(pattern.clone());
             }
         }
+        Ok(subscribe)
+    }
+
+    /// The inbox limits, within the engine's own bounds, naming the flag.
+    fn inbox(args: &AgentArgs) -> Result<InboxConfig, FlagError> {
         let mut inbox = InboxConfig::with_max_length(args.inbox_max_length);
         if let Some(threshold) = args.inbox_lag_threshold {
             inbox.lag_threshold = threshold;
         }
-        // The engine's own bounds, with the flag at fault named.
         inbox.validate().map_err(|e| {
             let flag = match e {
                 ConfigError::OutOfBounds {
@@ -207,23 +247,13 @@ impl Settings {
             };
             FlagError::new(flag, e)
         })?;
-        Ok(Self {
-            node_id,
-            groups,
-            election,
-            node,
-            grace: Duration::from_millis(args.grace_period_ms),
-            command: args.command.clone(),
-            subscribe,
-            inbox,
-        })
+        Ok(inbox)
     }
 }
 
-/// A step-down asked for through the API, answered by the task owning the node.
-pub(crate) struct StepDown {
-    pub group: String,
-    pub reply: tokio::sync::oneshot::Sender<Result<bool, leasehold_engine::Error>>,
+/// A Kubernetes object name given as `flag`, or what is wrong with it.
+fn object_name(flag: &'static str, value: &str) -> Result<(), FlagError> {
+    validate_object_name(flag, value).map_err(|e| FlagError::worded(flag, e.to_string()))
 }
 
 /// Why the agent stopped.
@@ -315,64 +345,21 @@ impl Agent {
     /// the groups and starts the API server, the role files and the command.
     async fn start(args: &AgentArgs, settings: Settings) -> Result<Self, AgentError> {
         let store = args.redis.connect()?;
-        let listener = http::bind(args.listen).await?;
-        let probe_listener = match args.probe_listen {
-            Some(addr) if addr == args.listen => {
-                return Err(FlagError::worded(
-                    "--probe-listen",
-                    format!("--probe-listen {addr} is the same address as --listen"),
-                )
-                .into())
-            }
-            Some(addr) => Some(http::bind(addr).await?),
-            None => None,
-        };
+        let (listener, probe_listener) = Self::bind(args).await?;
         let role_files = match &args.role_dir {
             Some(dir) => Some(role_file::RoleFiles::create(dir.clone())?),
             None => None,
         };
-        let mut metadata = vec![
-            ("agent".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
-            ("namespace".to_owned(), args.namespace.clone()),
-        ];
-        if let Some(pod) = &args.pod_name {
-            metadata.push(("pod".to_owned(), pod.clone()));
-        }
         let (deferred_tx, deferred) = mpsc::unbounded_channel();
         let mut registry = leasehold_daemon::metrics::new_registry();
-        let options = NodeOptions {
-            inbox: settings.inbox,
-            metadata,
-            step_down_requests: Some(deferred_tx),
-            observer: Some(leasehold_daemon::metrics::EngineMetrics::register(
-                &mut registry,
-            )),
-            ..Default::default()
-        };
+        let options = Self::node_options(args, &settings, deferred_tx, &mut registry);
         let agent_metrics = metrics::AgentMetrics::register(&mut registry);
         let redis_settings = SettingsWatch::start(store.clone(), &mut registry).await;
         let node = Node::start_with(store.clone(), &settings.node_id, settings.node, options)
             .await
             .map_err(StartError::from)?;
         let events = node.events();
-        // Registered, but nothing runs yet: a group or a subscription
-        // refused here unregisters the node rather than leave it live,
-        // with its subscriptions, until its lease runs out.
-        let joined = match Self::join_and_subscribe(&node, &settings).await {
-            Ok(joined) => joined,
-            Err(e) => {
-                if let Err(close) = node.close().await {
-                    tracing::warn!(error = %close, "unregistering after a refused start");
-                }
-                return Err(e.into());
-            }
-        };
-        let groups: Vec<(String, Group)> = settings
-            .groups
-            .iter()
-            .map(|(name, _)| name.clone())
-            .zip(joined)
-            .collect();
+        let (node, groups) = Self::join(node, &settings).await?;
 
         let node = Arc::new(node);
         let (step_downs, requests) = mpsc::channel::<StepDown>(16);
@@ -392,24 +379,7 @@ impl Agent {
             registry: Arc::new(registry),
             metrics: agent_metrics,
         });
-        let (stop_server, server_stopped) = tokio::sync::watch::channel(false);
-        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
-            let _ = rx.wait_for(|stop| *stop).await;
-        };
-        let mut servers = tokio::task::JoinSet::new();
-        if let Some(probe_listener) = probe_listener {
-            let state = state.clone();
-            servers.spawn(http::serve(
-                probe_listener,
-                move |head| api::respond(state.clone(), api::Surface::Probes, head),
-                stopped(server_stopped.clone()),
-            ));
-        }
-        servers.spawn(http::serve(
-            listener,
-            move |head| api::respond(state.clone(), api::Surface::Api, head),
-            stopped(server_stopped),
-        ));
+        let (servers, stop_server) = Self::serve(state, listener, probe_listener);
         let role_watchers = role_files.as_ref().map(|files| files.watch(&groups));
         let own_children = exec::reaper::OwnChildren::default();
         let reaper = exec::reaper::start_if_pid_one(own_children.clone());
@@ -451,6 +421,103 @@ impl Agent {
             command,
             reaper,
         })
+    }
+
+    /// The API's listener and, with `--probe-listen`, the probes' own.
+    async fn bind(
+        args: &AgentArgs,
+    ) -> Result<(tokio::net::TcpListener, Option<tokio::net::TcpListener>), AgentError> {
+        let listener = http::bind(args.listen).await?;
+        let probe_listener = match args.probe_listen {
+            Some(addr) if addr == args.listen => {
+                return Err(FlagError::worded(
+                    "--probe-listen",
+                    format!("--probe-listen {addr} is the same address as --listen"),
+                )
+                .into())
+            }
+            Some(addr) => Some(http::bind(addr).await?),
+            None => None,
+        };
+        Ok((listener, probe_listener))
+    }
+
+    /// The node's metadata (what `leasehold nodes` shows), its inbox
+    /// settings, and the engine's metrics in `registry`.
+    fn node_options(
+        args: &AgentArgs,
+        settings: &Settings,
+        step_downs: mpsc::UnboundedSender<leasehold_engine::StepDownRequest>,
+        registry: &mut prometheus_client::registry::Registry,
+    ) -> NodeOptions {
+        let mut metadata = vec![
+            ("agent".to_owned(), env!("CARGO_PKG_VERSION").to_owned()),
+            ("namespace".to_owned(), args.namespace.clone()),
+        ];
+        if let Some(pod) = &args.pod_name {
+            metadata.push(("pod".to_owned(), pod.clone()));
+        }
+        NodeOptions {
+            inbox: settings.inbox,
+            metadata,
+            step_down_requests: Some(step_downs),
+            observer: Some(leasehold_daemon::metrics::EngineMetrics::register(registry)),
+            ..Default::default()
+        }
+    }
+
+    /// Joins the groups and subscribes. The node is registered but nothing
+    /// runs yet: a group or a subscription refused here unregisters it
+    /// rather than leave it live, with its subscriptions, until its lease
+    /// runs out.
+    async fn join(
+        node: Node,
+        settings: &Settings,
+    ) -> Result<(Node, Vec<(String, Group)>), AgentError> {
+        let joined = match Self::join_and_subscribe(&node, settings).await {
+            Ok(joined) => joined,
+            Err(e) => {
+                if let Err(close) = node.close().await {
+                    tracing::warn!(error = %close, "unregistering after a refused start");
+                }
+                return Err(e.into());
+            }
+        };
+        let groups = settings
+            .groups
+            .iter()
+            .map(|(name, _)| name.clone())
+            .zip(joined)
+            .collect();
+        Ok((node, groups))
+    }
+
+    /// Serves the API (and the probes on their own listener) until the
+    /// returned sender says stop.
+    fn serve(
+        state: Arc<api::State>,
+        listener: tokio::net::TcpListener,
+        probe_listener: Option<tokio::net::TcpListener>,
+    ) -> (tokio::task::JoinSet<()>, tokio::sync::watch::Sender<bool>) {
+        let (stop_server, server_stopped) = tokio::sync::watch::channel(false);
+        let stopped = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+            let _ = rx.wait_for(|stop| *stop).await;
+        };
+        let mut servers = tokio::task::JoinSet::new();
+        if let Some(probe_listener) = probe_listener {
+            let state = state.clone();
+            servers.spawn(http::serve(
+                probe_listener,
+                move |head| api::respond(state.clone(), api::Surface::Probes, head),
+                stopped(server_stopped.clone()),
+            ));
+        }
+        servers.spawn(http::serve(
+            listener,
+            move |head| api::respond(state.clone(), api::Surface::Api, head),
+            stopped(server_stopped),
+        ));
+        (servers, stop_server)
     }
 
     /// Carries out step-downs until `shutdown`, the command's own end, or

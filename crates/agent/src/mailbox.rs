@@ -20,11 +20,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use leasehold_engine::sync::locked;
 use leasehold_engine::{Delivery, Event, Inbox, Message};
 use serde_json::{json, Value};
 use tokio::sync::{broadcast, watch};
 
 use crate::config::{MAILBOX_LOG_BYTES, MAILBOX_LOG_ITEMS};
+use crate::invalid::Invalid;
 
 /// One item of the stream a client reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -158,9 +160,7 @@ pub struct Mailbox {
 
 impl Mailbox {
     pub fn new(inbox: Option<Inbox>) -> Self {
-        let run = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
+        let run = leasehold_engine::sync::wall_clock_ms();
         Self {
             inbox: tokio::sync::Mutex::new(inbox),
             log: Mutex::new(Log {
@@ -183,7 +183,7 @@ impl Mailbox {
     /// Where a client that sent `text` starts: after that item if it is
     /// from this run, else after the last item logged (only what comes
     /// next). `Err` names what is wrong with a malformed cursor.
-    pub fn cursor(&self, text: Option<&str>) -> Result<Cursor, String> {
+    pub fn cursor(&self, text: Option<&str>) -> Result<Cursor, Invalid> {
         let now = Cursor(*self.grew.borrow());
         let Some(text) = text.filter(|t| !t.is_empty()) else {
             return Ok(now);
@@ -194,9 +194,9 @@ impl Mailbox {
         match parsed {
             Some((run, seq)) if run == self.run && seq <= now.0 => Ok(Cursor(seq)),
             Some(_) => Ok(now),
-            None => Err(format!(
+            None => Err(Invalid(format!(
                 "cursor {text:?} is not one this agent gave out (RUN-SEQ, two whole numbers)"
-            )),
+            ))),
         }
     }
 
@@ -211,7 +211,7 @@ impl Mailbox {
     fn push(&self, item: Item) {
         // Announced under the lock, so `grew` never goes back when two
         // tasks push at once.
-        let mut log = self.log.lock().expect("mailbox log");
+        let mut log = locked(&self.log);
         log.push(item);
         self.grew.send_replace(log.next - 1);
     }
@@ -228,11 +228,7 @@ impl Mailbox {
             // Marked before the log is read: an item logged after the read
             // wakes `changed` below.
             grew.mark_unchanged();
-            let read = self
-                .log
-                .lock()
-                .expect("mailbox log")
-                .after(cursor.0, max, max_bytes);
+            let read = locked(&self.log).after(cursor.0, max, max_bytes);
             if !read.items.is_empty() || read.missed > 0 {
                 return read;
             }
@@ -371,6 +367,6 @@ mod tests {
         assert_eq!(mailbox.cursor(None), Ok(Cursor(2)));
         assert_eq!(mailbox.cursor(Some(&mailbox.cursor_text(1))), Ok(Cursor(1)));
         assert_eq!(mailbox.cursor(Some("1-1")), Ok(Cursor(2)), "another run");
-        assert!(mailbox.cursor(Some("x")).unwrap_err().contains("RUN-SEQ"));
+        assert!(mailbox.cursor(Some("x")).unwrap_err().0.contains("RUN-SEQ"));
     }
 }

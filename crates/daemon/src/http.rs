@@ -117,7 +117,7 @@ impl Response {
 }
 
 /// What a handler is told of a request.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Head {
     pub method: String,
     /// Path and query.
@@ -138,11 +138,11 @@ pub struct Head {
 impl Head {
     /// The value of query parameter `name`, percent-decoded.
     pub fn query(&self, name: &str) -> Option<String> {
+        // `%XX` escapes and `+` (a space) decoded; an invalid escape is kept
+        // as it is, and bytes that are not UTF-8 become U+FFFD.
         let query = self.path.split_once('?')?.1;
-        query.split('&').find_map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (percent_decode(key) == name).then(|| percent_decode(value))
-        })
+        form_urlencoded::parse(query.as_bytes())
+            .find_map(|(key, value)| (key == name).then(|| value.into_owned()))
     }
 
     /// The path without its query.
@@ -151,36 +151,27 @@ impl Head {
     }
 }
 
-/// `%XX` escapes and `+` (a space in a query) decoded; an invalid escape is
-/// kept as it is, and bytes that are not UTF-8 become U+FFFD.
-pub fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'%' if i + 2 < bytes.len() => {
-                let pair = &bytes[i + 1..i + 3];
-                let hex = pair
-                    .iter()
-                    .all(u8::is_ascii_hexdigit)
-                    .then(|| std::str::from_utf8(pair).ok())
-                    .flatten();
-                match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-                    Some(b) => {
-                        out.push(b);
-                        i += 3;
-                        continue;
-                    }
-                    None => out.push(b'%'),
-                }
-            }
-            b'+' => out.push(b' '),
-            b => out.push(b),
-        }
-        i += 1;
+/// The probe endpoints both daemons serve, on `GET` only: `/healthz`,
+/// `/readyz` (the store answers) and `/metrics`. `None` for anything else,
+/// which each daemon answers its own way.
+pub async fn probe(
+    head: &Head,
+    store: &leasehold_engine::Store,
+    registry: &prometheus_client::registry::Registry,
+) -> Option<Response> {
+    if head.method != "GET" {
+        return None;
     }
-    String::from_utf8_lossy(&out).into_owned()
+    Some(match head.route() {
+        "/healthz" => Response::text(200, "ok\n"),
+        "/readyz" => readiness(store).await,
+        "/metrics" => Response::with_type(
+            200,
+            crate::metrics::CONTENT_TYPE,
+            crate::metrics::render(registry),
+        ),
+        _ => return None,
+    })
 }
 
 /// `/readyz` of a process whose work needs Redis: ready while Redis answers
@@ -633,10 +624,16 @@ mod tests {
     }
 
     #[test]
-    fn percent_escapes_need_two_hex_digits() {
-        assert_eq!(percent_decode("a%2Fb%3E"), "a/b>");
+    fn query_values_are_percent_decoded_and_bad_escapes_kept() {
+        let head = |path: &str| Head {
+            path: path.to_owned(),
+            ..Head::default()
+        };
+        assert_eq!(head("/x?a=a%2Fb%3E").query("a").as_deref(), Some("a/b>"));
         // Not an escape: kept, with `+` a space as everywhere in a query.
-        assert_eq!(percent_decode("%+1x"), "% 1x");
-        assert_eq!(percent_decode("a+b%"), "a b%");
+        assert_eq!(head("/x?a=%+1x&b").query("a").as_deref(), Some("% 1x"));
+        assert_eq!(head("/x?b=1&a=a+b%").query("a").as_deref(), Some("a b%"));
+        assert_eq!(head("/x?b").query("b").as_deref(), Some(""));
+        assert_eq!(head("/x?b=1").query("a"), None);
     }
 }

@@ -35,16 +35,19 @@ pub struct RedisArgs {
     pub redis_replica_wait_ms: u64,
 }
 
+/// A `--redis-replica-acks` value that is none of the allowed ones.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?} is not a replica count: use all, off, or a whole number from 1 to 100")]
+pub struct ReplicaAcksError(String);
+
 /// `all`, `off`, or a whole number of replicas from 1 to 100.
-fn parse_replica_acks(value: &str) -> Result<ReplicaAcks, String> {
+fn parse_replica_acks(value: &str) -> Result<ReplicaAcks, ReplicaAcksError> {
     match value {
         "all" => Ok(ReplicaAcks::All),
         "off" | "0" => Ok(ReplicaAcks::Off),
         n => match n.parse::<u32>() {
             Ok(n @ 1..=100) => Ok(ReplicaAcks::AtLeast(n)),
-            _ => Err(format!(
-                "{value:?} is not a replica count: use all, off, or a whole number from 1 to 100"
-            )),
+            _ => Err(ReplicaAcksError(value.to_owned())),
         },
     }
 }

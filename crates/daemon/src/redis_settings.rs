@@ -20,7 +20,8 @@ use crate::metrics::Label;
 /// The running watch; stops when dropped.
 pub struct SettingsWatch {
     current: watch::Receiver<Vec<SettingWarning>>,
-    task: tokio::task::JoinHandle<()>,
+    /// Aborted when the watch is dropped.
+    _task: tokio_util::task::AbortOnDropHandle<()>,
 }
 
 impl SettingsWatch {
@@ -50,7 +51,7 @@ impl SettingsWatch {
         };
         let mut primaries = store.primaries_found();
         let mut read_at = state.read(&store).await.then(Instant::now);
-        let task = tokio::spawn(async move {
+        let task = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
             loop {
                 tokio::time::sleep(PRIMARY_CHANGE_POLL.min(recheck)).await;
                 let found = store.primaries_found();
@@ -63,19 +64,16 @@ impl SettingsWatch {
                     read_at = Some(Instant::now());
                 }
             }
-        });
-        Self { current, task }
+        }));
+        Self {
+            current,
+            _task: task,
+        }
     }
 
     /// The current warnings, updated as they change.
     pub fn current(&self) -> watch::Receiver<Vec<SettingWarning>> {
         self.current.clone()
-    }
-}
-
-impl Drop for SettingsWatch {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 

@@ -86,7 +86,7 @@ impl ControllerMetrics {
 
     /// Records whether `group` has a leader pod.
     pub fn set_leader(&self, group: String, has_leader: bool) {
-        let mut known = self.leaders.lock().unwrap_or_else(|p| p.into_inner());
+        let mut known = leasehold_engine::sync::locked(&self.leaders);
         known.insert(group, has_leader);
         self.groups.set(known.len() as i64);
         self.groups_with_leader

@@ -27,6 +27,7 @@ use crate::plan::{
 };
 use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::store::bounded;
+use leasehold_engine::sync::{locked, wall_clock_ms};
 use leasehold_engine::{Group, Node};
 
 /// Field manager of every write, so server-side apply knows what is ours.
@@ -130,12 +131,6 @@ pub fn what_the_plan_reads(group: &LeaderGroup) -> Option<u64> {
     Some(hasher.finish())
 }
 
-fn wall_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// Records the reconcile's duration however it ends.
 struct Timer<'a>(Instant, &'a ControllerMetrics);
 impl Drop for Timer<'_> {
@@ -168,15 +163,15 @@ pub async fn reconcile(
         others: &world.others,
         store: &world.store,
         swept: &world.swept,
-        local_now_ms: wall_ms(),
+        local_now_ms: wall_clock_ms(),
         redis_warnings: &ctx.redis_settings.borrow().clone(),
-        holder_gone_since_ms: ctx.holders_gone.lock().unwrap().get(&redis_group).copied(),
+        holder_gone_since_ms: locked(&ctx.holders_gone).get(&redis_group).copied(),
     });
     if let Some((since, remaining)) = plan.awaiting_successor {
-        ctx.holders_gone.lock().unwrap().insert(redis_group, since);
+        locked(&ctx.holders_gone).insert(redis_group, since);
         return Ok(Action::requeue(Duration::from_millis(remaining)));
     }
-    ctx.holders_gone.lock().unwrap().remove(&redis_group);
+    locked(&ctx.holders_gone).remove(&redis_group);
     apply_to_redis(&plan, &redis_group, ctx).await;
     if !apply_labels(&plan.labels, &namespace, ctx).await? {
         // No longer the active replica: the rest is the new one's to write.
@@ -197,7 +192,7 @@ pub async fn reconcile(
                 .insert(redis_group.clone(), (version, plan.status.clone()));
         }
     }
-    ctx.refusals.lock().unwrap().remove(&redis_group);
+    locked(&ctx.refusals).remove(&redis_group);
     ctx.metrics
         .set_leader(redis_group, plan.status.leader.is_some());
     Ok(Action::requeue(ctx.resync))
@@ -206,9 +201,9 @@ pub async fn reconcile(
 impl Context {
     /// Drops what is remembered of a deleted group.
     fn forget(&self, group: &str) {
-        self.refusals.lock().unwrap().remove(group);
-        self.holders_gone.lock().unwrap().remove(group);
-        self.written.lock().unwrap().remove(group);
+        locked(&self.refusals).remove(group);
+        locked(&self.holders_gone).remove(group);
+        locked(&self.written).remove(group);
     }
 }
 
@@ -218,7 +213,7 @@ impl Context {
 /// write, or a newer one, and is taken as it is.
 fn with_own_last_status(group: &LeaderGroup, key: &str, ctx: &Context) -> LeaderGroup {
     let mut group = group.clone();
-    let mut written = ctx.written.lock().unwrap();
+    let mut written = locked(&ctx.written);
     match written.get(key) {
         Some((version, status)) if group.metadata.resource_version.as_ref() == Some(version) => {
             group.status = Some(status.clone());
@@ -277,7 +272,7 @@ fn cached_pods(
             .iter()
             .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
     };
-    let mut writes = ctx.label_writes.lock().unwrap();
+    let mut writes = locked(&ctx.label_writes);
     if writes.is_empty() {
         // Nearly always: nothing of this replica's is waiting for the watch.
         return Ok(in_namespace()
@@ -350,7 +345,7 @@ impl World {
         let others = other_groups(group, namespace, ctx);
         let read = PodsRead::new(group, &others, &store);
         let pods = cached_pods(namespace, ctx, |name, labels| read.needs(name, labels))?;
-        let swept = ctx.swept.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let swept = locked(&ctx.swept).clone();
         Ok(Self {
             pods,
             others,
@@ -409,7 +404,7 @@ async fn apply_labels(
             Err(_) => None,
         };
         if let Some(written_as) = written_as {
-            ctx.label_writes.lock().unwrap().record(
+            locked(&ctx.label_writes).record(
                 &format!("{namespace}/{}", change.pod),
                 &change.key,
                 change.value.as_deref(),
@@ -481,7 +476,7 @@ pub fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Co
     if refused(error) {
         let key = NamespacedName::new(group.namespace().unwrap_or_default(), group.name_any());
         let refusals = {
-            let mut counts = ctx.refusals.lock().unwrap();
+            let mut counts = locked(&ctx.refusals);
             let n = counts.entry(key.to_string()).or_insert(0);
             *n = n.saturating_add(1);
             *n

@@ -343,14 +343,9 @@ async fn probe_server(
         let store = store.clone();
         let registry = registry.clone();
         async move {
-            match (head.method.as_str(), head.path.as_str()) {
-                ("GET", "/healthz") => Response::text(200, "ok\n"),
-                ("GET", "/readyz") => http::readiness(&store).await,
-                ("GET", "/metrics") => {
-                    Response::with_type(200, metrics::CONTENT_TYPE, metrics::render(&registry))
-                }
-                _ => Response::text(404, "not found\n"),
-            }
+            http::probe(&head, &store, &registry)
+                .await
+                .unwrap_or_else(|| Response::text(404, "not found\n"))
         }
     };
     http::serve(listener, handler, stop).await
@@ -457,10 +452,8 @@ async fn bridge_engine_events(
 /// Remembers swept node ids for [`SWEEP_MEMORY`]; false if every one was
 /// already known (the same sweep seen both locally and through Redis).
 fn remember_sweep(ctx: &Context, nodes: &[String]) -> bool {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let mut swept = ctx.swept.lock().unwrap_or_else(|p| p.into_inner());
+    let now = leasehold_engine::sync::wall_clock_ms();
+    let mut swept = leasehold_engine::sync::locked(&ctx.swept);
     swept.retain(|(_, at)| now.saturating_sub(*at) < SWEEP_MEMORY.as_millis() as u64);
     let new: Vec<&String> = nodes
         .iter()

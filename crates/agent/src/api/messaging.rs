@@ -18,6 +18,7 @@ use crate::config::{
     LONG_POLL_DEFAULT_MAX, LONG_POLL_DEFAULT_WAIT_MS, LONG_POLL_MAX_BYTES, LONG_POLL_MAX_ITEMS,
     LONG_POLL_MAX_WAIT_MS,
 };
+use crate::invalid::Invalid;
 use crate::mailbox::{Cursor, Item, Read};
 use crate::payload;
 
@@ -82,26 +83,26 @@ fn options_from(
     retain: bool,
     retain_ttl_ms: Option<u64>,
     overflow: Option<&str>,
-) -> Result<PublishOptions, String> {
+) -> Result<PublishOptions, Invalid> {
     let max_ttl = leasehold_engine::config::MAX_RETAIN_MS;
     let retain = match (retain, retain_ttl_ms) {
         (false, None) => Retain::No,
-        (false, Some(_)) => return Err(format!("{at}retainTtlMs needs {retain_on}")),
+        (false, Some(_)) => return Err(Invalid(format!("{at}retainTtlMs needs {retain_on}"))),
         (true, None) => Retain::Forever,
         (true, Some(ms)) if (1..=max_ttl).contains(&ms) => Retain::For(Duration::from_millis(ms)),
         (true, Some(ms)) => {
-            return Err(format!(
+            return Err(Invalid(format!(
             "{at}retainTtlMs = {ms} is out of range: it must be a whole number from 1 to {max_ttl}"
-        ))
+        )))
         }
     };
     let overflow = match overflow {
         None | Some("dropOldest") => Overflow::DropOldest,
         Some("refuse") => Overflow::Refuse,
         Some(other) => {
-            return Err(format!(
+            return Err(Invalid(format!(
                 "{at}overflow = {other:?} is invalid: it must be dropOldest or refuse"
-            ))
+            )))
         }
     };
     Ok(PublishOptions { retain, overflow })
@@ -135,7 +136,7 @@ fn options(head: &Head) -> Result<PublishOptions, Response> {
         ttl,
         head.query("overflow").as_deref(),
     )
-    .map_err(|e| error(400, e))
+    .map_err(|e| error(400, e.0))
 }
 
 /// `POST /v1/publish?topic=T[&retain=true[&retainTtlMs=N]][&overflow=refuse]`.
@@ -178,7 +179,7 @@ struct BatchMessage {
 }
 
 impl BatchMessage {
-    fn outbound(self, at: &str) -> Result<Outbound, String> {
+    fn outbound(self, at: &str) -> Result<Outbound, Invalid> {
         let payload = payload::get(at, self.payload, self.payload_base64.as_deref())?;
         let to = match (self.topic, self.node) {
             (Some(topic), None) => To::Topic(
@@ -193,14 +194,20 @@ impl BatchMessage {
             ),
             (None, Some(node)) => {
                 if self.retain || self.retain_ttl_ms.is_some() || self.overflow.is_some() {
-                    return Err(format!(
+                    return Err(Invalid(format!(
                         "{at} goes to a node: retain, retainTtlMs and overflow apply to topics only"
-                    ));
+                    )));
                 }
                 To::Node(node)
             }
-            (None, None) => return Err(format!("{at} has no destination: give topic or node")),
-            (Some(_), Some(_)) => return Err(format!("{at} has both topic and node: give one")),
+            (None, None) => {
+                return Err(Invalid(format!(
+                    "{at} has no destination: give topic or node"
+                )))
+            }
+            (Some(_), Some(_)) => {
+                return Err(Invalid(format!("{at} has both topic and node: give one")))
+            }
         };
         Ok(Outbound { to, payload })
     }
@@ -237,11 +244,11 @@ pub(crate) async fn publish_batch(state: &State, head: &Head) -> Response {
     for (index, m) in batch.messages.into_iter().enumerate() {
         let at = format!("messages[{index}]");
         let checked = serde_json::from_value::<BatchMessage>(m)
-            .map_err(|e| format!("{at}: {e}"))
+            .map_err(|e| Invalid(format!("{at}: {e}")))
             .and_then(|m| m.outbound(&at));
         match checked {
             Ok(o) => outbound.push(o),
-            Err(text) => return json(400, &json!({ "error": text, "index": index })),
+            Err(Invalid(text)) => return json(400, &json!({ "error": text, "index": index })),
         }
     }
     let results = match state.node.publish_all(outbound).await {
@@ -315,7 +322,7 @@ pub(crate) async fn subscribe(state: &State, head: &Head, on: bool) -> Response 
 }
 
 fn start(state: &State, text: Option<&str>) -> Result<Cursor, Response> {
-    state.mailbox.cursor(text).map_err(|e| error(400, e))
+    state.mailbox.cursor(text).map_err(|e| error(400, e.0))
 }
 
 /// `GET /v1/inbox[?after=CURSOR][&wait=MS][&max=N]`: the items after the

@@ -9,13 +9,12 @@ mod status;
 
 use std::sync::Arc;
 
-use leasehold_daemon::http::{Head, Response};
-use leasehold_daemon::metrics;
+use leasehold_daemon::http::{self, Head, Response};
 
-pub(crate) use state::{State, StepDown};
 use state::{error, json};
-pub use status::{GroupView, InboxView, Status};
+pub(crate) use state::{State, StepDown};
 pub(crate) use status::role_text;
+pub use status::{GroupView, InboxView, Status};
 
 /// Which endpoints a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,14 +38,14 @@ pub(crate) async fn respond(state: Arc<State>, surface: Surface, head: Head) -> 
             "this listener (--probe-listen) serves /healthz, /readyz and /metrics only",
         );
     }
+    if method == "GET" && path == "/metrics" {
+        state.metrics.update(&state.groups);
+    }
+    if let Some(answer) = http::probe(&head, &state.store, &state.registry).await {
+        return answer;
+    }
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
     match (method.as_str(), segments.as_slice()) {
-        ("GET", ["healthz"]) => Response::text(200, "ok\n"),
-        ("GET", ["readyz"]) => leasehold_daemon::http::readiness(&state.store).await,
-        ("GET", ["metrics"]) => {
-            state.metrics.update(&state.groups);
-            Response::with_type(200, metrics::CONTENT_TYPE, metrics::render(&state.registry))
-        }
         ("GET", ["v1", "status"]) => status::status(&state),
         (_, ["v1", "groups", name, action]) => {
             let Some((_, group)) = state.groups.iter().find(|(n, _)| n == name) else {
@@ -99,4 +98,3 @@ pub(crate) async fn respond(state: Arc<State>, surface: Surface, head: Head) -> 
         _ => error(404, "not found"),
     }
 }
-

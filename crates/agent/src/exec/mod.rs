@@ -38,6 +38,7 @@ use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
+use leasehold_daemon::error::FlagError;
 use leasehold_engine::config::ElectionConfig;
 use leasehold_engine::Group;
 
@@ -69,7 +70,7 @@ pub fn grace_under(configured: Duration, timings: &ElectionConfig) -> Duration {
 
 /// Refuses a command that cannot be found, at start rather than at the
 /// first election.
-pub fn check_program(program: &str) -> Result<(), String> {
+pub fn check_program(program: &str) -> Result<(), FlagError> {
     let found = if program.contains('/') {
         std::path::Path::new(program).is_file()
     } else {
@@ -80,8 +81,9 @@ pub fn check_program(program: &str) -> Result<(), String> {
     if found {
         Ok(())
     } else {
-        Err(format!(
-            "exec mode: command {program:?} was not found (not a file, nor in PATH)"
+        Err(FlagError::worded(
+            "COMMAND",
+            format!("exec mode: command {program:?} was not found (not a file, nor in PATH)"),
         ))
     }
 }
@@ -420,7 +422,8 @@ mod tests {
     fn a_missing_program_is_refused_up_front() {
         assert!(check_program("sh").is_ok());
         let e = check_program("no-such-program-here").unwrap_err();
-        assert!(e.contains("no-such-program-here"), "{e}");
+        assert_eq!(e.flag, "COMMAND");
+        assert!(e.message.contains("no-such-program-here"), "{}", e.message);
         assert!(check_program("/no/such/file").is_err());
     }
 }

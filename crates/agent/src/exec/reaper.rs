@@ -29,7 +29,7 @@ impl OwnChildren {
     /// Held while a child is spawned and its PID added, so the reaper never
     /// sees it exited but unlisted.
     pub fn lock(&self) -> MutexGuard<'_, HashSet<u32>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        leasehold_engine::sync::locked(&self.0)
     }
 }
 

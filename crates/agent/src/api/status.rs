@@ -1,0 +1,154 @@
+//! Leadership as the API reports it: `/v1/status`, a group's leader, and
+//! step-down. Every answer comes from the group's local lease view
+//! ([`Group::leader_term`]), the same check the library gives embedded
+//! users: an agent whose lease ran out locally says so at once, even before
+//! its campaign task has noticed.
+
+use std::collections::BTreeMap;
+
+use leasehold_daemon::http::Response;
+use leasehold_engine::{Group, Role};
+use serde::Serialize;
+
+use super::state::{error, json, State, StepDown};
+
+/// One group as this agent sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct GroupView {
+    /// The engine's group name, `NAMESPACE/NAME`.
+    pub group: String,
+    /// `leader`, `follower`, `candidate` or `abstaining`.
+    pub role: String,
+    /// The leader's term, when one is known.
+    pub term: Option<u64>,
+    /// The leader's node id, when one is known.
+    pub leader: Option<String>,
+}
+
+/// `GET /v1/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct Status {
+    pub node: String,
+    pub namespace: String,
+    /// By LeaderGroup name.
+    pub groups: BTreeMap<String, GroupView>,
+    pub inbox: InboxView,
+}
+
+/// Messages taken from this node's inbox for the API's readers since the
+/// agent started, and the times it came back after its registration had
+/// expired (what was sent meanwhile is lost).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct InboxView {
+    pub received: u64,
+    pub recoveries: u64,
+}
+
+/// The view of a group from its role and the local lease check. A role of
+/// leader whose local lease already ran out is reported as a candidate: that
+/// is what the node is until it renews or loses.
+pub fn view(group: &str, role: &Role, leading: Option<u64>, me: &str) -> GroupView {
+    let (term, leader) = match (role, leading) {
+        (_, Some(term)) => (Some(term), Some(me.to_owned())),
+        (Role::Follower { leader, term }, None) => (Some(*term), Some(leader.clone())),
+        _ => (None, None),
+    };
+    GroupView {
+        group: group.to_owned(),
+        role: role_text(role, leading).to_owned(),
+        term,
+        leader,
+    }
+}
+
+/// What the API and the role files call a role. Only a live local lease
+/// (`leading`) reads as `leader`; a leader whose lease ran out locally is a
+/// `candidate` until it renews or loses.
+pub(crate) fn role_text(role: &Role, leading: Option<u64>) -> &'static str {
+    match (role, leading) {
+        (_, Some(_)) => "leader",
+        (Role::Leader { .. } | Role::Candidate, None) => "candidate",
+        (Role::Follower { .. }, None) => "follower",
+        (Role::Abstaining, None) => "abstaining",
+    }
+}
+
+pub(super) fn group_view(state: &State, group: &Group) -> GroupView {
+    let role = group.role().borrow().clone();
+    view(group.name(), &role, group.leader_term(), &state.node_id)
+}
+
+/// `GET /v1/status`.
+pub(super) fn status(state: &State) -> Response {
+    let groups = state
+        .groups
+        .iter()
+        .map(|(name, g)| (name.clone(), group_view(state, g)))
+        .collect();
+    let (received, recoveries) = state.mailbox.counts();
+    json(
+        200,
+        &Status {
+            node: state.node_id.clone(),
+            namespace: state.namespace.clone(),
+            groups,
+            inbox: InboxView {
+                received,
+                recoveries,
+            },
+        },
+    )
+}
+
+pub(super) async fn step_down(state: &State, name: &str, full: &str) -> Response {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let request = StepDown {
+        group: name.to_owned(),
+        reply,
+    };
+    if state.step_downs.send(request).await.is_err() {
+        return error(503, "the agent is shutting down");
+    }
+    match answer.await {
+        Ok(Ok(was_leader)) => json(
+            200,
+            &serde_json::json!({ "group": full, "wasLeader": was_leader }),
+        ),
+        Ok(Err(e)) => error(503, e.to_string()),
+        Err(_) => error(503, "the agent is shutting down"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lease_that_ran_out_locally_is_not_reported_as_leading() {
+        let v = view("ns/g", &Role::Leader { term: 4 }, None, "ns/me");
+        assert_eq!(
+            (v.role.as_str(), v.term, v.leader),
+            ("candidate", None, None)
+        );
+        let v = view("ns/g", &Role::Leader { term: 4 }, Some(4), "ns/me");
+        assert_eq!(
+            (v.role.as_str(), v.term, v.leader.as_deref()),
+            ("leader", Some(4), Some("ns/me"))
+        );
+    }
+
+    #[test]
+    fn followers_name_the_leader_and_its_term() {
+        let role = Role::Follower {
+            leader: "ns/other".into(),
+            term: 9,
+        };
+        let v = view("ns/g", &role, None, "ns/me");
+        assert_eq!(
+            (v.role.as_str(), v.term, v.leader.as_deref()),
+            ("follower", Some(9), Some("ns/other"))
+        );
+        let v = view("ns/g", &Role::Abstaining, None, "ns/me");
+        assert_eq!((v.role.as_str(), v.term), ("abstaining", None));
+    }
+}
