@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Context as _};
 use leasehold_daemon::election_args::{election_config, FLAGS};
 use leasehold_engine::{Group, Node, NodeConfig, Store};
 
@@ -34,7 +35,7 @@ fn ms(d: Duration) -> String {
 }
 
 /// Waits for exactly one leader among `members`, up to `limit`.
-async fn leader_of(members: &[(Node, Group)], limit: Duration) -> Result<usize, String> {
+async fn leader_of(members: &[(Node, Group)], limit: Duration) -> anyhow::Result<usize> {
     let start = Instant::now();
     loop {
         let leaders: Vec<usize> = (0..members.len())
@@ -44,22 +45,19 @@ async fn leader_of(members: &[(Node, Group)], limit: Duration) -> Result<usize, 
             return Ok(one);
         }
         if start.elapsed() > limit {
-            return Err(format!(
-                "no single leader within {limit:?} (leaders: {leaders:?})"
-            ));
+            bail!("no single leader within {limit:?} (leaders: {leaders:?})");
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
-pub async fn run(args: DemoArgs) -> Result<(), String> {
+pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let election = election_config(
         FLAGS,
         args.ttl_ms,
         args.renew_interval_ms,
         args.retry_interval_ms,
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     let (_local, url) = match args.redis_url {
         Some(url) => (None, url),
         None => {
@@ -74,11 +72,12 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     };
     // A prefix of its own, so the demo never touches other data in that Redis.
     let prefix = format!("leasehold-demo-{:08x}", fastrand::u32(..));
-    let store = Store::connect(&url, &prefix).map_err(|e| e.to_string())?;
+    let store = Store::connect(&url, &prefix).map_err(anyhow::Error::msg)?;
     tokio::time::timeout(Duration::from_secs(5), store.ping())
         .await
-        .map_err(|_| format!("redis at {url} did not answer within 5 s"))?
-        .map_err(|e| format!("redis at {url}: {e}"))?;
+        .map_err(|_| anyhow!("redis at {url} did not answer within 5 s"))?
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("redis at {url}"))?;
     println!(
         "group {GROUP}: ttl {} ms, renew every {} ms, retry every {} ms",
         election.ttl_ms, election.renew_interval_ms, election.retry_interval_ms
@@ -89,8 +88,8 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     for id in NODES {
         let node = Node::start(store.clone(), id, node_config)
             .await
-            .map_err(|e| e.to_string())?;
-        let group = node.join(GROUP, election).map_err(|e| e.to_string())?;
+            .map_err(anyhow::Error::msg)?;
+        let group = node.join(GROUP, election).map_err(anyhow::Error::msg)?;
         members.push((node, group));
     }
     let limit = election.ttl() * 3 + Duration::from_secs(2);
@@ -99,7 +98,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     println!("1. {} leads (term {term})", members[first].0.id());
 
     // Crash: drop the node without closing it. Nothing is released.
-    let state = store.group_state(GROUP).await.map_err(|e| e.to_string())?;
+    let state = store.group_state(GROUP).await.map_err(anyhow::Error::msg)?;
     let lease_left = Duration::from_millis(state.lease_pttl_ms.unwrap_or(0));
     let (crashed, _) = members.remove(first);
     let crashed_id = crashed.id().to_owned();
@@ -125,7 +124,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
         .0
         .step_down(GROUP)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::msg)?;
     let third = leader_of(&members, limit).await?;
     let handover = stepped.elapsed();
     let term = members[third].1.leader_term().unwrap_or_default();
@@ -137,7 +136,7 @@ pub async fn run(args: DemoArgs) -> Result<(), String> {
     );
 
     for (node, _) in members {
-        node.close().await.map_err(|e| e.to_string())?;
+        node.close().await.map_err(anyhow::Error::msg)?;
     }
     println!(
         "summary: crash takeover {} (bound: ttl + retry = {} ms), step-down handover {} (bound: retry = {} ms)",

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Context as _};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde::Deserialize;
 
@@ -155,7 +156,7 @@ pub fn missing() -> Option<String> {
     }
 }
 
-fn openssl(dir: &Path, args: &[&str]) -> Result<(), String> {
+fn openssl(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
     let ok = Command::new("openssl")
         .args(args)
         .current_dir(dir)
@@ -164,13 +165,13 @@ fn openssl(dir: &Path, args: &[&str]) -> Result<(), String> {
         .status()
         .is_ok_and(|s| s.success());
     ok.then_some(())
-        .ok_or_else(|| format!("openssl {args:?} failed (is openssl installed?)"))
+        .with_context(|| format!("openssl {args:?} failed (is openssl installed?)"))
 }
 
 /// A CA, a serving certificate for the API server (127.0.0.1, localhost
 /// and the first service IP, as kube-apiserver's own would have), and the
 /// service-account signing key pair.
-fn make_certificates(dir: &Path) -> Result<(), String> {
+fn make_certificates(dir: &Path) -> anyhow::Result<()> {
     #[rustfmt::skip]
     let steps: [&[&str]; 5] = [
         &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.crt",
@@ -185,36 +186,35 @@ fn make_certificates(dir: &Path) -> Result<(), String> {
     std::fs::write(
         dir.join("server.ext"),
         "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes.default.svc\n",
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     steps.iter().try_for_each(|step| openssl(dir, step))
 }
 
-fn spawn_logged(binary: &Path, args: &[String], log: &Path) -> Result<Child, String> {
+fn spawn_logged(binary: &Path, args: &[String], log: &Path) -> anyhow::Result<Child> {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(log)
-        .map_err(|e| format!("{}: {e}", log.display()))?;
-    let err = log.try_clone().map_err(|e| e.to_string())?;
+        .with_context(|| log.display().to_string())?;
+    let err = log.try_clone()?;
     Command::new(binary)
         .args(args)
         .stdin(Stdio::null())
         .stdout(log)
         .stderr(err)
         .spawn()
-        .map_err(|e| format!("spawn {}: {e}", binary.display()))
+        .with_context(|| format!("spawn {}", binary.display()))
 }
 
-fn port() -> Result<u16, String> {
+fn port() -> anyhow::Result<u16> {
     crate::local_redis::free_port()
 }
 
 impl ApiServer {
     /// Starts etcd and the API server and waits until `/readyz` says yes.
-    pub async fn start() -> Result<Self, String> {
+    pub async fn start() -> anyhow::Result<Self> {
         if let Some(why) = missing() {
-            return Err(why);
+            bail!(why);
         }
         let etcd = on_path("etcd").expect("checked");
         // etcd's data on tmpfs where there is one: fsyncs on a shared disk
@@ -225,7 +225,7 @@ impl ApiServer {
             std::env::temp_dir()
         };
         let dir = base.join(format!("leasehold-kube-{:x}", fastrand::u64(..)));
-        std::fs::create_dir_all(dir.join("certs")).map_err(|e| e.to_string())?;
+        std::fs::create_dir_all(dir.join("certs"))?;
         make_certificates(&dir)?;
         let tokens: String = [User::Admin, User::Controller]
             .map(|u| {
@@ -233,9 +233,8 @@ impl ApiServer {
                 format!("{},{name},{name},\"{}\"\n", u.token(), u.groups())
             })
             .concat();
-        let write = |f: &str, text: &str| {
-            std::fs::write(dir.join(f), text).map_err(|e| format!("{f}: {e}"))
-        };
+        let write =
+            |f: &str, text: &str| std::fs::write(dir.join(f), text).with_context(|| f.to_owned());
         write("tokens.csv", &tokens)?;
         // One audit line per finished request, with who made it: the bench
         // and the tests count the controller's requests from it.
@@ -312,14 +311,14 @@ impl ApiServer {
         Ok(server)
     }
 
-    fn spawn_apiserver(&mut self) -> Result<(), String> {
+    fn spawn_apiserver(&mut self) -> anyhow::Result<()> {
         let log = self.dir.join("kube-apiserver.log");
         self.apiserver = Some(spawn_logged(&self.binary, &self.args, &log)?);
         Ok(())
     }
 
     /// Waits until `/readyz` answers `ok` to the admin.
-    pub async fn wait_ready(&mut self, limit: Duration) -> Result<(), String> {
+    pub async fn wait_ready(&mut self, limit: Duration) -> anyhow::Result<()> {
         let deadline = Instant::now() + limit;
         let client = self.client(User::Admin).await?;
         loop {
@@ -334,16 +333,13 @@ impl ApiServer {
                 .as_mut()
                 .and_then(|c| c.try_wait().ok().flatten())
             {
-                return Err(format!(
-                    "kube-apiserver exited ({status}):\n{}",
-                    self.log_tail(40)
-                ));
+                bail!("kube-apiserver exited ({status}):\n{}", self.log_tail(40));
             }
             if Instant::now() > deadline {
-                return Err(format!(
+                bail!(
                     "kube-apiserver not ready within {limit:?}:\n{}",
                     self.log_tail(40)
-                ));
+                );
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -369,13 +365,15 @@ impl ApiServer {
         path
     }
 
-    pub async fn client(&self, user: User) -> Result<kube::Client, String> {
-        let kubeconfig = Kubeconfig::read_from(self.kubeconfig(user)).map_err(|e| e.to_string())?;
+    pub async fn client(&self, user: User) -> anyhow::Result<kube::Client> {
+        // kube's errors write their causes into their messages: taken flat.
+        let kubeconfig =
+            Kubeconfig::read_from(self.kubeconfig(user)).map_err(anyhow::Error::msg)?;
         let config =
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
-                .map_err(|e| e.to_string())?;
-        kube::Client::try_from(config).map_err(|e| e.to_string())
+                .map_err(anyhow::Error::msg)?;
+        kube::Client::try_from(config).map_err(anyhow::Error::msg)
     }
 
     /// SIGKILLs the API server (etcd keeps the data).
@@ -388,7 +386,7 @@ impl ApiServer {
 
     /// Starts a killed API server again on the same port and waits until it
     /// is ready.
-    pub async fn start_again(&mut self) -> Result<(), String> {
+    pub async fn start_again(&mut self) -> anyhow::Result<()> {
         self.kill();
         self.spawn_apiserver()?;
         self.wait_ready(READY_LIMIT).await

@@ -10,12 +10,14 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Context as _};
+
 /// A free TCP port on 127.0.0.1 (free when asked; bind it soon).
-pub fn free_port() -> Result<u16, String> {
+pub fn free_port() -> anyhow::Result<u16> {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
-        .map_err(|e| format!("no free port on 127.0.0.1: {e}"))
+        .context("no free port on 127.0.0.1")
 }
 
 pub struct LocalRedis {
@@ -36,17 +38,17 @@ pub struct LocalRedis {
 }
 
 impl LocalRedis {
-    pub fn start() -> Result<Self, String> {
+    pub fn start() -> anyhow::Result<Self> {
         Self::start_with_password(None)
     }
 
     /// With `password`, the server requires it (`requirepass`).
-    pub fn start_with_password(password: Option<&str>) -> Result<Self, String> {
+    pub fn start_with_password(password: Option<&str>) -> anyhow::Result<Self> {
         Self::launch(password, &[], None)
     }
 
     /// With more `redis-server` arguments, e.g. `--cluster-enabled yes`.
-    pub fn start_with_args(args: &[&str]) -> Result<Self, String> {
+    pub fn start_with_args(args: &[&str]) -> anyhow::Result<Self> {
         Self::launch(None, args, None)
     }
 
@@ -57,7 +59,7 @@ impl LocalRedis {
         master: &str,
         quorum: u32,
         down_after_ms: u64,
-    ) -> Result<Self, String> {
+    ) -> anyhow::Result<Self> {
         let config = format!(
             "sentinel monitor {master} 127.0.0.1 {primary_port} {quorum}\n\
              sentinel down-after-milliseconds {master} {down_after_ms}\n\
@@ -72,17 +74,17 @@ impl LocalRedis {
         password: Option<&str>,
         args: &[&str],
         sentinel_config: Option<String>,
-    ) -> Result<Self, String> {
+    ) -> anyhow::Result<Self> {
         let port = free_port()?;
         let dir =
             std::env::temp_dir().join(format!("leasehold-redis-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir)
-            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            .with_context(|| format!("cannot create {}", dir.display()))?;
         let sentinel_config = match sentinel_config {
             Some(text) => {
                 let path = dir.join("sentinel.conf");
                 std::fs::write(&path, text)
-                    .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+                    .with_context(|| format!("cannot write {}", path.display()))?;
                 Some(path)
             }
             None => None,
@@ -100,7 +102,7 @@ impl LocalRedis {
         Ok(redis)
     }
 
-    fn spawn(&mut self) -> Result<(), String> {
+    fn spawn(&mut self) -> anyhow::Result<()> {
         // Empty at every start: no snapshot from an earlier life.
         let _ = std::fs::remove_file(self.dir.join("dump.rdb"));
         self.spawn_on_own_data(&[])
@@ -108,7 +110,7 @@ impl LocalRedis {
 
     /// Starts the server on whatever its directory holds (a snapshot it
     /// saved or received as a replica), with `args` added.
-    fn spawn_on_own_data(&mut self, args: &[&str]) -> Result<(), String> {
+    fn spawn_on_own_data(&mut self, args: &[&str]) -> anyhow::Result<()> {
         let mut cmd = Command::new("redis-server");
         if let Some(config) = &self.sentinel_config {
             cmd.arg(config).arg("--sentinel");
@@ -127,7 +129,7 @@ impl LocalRedis {
         cmd.args(&self.extra);
         cmd.args(args);
         let child = cmd.spawn().map_err(|e| {
-            format!(
+            anyhow!(
                 "could not start redis-server ({e}); install it (Debian: apt-get install redis-server) \
                  or pass --redis-url redis://HOST:PORT"
             )
@@ -136,13 +138,13 @@ impl LocalRedis {
         let deadline = Instant::now() + Duration::from_secs(10);
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                return Err(format!("redis-server exited at start ({status})"));
+                bail!("redis-server exited at start ({status})");
             }
             if Instant::now() > deadline {
-                return Err(format!(
+                bail!(
                     "redis-server did not listen on port {} within 10 s",
                     self.port
-                ));
+                );
             }
             std::thread::sleep(Duration::from_millis(10));
         }
@@ -151,28 +153,28 @@ impl LocalRedis {
 
     /// SIGSTOP: connections stay open and nothing answers, like a stalled
     /// server; [`LocalRedis::resume`] sends SIGCONT.
-    pub fn pause(&self) -> Result<(), String> {
+    pub fn pause(&self) -> anyhow::Result<()> {
         self.signal(libc::SIGSTOP)?;
         self.paused.store(true, Ordering::SeqCst);
         Ok(())
     }
 
-    pub fn resume(&self) -> Result<(), String> {
+    pub fn resume(&self) -> anyhow::Result<()> {
         self.signal(libc::SIGCONT)?;
         self.paused.store(false, Ordering::SeqCst);
         Ok(())
     }
 
-    fn signal(&self, signal: libc::c_int) -> Result<(), String> {
+    fn signal(&self, signal: libc::c_int) -> anyhow::Result<()> {
         let child = self
             .child
             .as_ref()
-            .ok_or("redis-server is not running (killed)")?;
+            .context("redis-server is not running (killed)")?;
         // SAFETY: a plain syscall on our own child.
         if unsafe { libc::kill(child.id() as libc::pid_t, signal) } == 0 {
             Ok(())
         } else {
-            Err(format!(
+            Err(anyhow!(
                 "signal {signal} to redis-server: {}",
                 std::io::Error::last_os_error()
             ))
@@ -191,7 +193,7 @@ impl LocalRedis {
     }
 
     /// Kill and start again on the same port, empty.
-    pub fn restart(&mut self) -> Result<(), String> {
+    pub fn restart(&mut self) -> anyhow::Result<()> {
         self.kill();
         self.spawn()
     }
@@ -201,16 +203,16 @@ impl LocalRedis {
     /// the last snapshot it saved, or received from a primary, maybe older
     /// than what it served. `args` are added to this start only
     /// (`--replicaof HOST PORT`, say).
-    pub fn restart_on_own_data(&mut self, args: &[&str]) -> Result<(), String> {
+    pub fn restart_on_own_data(&mut self, args: &[&str]) -> anyhow::Result<()> {
         self.kill();
         self.spawn_on_own_data(args)
     }
 
     /// Starts a killed server again on its own directory (see
     /// [`LocalRedis::restart_on_own_data`]).
-    pub fn start_on_own_data(&mut self, args: &[&str]) -> Result<(), String> {
+    pub fn start_on_own_data(&mut self, args: &[&str]) -> anyhow::Result<()> {
         if self.child.is_some() {
-            return Err("redis-server is still running".into());
+            bail!("redis-server is still running");
         }
         self.spawn_on_own_data(args)
     }
@@ -228,7 +230,7 @@ impl LocalRedis {
     }
 
     /// A plain synchronous `redis-cli` command; its output, trimmed.
-    pub fn cli(&self, args: &[&str]) -> Result<String, String> {
+    pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
         let mut cmd = Command::new("redis-cli");
         cmd.args(["-p", &self.port.to_string()]);
         if let Some(p) = &self.password {
@@ -237,7 +239,7 @@ impl LocalRedis {
         let out = cmd
             .args(args)
             .output()
-            .map_err(|e| format!("redis-cli: {e} (Debian: apt-get install redis-tools)"))?;
+            .map_err(|e| anyhow!("redis-cli: {e} (Debian: apt-get install redis-tools)"))?;
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
     }
 }

@@ -71,16 +71,20 @@ async fn run(cli: Cli) -> std::process::ExitCode {
     // Long-running jobs log what they do; one-shot commands only problems.
     let quiet = !matches!(cli.command, Command::Controller(_) | Command::Agent(_));
     leasehold_daemon::init_logging(if quiet { "warn" } else { "info" });
-    let result = match cli.command {
+    // The errors of the crates, of redis and of kube both write their
+    // causes into their messages and chain them (`source()`): they are
+    // taken in flat (`anyhow::Error::msg`), here and in the commands, so
+    // `{e:#}` below prints each cause once, after the contexts added here.
+    let result: anyhow::Result<()> = match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Bench(args) => bench::run(args).await,
         Command::Controller(args) => leasehold_kube::run::run(args)
             .await
-            .map_err(|e| e.to_string()),
+            .map_err(anyhow::Error::msg),
         Command::Agent(args) => match leasehold_agent::run(args).await {
             // Exec mode passes the command's own exit code on.
             Ok(code) => return std::process::ExitCode::from(code),
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(anyhow::Error::msg(e)),
         },
         Command::Nodes(args) => ops::nodes(args).await,
         Command::Groups(args) => ops::groups(args).await,
@@ -90,12 +94,13 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::ExecGuard { .. } => unreachable!("handled before logging starts"),
         Command::Crdgen => leasehold_kube::crd::crd_yaml()
             .map(|yaml| print!("{yaml}"))
-            .map_err(|e| e.to_string()),
+            .map_err(anyhow::Error::msg),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(message) => {
-            eprintln!("error: {message}");
+        Err(e) => {
+            // "context: cause", as the messages read before anyhow.
+            eprintln!("error: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }

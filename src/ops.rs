@@ -11,6 +11,7 @@
 use std::io::Read as _;
 use std::time::Duration;
 
+use anyhow::{bail, Context as _};
 use leasehold_daemon::redis_args::RedisArgs;
 use leasehold_engine::{Delivery, Node, NodeConfig, Overflow, PublishOptions, Retain, Store};
 use serde_json::{json, Value};
@@ -108,10 +109,11 @@ fn cli_node_id() -> String {
     format!("cli/{host}-{}", std::process::id())
 }
 
-async fn cli_node(store: Store) -> Result<Node, String> {
+async fn cli_node(store: Store) -> anyhow::Result<Node> {
     Node::start(store, &cli_node_id(), NodeConfig::default())
         .await
-        .map_err(|e| format!("registering this command as a node: {e}"))
+        .map_err(anyhow::Error::msg)
+        .context("registering this command as a node")
 }
 
 /// Columns padded as kubectl pads them: three spaces between columns.
@@ -159,10 +161,10 @@ fn print_json(value: &Value) {
     );
 }
 
-pub async fn nodes(args: NodesArgs) -> Result<(), String> {
-    let store = args.common.redis.connect().map_err(|e| e.to_string())?;
-    let now = store.time_ms().await.map_err(|e| e.to_string())?;
-    let nodes = store.list_nodes().await.map_err(|e| e.to_string())?;
+pub async fn nodes(args: NodesArgs) -> anyhow::Result<()> {
+    let store = args.common.redis.connect()?;
+    let now = store.time_ms().await.map_err(anyhow::Error::msg)?;
+    let nodes = store.list_nodes().await.map_err(anyhow::Error::msg)?;
     match args.common.output {
         Format::Json => print_json(&json!({
             "nodes": nodes.iter().map(|n| json!({
@@ -215,20 +217,20 @@ pub async fn nodes(args: NodesArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub async fn groups(args: GroupsArgs) -> Result<(), String> {
-    let store = args.common.redis.connect().map_err(|e| e.to_string())?;
+pub async fn groups(args: GroupsArgs) -> anyhow::Result<()> {
+    let store = args.common.redis.connect()?;
     // Groups are found through their members' registrations: a group no
     // registered node has joined is not listed.
     let names: std::collections::BTreeSet<String> = store
         .list_nodes()
         .await
-        .map_err(|e| e.to_string())?
+        .map_err(anyhow::Error::msg)?
         .into_iter()
         .flat_map(|n| n.groups)
         .collect();
     let mut groups = Vec::new();
     for name in names {
-        let state = store.group_state(&name).await.map_err(|e| e.to_string())?;
+        let state = store.group_state(&name).await.map_err(anyhow::Error::msg)?;
         groups.push((name, state));
     }
     match args.common.output {
@@ -263,14 +265,14 @@ pub async fn groups(args: GroupsArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub async fn publish(args: PublishArgs) -> Result<(), String> {
-    let store = args.common.redis.connect().map_err(|e| e.to_string())?;
+pub async fn publish(args: PublishArgs) -> anyhow::Result<()> {
+    let store = args.common.redis.connect()?;
     let payload = match args.payload.as_deref() {
         None | Some("-") => {
             let mut bytes = Vec::new();
             std::io::stdin()
                 .read_to_end(&mut bytes)
-                .map_err(|e| format!("reading the payload from standard input: {e}"))?;
+                .context("reading the payload from standard input")?;
             bytes
         }
         Some(text) => text.as_bytes().to_vec(),
@@ -291,8 +293,8 @@ pub async fn publish(args: PublishArgs) -> Result<(), String> {
     let _ = node.close().await;
     let published = result.map_err(|e| match e {
         // The only option the engine bounds is the retain ttl.
-        leasehold_engine::Error::Config(e) => format!("--retain-ttl-ms: {e}"),
-        e => e.to_string(),
+        leasehold_engine::Error::Config(e) => anyhow::Error::new(e).context("--retain-ttl-ms"),
+        e => anyhow::Error::msg(e),
     })?;
     match args.common.output {
         Format::Json => println!(
@@ -310,19 +312,19 @@ pub async fn publish(args: PublishArgs) -> Result<(), String> {
     Ok(())
 }
 
-pub async fn subscribe(args: SubscribeArgs) -> Result<(), String> {
+pub async fn subscribe(args: SubscribeArgs) -> anyhow::Result<()> {
     let shutdown = leasehold_daemon::signal::shutdown();
-    let store = args.common.redis.connect().map_err(|e| e.to_string())?;
+    let store = args.common.redis.connect()?;
     let node = cli_node(store).await?;
     for pattern in &args.patterns {
         if let Err(e) = node.subscribe(pattern).await {
             let _ = node.close().await;
-            return Err(e.to_string());
+            return Err(anyhow::Error::msg(e));
         }
     }
     let Some(mut inbox) = node.inbox() else {
         let _ = node.close().await;
-        return Err("the node's inbox was taken".into());
+        bail!("the node's inbox was taken");
     };
     eprintln!(
         "subscribed as {} to {}; Ctrl-C to stop",
@@ -358,32 +360,32 @@ pub async fn subscribe(args: SubscribeArgs) -> Result<(), String> {
             },
         }
     }
-    node.close().await.map_err(|e| e.to_string())
+    node.close().await.map_err(anyhow::Error::msg)
 }
 
-pub async fn step_down(args: StepDownArgs) -> Result<(), String> {
-    let store = args.common.redis.connect().map_err(|e| e.to_string())?;
+pub async fn step_down(args: StepDownArgs) -> anyhow::Result<()> {
+    let store = args.common.redis.connect()?;
     let before = store
         .group_state(&args.group)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::msg)?;
     let Some(holder) = before.holder.clone() else {
-        return Err(format!(
+        bail!(
             "group {:?} has no leader now: nothing to step down",
             args.group
-        ));
+        );
     };
     let node = cli_node(store.clone()).await?;
     let asked = node.ask_to_step_down(&holder, &args.group).await;
     let _ = node.close().await;
-    asked.map_err(|e| e.to_string())?;
+    asked.map_err(anyhow::Error::msg)?;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(args.wait_ms);
     let mut after = None;
     while args.wait_ms > 0 && tokio::time::Instant::now() < deadline {
         let state = store
             .group_state(&args.group)
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(anyhow::Error::msg)?;
         // A released lease (no holder yet) is not the end: wait for the
         // next leader, or the deadline.
         let next = state.holder.as_deref();

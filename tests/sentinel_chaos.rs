@@ -204,7 +204,7 @@ fn diagnose(d: &Deployment, fault: Fault) {
         d.named()
     );
     for (i, s) in d.servers.iter().enumerate() {
-        let role = LocalRedis::cli(s, &["ROLE"]).unwrap_or_else(|e| e);
+        let role = LocalRedis::cli(s, &["ROLE"]).unwrap_or_else(|e| format!("{e:#}"));
         eprintln!("server {i} (port {}): {}", s.port, role.replace('\n', " "));
     }
     if let Ok(replicas) = d.sentinels[0].cli(&["SENTINEL", "replicas", support::sentinel::MASTER]) {

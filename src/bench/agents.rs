@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Context as _};
 use leasehold_agent::Status;
 use leasehold_engine::ElectionConfig;
 use tokio::process::{Child, Command};
@@ -21,7 +22,7 @@ pub struct AgentProcess {
     child: Child,
 }
 
-fn free_addr() -> Result<SocketAddr, String> {
+fn free_addr() -> anyhow::Result<SocketAddr> {
     leasehold::local_redis::free_port().map(|port| SocketAddr::from(([127, 0, 0, 1], port)))
 }
 
@@ -35,7 +36,7 @@ impl AgentProcess {
         groups: &[String],
         timings: ElectionConfig,
         node_lease_ms: u64,
-    ) -> Result<Self, String> {
+    ) -> anyhow::Result<Self> {
         let addr = free_addr()?;
         let args = vec![
             "agent".to_owned(),
@@ -62,17 +63,17 @@ impl AgentProcess {
         Ok(agent)
     }
 
-    async fn wait_until_up(&mut self) -> Result<(), String> {
+    async fn wait_until_up(&mut self) -> anyhow::Result<()> {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if self.get("/healthz").await.is_ok_and(|(s, _)| s == 200) {
                 return Ok(());
             }
             if let Ok(Some(status)) = self.child.try_wait() {
-                return Err(format!("agent {} exited at start: {status}", self.id));
+                bail!("agent {} exited at start: {status}", self.id);
             }
             if Instant::now() > deadline {
-                return Err(format!("agent {} did not answer within 10 s", self.id));
+                bail!("agent {} did not answer within 10 s", self.id);
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
@@ -80,7 +81,7 @@ impl AgentProcess {
 
     /// Starts the same agent again (same node id, same flags) after it was
     /// stopped or killed.
-    pub async fn restart(&mut self) -> Result<(), String> {
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
         let _ = self.child.kill().await;
         self.child = spawn(&self.args, &self.groups)?;
         self.wait_until_up().await
@@ -100,20 +101,24 @@ impl AgentProcess {
     }
 
     /// Waits for the process to end (after a signal).
-    pub async fn wait(&mut self, limit: Duration) -> Result<(), String> {
+    pub async fn wait(&mut self, limit: Duration) -> anyhow::Result<()> {
         tokio::time::timeout(limit, self.child.wait())
             .await
-            .map_err(|_| format!("agent {} did not exit within {limit:?}", self.id))?
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+            .map_err(|_| anyhow!("agent {} did not exit within {limit:?}", self.id))?
+            .map(drop)
+            .map_err(anyhow::Error::from)
     }
 
-    pub async fn get(&self, path: &str) -> Result<(u16, String), String> {
-        leasehold_daemon::http::request(self.addr, "GET", path, Duration::from_secs(2)).await
+    pub async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        leasehold_daemon::http::request(self.addr, "GET", path, Duration::from_secs(2))
+            .await
+            .map_err(anyhow::Error::msg)
     }
 
-    pub async fn post(&self, path: &str) -> Result<(u16, String), String> {
-        leasehold_daemon::http::request(self.addr, "POST", path, Duration::from_secs(2)).await
+    pub async fn post(&self, path: &str) -> anyhow::Result<(u16, String)> {
+        leasehold_daemon::http::request(self.addr, "POST", path, Duration::from_secs(2))
+            .await
+            .map_err(anyhow::Error::msg)
     }
 
     pub async fn status(&self) -> Option<Status> {
@@ -134,8 +139,8 @@ impl AgentProcess {
     }
 }
 
-fn spawn(args: &[String], groups: &str) -> Result<Child, String> {
-    let exe = std::env::current_exe().map_err(|e| format!("cannot find this binary: {e}"))?;
+fn spawn(args: &[String], groups: &str) -> anyhow::Result<Child> {
+    let exe = std::env::current_exe().context("cannot find this binary")?;
     Command::new(exe)
         .args(args)
         .env("LEASEHOLD_GROUPS", groups)
@@ -146,7 +151,7 @@ fn spawn(args: &[String], groups: &str) -> Result<Child, String> {
         .stdout(std::process::Stdio::null())
         .kill_on_drop(true)
         .spawn()
-        .map_err(|e| format!("cannot start an agent process: {e}"))
+        .context("cannot start an agent process")
 }
 
 /// The agents' agreed view of one group: exactly one leader, every other
@@ -178,16 +183,14 @@ pub async fn wait_agreed(
     agents: &[AgentProcess],
     group: &str,
     limit: Duration,
-) -> Result<(usize, u64, Duration), String> {
+) -> anyhow::Result<(usize, u64, Duration)> {
     let start = Instant::now();
     loop {
         if let Some((l, term)) = agreed(agents, group).await {
             return Ok((l, term, start.elapsed()));
         }
         if start.elapsed() > limit {
-            return Err(format!(
-                "the agents did not agree on one leader of {group} within {limit:?}"
-            ));
+            bail!("the agents did not agree on one leader of {group} within {limit:?}");
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }

@@ -22,6 +22,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Context as _};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Pod};
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
@@ -35,8 +36,9 @@ use leasehold_kube::crd::{LeaderGroup, DEFAULT_ROLE_LABEL};
 use serde_json::json;
 use tokio::process::{Child, Command};
 
+use super::args::BenchArgs;
+use super::report::{ms, progress};
 use super::report::{Row, Series};
-use super::{ms, progress, BenchArgs};
 
 /// The namespace of the one-group trials, and of the scale step.
 const TRIALS_NS: &str = "bench";
@@ -47,10 +49,6 @@ const REQUESTS_GOAL: f64 = 4.0;
 const MEMORY_GOAL_MIB: f64 = 128.0;
 /// Creations in flight at once when filling the API server.
 const IN_FLIGHT: usize = 16;
-
-fn err(e: impl std::fmt::Display) -> String {
-    e.to_string()
-}
 
 /// Leader labels as the pods' watch sees them: pod name -> when the leader
 /// label appeared (removed when it goes).
@@ -110,9 +108,9 @@ struct ControllerProcess {
 }
 
 impl ControllerProcess {
-    fn start(api: &ApiServer, url: &str, prefix: &str) -> Result<Self, String> {
+    fn start(api: &ApiServer, url: &str, prefix: &str) -> anyhow::Result<Self> {
         let port = leasehold::local_redis::free_port()?;
-        let exe = std::env::current_exe().map_err(err)?;
+        let exe = std::env::current_exe()?;
         let child = Command::new(exe)
             .args(["controller", "--redis-url", url, "--prefix", prefix])
             .args(["--listen", &format!("127.0.0.1:{port}")])
@@ -125,8 +123,8 @@ impl ControllerProcess {
             .stdout(std::process::Stdio::null())
             .kill_on_drop(true)
             .spawn()
-            .map_err(|e| format!("start the controller: {e}"))?;
-        let pid = child.id().ok_or("the controller exited at once")?;
+            .context("start the controller")?;
+        let pid = child.id().context("the controller exited at once")?;
         Ok(Self {
             child,
             pid,
@@ -188,18 +186,18 @@ impl ControllerProcess {
     }
 }
 
-pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
+pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     progress("controller: starting etcd and kube-apiserver");
     let api = ApiServer::start().await?;
     let admin = api.client(User::Admin).await?;
     prepare(&admin).await?;
-    let prefix = super::prefix();
+    let prefix = super::report::prefix();
     let timings = args.timings()?;
     let mut controller = ControllerProcess::start(&api, url, &prefix)?;
     let mut rows = Vec::new();
 
     progress("controller: one group of three pods");
-    let store = Store::connect(url, &prefix).map_err(err)?;
+    let store = Store::connect(url, &prefix).map_err(anyhow::Error::msg)?;
     create_namespace(&admin, TRIALS_NS).await?;
     let pods: Vec<String> = (0..3).map(|i| format!("web-{i}")).collect();
     for pod in &pods {
@@ -245,7 +243,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
         }
         series.push(s);
         if !controller.alive() {
-            return Err("the controller exited during the trials".into());
+            bail!("the controller exited during the trials");
         }
     }
     for s in &series {
@@ -314,17 +312,17 @@ impl Member {
         pod: &str,
         group: &str,
         timings: ElectionConfig,
-    ) -> Result<Self, String> {
+    ) -> anyhow::Result<Self> {
         let node = Node::start(
             store.clone(),
             &format!("{namespace}/{pod}"),
             NodeConfig::default(),
         )
         .await
-        .map_err(err)?;
+        .map_err(anyhow::Error::msg)?;
         let group = node
             .join(&format!("{namespace}/{group}"), timings)
-            .map_err(err)?;
+            .map_err(anyhow::Error::msg)?;
         Ok(Self {
             pod: pod.to_owned(),
             node,
@@ -351,7 +349,7 @@ async fn leader_change(
     labels: &Labels,
     fault: Fault,
     timings: ElectionConfig,
-) -> Result<(Duration, BTreeMap<String, usize>), String> {
+) -> anyhow::Result<(Duration, BTreeMap<String, usize>)> {
     // Start from a settled state: one leader, labelled, and a quiet second.
     let settle = Instant::now() + Duration::from_secs(20);
     let old = loop {
@@ -362,7 +360,7 @@ async fn leader_change(
             }
         }
         if Instant::now() > settle {
-            return Err("no settled leader within 20 s".into());
+            bail!("no settled leader within 20 s");
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
@@ -394,16 +392,20 @@ async fn leader_change(
             Some(pod)
         }
         Fault::StepDown => {
-            members[old].node.step_down(&group).await.map_err(err)?;
+            members[old]
+                .node
+                .step_down(&group)
+                .await
+                .map_err(anyhow::Error::msg)?;
             None
         }
     };
     let limit = Duration::from_millis(timings.ttl_ms * 3 + 5_000);
     let (first, _, others) = tokio::time::timeout(limit, futures::future::select_all(acquired))
         .await
-        .map_err(|_| format!("no new leader within {limit:?}"))?;
+        .map_err(|_| anyhow!("no new leader within {limit:?}"))?;
     others.iter().for_each(|t| t.abort());
-    let (pod, at) = first.map_err(err)?;
+    let (pod, at) = first?;
     let labelled = loop {
         if let Some(t) = labels
             .since(&pod)
@@ -412,7 +414,7 @@ async fn leader_change(
             break t;
         }
         if at.elapsed() > Duration::from_secs(30) {
-            return Err(format!("{pod} was not labelled leader within 30 s"));
+            bail!("{pod} was not labelled leader within 30 s");
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     };
@@ -463,7 +465,7 @@ async fn at_rest(
     controller: &mut ControllerProcess,
     what: &str,
     window: Duration,
-) -> Result<Vec<Row>, String> {
+) -> anyhow::Result<Vec<Row>> {
     let mark = api.audit_mark();
     let reconciles = controller
         .metric("leasehold_reconcile_duration_seconds_count")
@@ -472,7 +474,7 @@ async fn at_rest(
     let start = Instant::now();
     tokio::time::sleep(window).await;
     if !controller.alive() {
-        return Err("the controller exited".into());
+        bail!("the controller exited");
     }
     let cpu = controller.cpu().saturating_sub(cpu).as_secs_f64() / start.elapsed().as_secs_f64();
     let reconciled = controller
@@ -531,7 +533,7 @@ async fn scale(
     store: &Store,
     controller: &mut ControllerProcess,
     groups: usize,
-) -> Result<Vec<Row>, String> {
+) -> anyhow::Result<Vec<Row>> {
     let timings = ElectionConfig::default();
     create_namespace(admin, SCALE_NS).await?;
     progress(&format!(
@@ -612,11 +614,11 @@ async fn wait_until(
     limit: Duration,
     what: &str,
     mut check: impl FnMut() -> bool,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let start = Instant::now();
     while !check() {
         if start.elapsed() > limit {
-            return Err(format!("not within {limit:?}: {what}"));
+            bail!("not within {limit:?}: {what}");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -624,14 +626,19 @@ async fn wait_until(
 }
 
 /// The CRD, the controller's namespace, and its user bound to cluster-admin.
-async fn prepare(admin: &kube::Client) -> Result<(), String> {
+async fn prepare(admin: &kube::Client) -> anyhow::Result<()> {
+    // kube's errors write their causes into their messages: taken flat.
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
     crds.create(&PostParams::default(), &LeaderGroup::crd())
         .await
-        .map_err(|e| format!("create the CRD: {e}"))?;
+        .map_err(anyhow::Error::msg)
+        .context("create the CRD")?;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let crd = crds.get("leadergroups.leasehold.dev").await.map_err(err)?;
+        let crd = crds
+            .get("leadergroups.leasehold.dev")
+            .await
+            .map_err(anyhow::Error::msg)?;
         let established = crd
             .status
             .and_then(|s| s.conditions)
@@ -642,7 +649,7 @@ async fn prepare(admin: &kube::Client) -> Result<(), String> {
             break;
         }
         if Instant::now() > deadline {
-            return Err("the CRD was not established within 30 s".into());
+            bail!("the CRD was not established within 30 s");
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -651,36 +658,36 @@ async fn prepare(admin: &kube::Client) -> Result<(), String> {
         "metadata": { "name": "leasehold-bench" },
         "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin" },
         "subjects": [{ "kind": "User", "name": User::Controller.username() }]
-    }))
-    .map_err(err)?;
+    }))?;
     Api::<ClusterRoleBinding>::all(admin.clone())
         .create(&PostParams::default(), &binding)
         .await
-        .map_err(|e| format!("bind the controller's user: {e}"))?;
+        .map_err(anyhow::Error::msg)
+        .context("bind the controller's user")?;
     Ok(())
 }
 
-async fn create_namespace(admin: &kube::Client, name: &str) -> Result<(), String> {
-    let ns: Namespace =
-        serde_json::from_value(json!({ "metadata": { "name": name } })).map_err(err)?;
+async fn create_namespace(admin: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } }))?;
     Api::<Namespace>::all(admin.clone())
         .create(&PostParams::default(), &ns)
         .await
         .map(drop)
-        .map_err(|e| format!("create namespace {name}: {e}"))
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("create namespace {name}"))
 }
 
-async fn create_pod(admin: &kube::Client, ns: &str, name: &str, app: &str) -> Result<(), String> {
+async fn create_pod(admin: &kube::Client, ns: &str, name: &str, app: &str) -> anyhow::Result<()> {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": { "name": name, "labels": { "app": app } },
         "spec": { "containers": [{ "name": "app", "image": "bench:none" }] }
-    }))
-    .map_err(err)?;
+    }))?;
     Api::<Pod>::namespaced(admin.clone(), ns)
         .create(&PostParams::default(), &pod)
         .await
         .map(drop)
-        .map_err(|e| format!("create pod {ns}/{name}: {e}"))
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("create pod {ns}/{name}"))
 }
 
 async fn create_group(
@@ -688,7 +695,7 @@ async fn create_group(
     ns: &str,
     name: &str,
     t: ElectionConfig,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let group = json!({
         "apiVersion": "leasehold.dev/v1alpha1", "kind": "LeaderGroup",
         "metadata": { "name": name },
@@ -704,5 +711,6 @@ async fn create_group(
         )
         .await
         .map(drop)
-        .map_err(|e| format!("create LeaderGroup {ns}/{name}: {e}"))
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("create LeaderGroup {ns}/{name}"))
 }

@@ -11,11 +11,14 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use super::agents::AgentProcess;
-use super::report::Row;
-use super::{progress, BenchArgs};
+use anyhow::bail;
 
-async fn command_calls(url: &str) -> Result<HashMap<String, u64>, String> {
+use super::agents::AgentProcess;
+use super::args::BenchArgs;
+use super::report::progress;
+use super::report::Row;
+
+async fn command_calls(url: &str) -> anyhow::Result<HashMap<String, u64>> {
     super::messaging::command_calls(url).await
 }
 
@@ -37,7 +40,7 @@ async fn wait_roles(
     role: &str,
     n: usize,
     limit: Duration,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     let start = Instant::now();
     loop {
         if let Some(status) = agent.status().await {
@@ -46,13 +49,13 @@ async fn wait_roles(
                 return Ok(());
             }
             if start.elapsed() > limit {
-                return Err(format!(
+                bail!(
                     "{} is {role} in {count} of {n} groups after {limit:?}",
                     agent.id
-                ));
+                );
             }
         } else if start.elapsed() > limit {
-            return Err(format!("{} does not answer", agent.id));
+            bail!("{} does not answer", agent.id);
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -64,7 +67,7 @@ async fn measure(
     url: &str,
     agent: &AgentProcess,
     window: Duration,
-) -> Result<(f64, f64, f64), String> {
+) -> anyhow::Result<(f64, f64, f64)> {
     let before = command_calls(url).await?;
     let cpu_before = agent.cpu_time().unwrap_or_default();
     let start = Instant::now();
@@ -83,12 +86,12 @@ async fn measure(
     ))
 }
 
-pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
+pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let timings = args.cost_timings()?;
     let window = Duration::from_secs(args.cost_seconds);
     let mut rows = Vec::new();
     // One store for every size: only the first pays the new store's ttl.
-    let prefix = super::prefix();
+    let prefix = super::report::prefix();
     // The node lease at its default: heartbeats at their real rate.
     let lease = leasehold_engine::NodeConfig::default().lease_duration_ms;
     // What a node costs without any group (heartbeats, sweeps, blocking
@@ -96,21 +99,21 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
     // what remains is the cost of the groups.
     progress("cost at rest: a node without groups");
     let (base_client, base_all) = {
-        let store = leasehold_engine::Store::connect(url, &prefix).map_err(|e| e.to_string())?;
+        let store = leasehold_engine::Store::connect(url, &prefix).map_err(anyhow::Error::msg)?;
         let node = leasehold_engine::Node::start(
             store,
             "bench/baseline",
             leasehold_engine::NodeConfig::default(),
         )
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::msg)?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let before = command_calls(url).await?;
         let start = Instant::now();
         tokio::time::sleep(window).await;
         let after = command_calls(url).await?;
         let secs = start.elapsed().as_secs_f64();
-        node.close().await.map_err(|e| e.to_string())?;
+        node.close().await.map_err(anyhow::Error::msg)?;
         let (client, all) = deltas(&before, &after);
         (client as f64 / secs, all as f64 / secs)
     };

@@ -8,12 +8,14 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Context as _};
 use leasehold_engine::{ElectionConfig, Event, Store};
 use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::agents::{wait_agreed, AgentProcess, GROUP, NAMESPACE};
+use super::args::BenchArgs;
+use super::report::progress;
 use super::report::Series;
-use super::{progress, BenchArgs};
 use leasehold::local_redis::LocalRedis;
 
 const AGENTS: usize = 3;
@@ -29,13 +31,13 @@ async fn next_event(
     kind: &str,
     limit: Duration,
     matches: impl Fn(&Event) -> bool,
-) -> Result<Instant, String> {
+) -> anyhow::Result<Instant> {
     let deadline = tokio::time::Instant::now() + limit;
     loop {
         let event = tokio::time::timeout_at(deadline, events.recv())
             .await
-            .map_err(|_| format!("no {kind} event within {limit:?}"))?
-            .ok_or("the event subscription ended")?;
+            .map_err(|_| anyhow!("no {kind} event within {limit:?}"))?
+            .context("the event subscription ended")?;
         if matches(&event) {
             return Ok(Instant::now());
         }
@@ -64,7 +66,7 @@ impl Bench<'_> {
         Duration::from_millis(5 * self.timings.ttl_ms) + Duration::from_secs(5)
     }
 
-    async fn steady(&self) -> Result<(usize, u64), String> {
+    async fn steady(&self) -> anyhow::Result<(usize, u64)> {
         let (l, term, _) = wait_agreed(&self.agents, GROUP, self.settle_limit()).await?;
         Ok((l, term))
     }
@@ -77,7 +79,7 @@ impl Bench<'_> {
         signal: libc::c_int,
         kill_to_leader: &mut Series,
         expiry_gap: Option<&mut Series>,
-    ) -> Result<(), String> {
+    ) -> anyhow::Result<()> {
         let (l, term) = self.steady().await?;
         drain(&mut self.events);
         let sent = Instant::now();
@@ -87,7 +89,7 @@ impl Bench<'_> {
             .store
             .group_state(&full_group())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(anyhow::Error::msg)?;
         let old_expiry = before.now_ms + before.lease_pttl_ms.unwrap_or(0);
         let limit =
             Duration::from_millis(2 * self.timings.ttl_ms + 2 * self.timings.retry_interval_ms)
@@ -99,7 +101,7 @@ impl Bench<'_> {
                 .store
                 .group_state(&full_group())
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(anyhow::Error::msg)?;
             let acquired = (after.now_ms + after.lease_pttl_ms.unwrap_or(0)) as i64
                 - self.timings.ttl_ms as i64;
             let gap_ms = (acquired - old_expiry as i64).max(0) as u64;
@@ -109,7 +111,7 @@ impl Bench<'_> {
         self.agents[l].restart().await
     }
 
-    async fn step_down(&mut self, series: &mut Series) -> Result<(), String> {
+    async fn step_down(&mut self, series: &mut Series) -> anyhow::Result<()> {
         let (l, term) = self.steady().await?;
         drain(&mut self.events);
         let sent = Instant::now();
@@ -117,7 +119,7 @@ impl Bench<'_> {
             .post(&format!("/v1/groups/{GROUP}/step-down"))
             .await?;
         if code != 200 {
-            return Err(format!("step-down answered {code}: {body}"));
+            bail!("step-down answered {code}: {body}");
         }
         let limit = Duration::from_millis(self.timings.ttl_ms) + Duration::from_secs(2);
         let at = next_event(&mut self.events, "elected", limit, elected_above(term)).await?;
@@ -129,18 +131,18 @@ impl Bench<'_> {
 
     /// SIGKILL of a follower: time from the kill, and from its registration's
     /// expiry (Redis clock), to a sweep that names it.
-    async fn sweep(&mut self, after_lease: &mut Series) -> Result<(), String> {
+    async fn sweep(&mut self, after_lease: &mut Series) -> anyhow::Result<()> {
         let (l, _) = self.steady().await?;
         let victim = (l + 1) % self.agents.len();
         drain(&mut self.events);
         self.agents[victim].signal(libc::SIGKILL);
         let id = self.agents[victim].id.clone();
-        let nodes = self.store.list_nodes().await.map_err(|e| e.to_string())?;
+        let nodes = self.store.list_nodes().await.map_err(anyhow::Error::msg)?;
         let lease_until = nodes
             .iter()
             .find(|n| n.id == id)
             .map(|n| n.lease_until_ms)
-            .ok_or_else(|| format!("{id} is not registered"))?;
+            .with_context(|| format!("{id} is not registered"))?;
         let limit = Duration::from_millis(3 * self.args.node_lease_ms()) + Duration::from_secs(5);
         let victim_id = id.clone();
         next_event(
@@ -150,7 +152,7 @@ impl Bench<'_> {
             move |e| matches!(e, Event::Swept { nodes, .. } if nodes.contains(&victim_id)),
         )
         .await?;
-        let now = self.store.time_ms().await.map_err(|e| e.to_string())?;
+        let now = self.store.time_ms().await.map_err(anyhow::Error::msg)?;
         after_lease.push(Duration::from_millis(now.saturating_sub(lease_until)));
         self.agents[victim].wait(Duration::from_secs(10)).await?;
         self.agents[victim].restart().await
@@ -163,7 +165,7 @@ impl Bench<'_> {
         redis: &LocalRedis,
         pause: Duration,
         series: &mut Series,
-    ) -> Result<(), String> {
+    ) -> anyhow::Result<()> {
         self.steady().await?;
         redis.pause()?;
         tokio::time::sleep(pause).await;
@@ -185,10 +187,10 @@ impl Bench<'_> {
                 break;
             }
             if resumed.elapsed() > self.settle_limit() {
-                return Err(format!(
+                bail!(
                     "no single leader within {:?} of Redis resuming",
                     self.settle_limit()
-                ));
+                );
             }
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -201,10 +203,10 @@ pub async fn run(
     url: &str,
     local: Option<&LocalRedis>,
     args: &BenchArgs,
-) -> Result<Vec<Series>, String> {
+) -> anyhow::Result<Vec<Series>> {
     let timings = args.timings()?;
-    let prefix = super::prefix();
-    let store = Store::connect(url, &prefix).map_err(|e| e.to_string())?;
+    let prefix = super::report::prefix();
+    let store = Store::connect(url, &prefix).map_err(anyhow::Error::msg)?;
     let events = store.follow_events();
     // The subscription is made in the background: give it a moment.
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -4,9 +4,11 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail, Context as _};
 use leasehold_engine::{InboxConfig, Node, NodeConfig, NodeOptions, Store};
 
-use super::{ms, percentile, prefix, progress, BenchArgs, Row};
+use super::args::BenchArgs;
+use super::report::{ms, percentile, prefix, progress, Row};
 
 async fn start(
     url: &str,
@@ -14,15 +16,15 @@ async fn start(
     id: &str,
     lease_ms: u64,
     inbox: InboxConfig,
-) -> Result<Node, String> {
-    let store = Store::connect(url, prefix).map_err(|e| e.to_string())?;
+) -> anyhow::Result<Node> {
+    let store = Store::connect(url, prefix).map_err(anyhow::Error::msg)?;
     let options = NodeOptions {
         inbox,
         ..Default::default()
     };
     Node::start_with(store, id, NodeConfig::with_lease(lease_ms), options)
         .await
-        .map_err(|e| e.to_string())
+        .map_err(anyhow::Error::msg)
 }
 
 /// `in_flight` workers publish `n` messages between them, each one at a time,
@@ -32,7 +34,7 @@ fn spawn_publishers(
     topic: &'static str,
     n: u64,
     in_flight: usize,
-) -> tokio::task::JoinHandle<Result<(), String>> {
+) -> tokio::task::JoinHandle<anyhow::Result<()>> {
     tokio::spawn(async move {
         let workers = in_flight.max(1) as u64;
         let mut tasks = tokio::task::JoinSet::new();
@@ -44,26 +46,26 @@ fn spawn_publishers(
                     publisher
                         .publish(topic, &i.to_be_bytes())
                         .await
-                        .map_err(|e| e.to_string())?;
+                        .map_err(anyhow::Error::msg)?;
                     i += workers;
                 }
-                Ok::<(), String>(())
+                Ok::<(), anyhow::Error>(())
             });
         }
         while let Some(done) = tasks.join_next().await {
-            done.map_err(|e| e.to_string())??;
+            done??;
         }
         Ok(())
     })
 }
 
-pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
+pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let prefix = prefix();
     let big = InboxConfig::with_max_length(1_000_000);
     let sub = start(url, &prefix, "bench/sub", 30_000, big).await?;
     let publisher = Arc::new(start(url, &prefix, "bench/pub", 30_000, big).await?);
-    sub.subscribe("bench.t").await.map_err(|e| e.to_string())?;
-    let mut inbox = sub.inbox().ok_or("inbox taken")?;
+    sub.subscribe("bench.t").await.map_err(anyhow::Error::msg)?;
+    let mut inbox = sub.inbox().context("inbox taken")?;
     let mut rows = Vec::new();
 
     // 1. One message at a time: publish, wait for its delivery, repeat.
@@ -77,14 +79,14 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
         publisher
             .publish("bench.t", &i.to_be_bytes())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(anyhow::Error::msg)?;
         let m = tokio::time::timeout(Duration::from_secs(5), inbox.next_message())
             .await
-            .map_err(|_| "a message was not delivered within 5 s")?
-            .ok_or("inbox closed")?;
+            .map_err(|_| anyhow!("a message was not delivered within 5 s"))?
+            .context("inbox closed")?;
         latencies.push(sent.elapsed());
         if m.payload != i.to_be_bytes() {
-            return Err("messages out of order".into());
+            bail!("messages out of order");
         }
     }
     latencies.sort();
@@ -119,20 +121,20 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
     while received < n {
         tokio::select! {
             m = inbox.next_message() => {
-                m.ok_or("inbox closed")?;
+                m.context("inbox closed")?;
                 received += 1;
             }
-            _ = &mut deadline => return Err(format!("only {received} of {n} delivered")),
+            _ = &mut deadline => bail!("only {received} of {n} delivered"),
         }
     }
     let took = started.elapsed();
     let library_rate = n as f64 / took.as_secs_f64();
-    sender.await.map_err(|e| e.to_string())??;
+    sender.await??;
     let (_, dropped) = sub
         .store()
         .inbox_state("bench/sub")
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::msg)?;
     rows.push(Row {
         scenario: format!(
             "messages/s to one subscriber ({n} messages, {} in flight)",
@@ -142,7 +144,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
         measured: format!("{:.0}/s, {dropped} dropped", n as f64 / took.as_secs_f64()),
         met: Some(n as f64 / took.as_secs_f64() >= 60_000.0 && dropped == 0),
     });
-    sub.close().await.map_err(|e| e.to_string())?;
+    sub.close().await.map_err(anyhow::Error::msg)?;
 
     // 3. Fan-out: every message to every subscriber.
     let count = args.subscribers;
@@ -155,8 +157,8 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
         let node = start(url, &prefix, &format!("bench/fan-{i:03}"), 30_000, big).await?;
         node.subscribe("bench.fan")
             .await
-            .map_err(|e| e.to_string())?;
-        let inbox = node.inbox().ok_or("inbox taken")?;
+            .map_err(anyhow::Error::msg)?;
+        let inbox = node.inbox().context("inbox taken")?;
         subscribers.push((node, inbox));
     }
     let m = args.fanout_messages;
@@ -174,14 +176,12 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
             (node, got)
         }));
     }
-    spawn_publishers(publisher.clone(), "bench.fan", m, args.in_flight)
-        .await
-        .map_err(|e| e.to_string())??;
+    spawn_publishers(publisher.clone(), "bench.fan", m, args.in_flight).await??;
     let mut deliveries = 0;
     for reader in readers {
-        let (node, got) = reader.await.map_err(|e| e.to_string())?;
+        let (node, got) = reader.await?;
         deliveries += got;
-        node.close().await.map_err(|e| e.to_string())?;
+        node.close().await.map_err(anyhow::Error::msg)?;
     }
     let took = started.elapsed();
     rows.push(Row {
@@ -195,7 +195,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
         met: Some(deliveries as f64 / took.as_secs_f64() >= 120_000.0),
     });
     if let Ok(p) = Arc::try_unwrap(publisher) {
-        p.close().await.map_err(|e| e.to_string())?;
+        p.close().await.map_err(anyhow::Error::msg)?;
     }
     rows.extend(agent_path(url, &prefix, args, library_p99, library_rate).await?);
     Ok(rows)
@@ -211,7 +211,7 @@ async fn agent_path(
     args: &BenchArgs,
     library_p99: Duration,
     library_rate: f64,
-) -> Result<Vec<Row>, String> {
+) -> anyhow::Result<Vec<Row>> {
     use super::agents::{AgentProcess, GROUP};
     use leasehold_daemon::http::{Connection, EventStream};
 
@@ -221,9 +221,12 @@ async fn agent_path(
     let b = AgentProcess::start(url, prefix, "http-sub", &groups, timings, 30_000).await?;
     let (code, body) = b.post("/v1/subscriptions?pattern=bench.http").await?;
     if code != 200 {
-        return Err(format!("subscribing through the agent: {code} {body}"));
+        bail!("subscribing through the agent: {code} {body}");
     }
-    let mut stream = EventStream::open(b.addr, "/v1/inbox/events", None).await?;
+    // leasehold_daemon::http reports its errors as Strings.
+    let mut stream = EventStream::open(b.addr, "/v1/inbox/events", None)
+        .await
+        .map_err(anyhow::Error::msg)?;
     let mut rows = Vec::new();
 
     progress(&format!(
@@ -231,20 +234,17 @@ async fn agent_path(
         args.latency_messages
     ));
     let mut latencies = Vec::with_capacity(args.latency_messages as usize);
-    let mut connection = Connection::open(a.addr).await?;
+    let mut connection = Connection::open(a.addr).await.map_err(anyhow::Error::msg)?;
     for i in 0..args.latency_messages {
         let sent = Instant::now();
         publish_through(&mut connection, i..i + 1, false).await?;
         let event = tokio::time::timeout(Duration::from_secs(5), stream.next())
             .await
-            .map_err(|_| "a message was not delivered through the agent within 5 s")?
-            .ok_or("the agent's event stream ended")?;
+            .map_err(|_| anyhow!("a message was not delivered through the agent within 5 s"))?
+            .context("the agent's event stream ended")?;
         latencies.push(sent.elapsed());
         if !event.data.contains(&format!("\"payload\":\"{i}\"")) {
-            return Err(format!(
-                "through the agent, message {i} came as {}",
-                event.data
-            ));
+            bail!("through the agent, message {i} came as {}", event.data);
         }
     }
     latencies.sort();
@@ -315,15 +315,16 @@ async fn publish_through(
     connection: &mut leasehold_daemon::http::Connection,
     numbers: std::ops::Range<u64>,
     batched: bool,
-) -> Result<(), String> {
+) -> anyhow::Result<()> {
     if !batched {
         for i in numbers {
             let body = bytes::Bytes::from(i.to_string());
             let (code, answer) = connection
                 .request("POST", "/v1/publish?topic=bench.http", body)
-                .await?;
+                .await
+                .map_err(anyhow::Error::msg)?;
             if code != 200 {
-                return Err(format!("publish through the agent: {code} {answer}"));
+                bail!("publish through the agent: {code} {answer}");
             }
         }
         return Ok(());
@@ -334,9 +335,10 @@ async fn publish_through(
     let body = serde_json::json!({ "messages": messages }).to_string();
     let (code, answer) = connection
         .request("POST", "/v1/publish/batch", bytes::Bytes::from(body))
-        .await?;
+        .await
+        .map_err(anyhow::Error::msg)?;
     if code != 200 || !answer.contains("\"failed\":0") {
-        return Err(format!("batch publish through the agent: {code} {answer}"));
+        bail!("batch publish through the agent: {code} {answer}");
     }
     Ok(())
 }
@@ -350,7 +352,7 @@ async fn agent_throughput(
     n: u64,
     in_flight: usize,
     batch: usize,
-) -> Result<f64, String> {
+) -> anyhow::Result<f64> {
     use leasehold_daemon::http::Connection;
     progress(&format!(
         "agent HTTP path: throughput, {n} messages, {in_flight} in flight, {batch} per request"
@@ -361,7 +363,7 @@ async fn agent_throughput(
     let mut senders = tokio::task::JoinSet::new();
     for w in 0..workers {
         senders.spawn(async move {
-            let mut connection = Connection::open(addr).await?;
+            let mut connection = Connection::open(addr).await.map_err(anyhow::Error::msg)?;
             // Worker w sends the requests w, w + workers, ... of `batch`
             // messages each.
             let mut first = w * batch;
@@ -370,7 +372,7 @@ async fn agent_throughput(
                 publish_through(&mut connection, first..last, batch > 1).await?;
                 first += workers * batch;
             }
-            Ok::<(), String>(())
+            Ok::<(), anyhow::Error>(())
         });
     }
     let mut received = 0;
@@ -379,35 +381,36 @@ async fn agent_throughput(
     while received < n {
         tokio::select! {
             event = stream.next() => {
-                let event = event.ok_or("the agent's event stream ended")?;
+                let event = event.context("the agent's event stream ended")?;
                 if event.event == "message" {
                     received += 1;
                 }
             }
             // A publisher that failed says why at once.
             Some(Ok(Err(e))) = senders.join_next() => return Err(e),
-            _ = &mut deadline => return Err(format!("only {received} of {n} delivered through the agent")),
+            _ = &mut deadline => bail!("only {received} of {n} delivered through the agent"),
         }
     }
     let took = started.elapsed();
     while let Some(done) = senders.join_next().await {
-        done.map_err(|e| e.to_string())??;
+        done??;
     }
     Ok(n as f64 / took.as_secs_f64())
 }
 
 /// `INFO commandstats` as command -> calls.
-pub(super) async fn command_calls(url: &str) -> Result<HashMap<String, u64>, String> {
-    let client = redis::Client::open(url).map_err(|e| e.to_string())?;
+pub(super) async fn command_calls(url: &str) -> anyhow::Result<HashMap<String, u64>> {
+    // A RedisError's message is its cause's: taken flat.
+    let client = redis::Client::open(url).map_err(anyhow::Error::msg)?;
     let mut conn = client
         .get_multiplexed_async_connection()
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::msg)?;
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut conn)
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::msg)?;
     let mut calls = HashMap::new();
     for line in info.lines() {
         let Some(rest) = line.strip_prefix("cmdstat_") else {
@@ -428,7 +431,7 @@ pub(super) async fn command_calls(url: &str) -> Result<HashMap<String, u64>, Str
 
 /// Redis calls per second of idle nodes: client calls (EVALSHA, XREAD, ...)
 /// and all commands including those run inside scripts.
-pub async fn idle(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
+pub async fn idle(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let prefix = prefix();
     progress(&format!(
         "idle cost, {} nodes at a {} ms lease for {} s",
@@ -462,7 +465,7 @@ pub async fn idle(url: &str, args: &BenchArgs) -> Result<Vec<Row>, String> {
     let total: u64 = after.keys().map(|k| delta(k)).sum::<u64>() - delta("info");
     let per = |n: u64| n as f64 / args.idle_seconds as f64 / args.idle_nodes as f64;
     for node in nodes {
-        node.close().await.map_err(|e| e.to_string())?;
+        node.close().await.map_err(anyhow::Error::msg)?;
     }
     Ok(vec![Row {
         scenario: format!(

@@ -11,12 +11,14 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::{anyhow, bail};
 use leasehold::local_redis::LocalRedis;
 use leasehold_engine::config::REPLICA_WAIT;
 use leasehold_engine::{ElectionConfig, Node, NodeConfig, ReplicaAcks, Role, Store};
 
+use super::args::BenchArgs;
+use super::report::progress;
 use super::report::Row;
-use super::{progress, BenchArgs};
 
 struct Figures {
     /// Join to leading, per group, sorted.
@@ -44,28 +46,27 @@ async fn measure(
     acks: ReplicaAcks,
     groups: usize,
     timings: ElectionConfig,
-) -> Result<Figures, String> {
+) -> anyhow::Result<Figures> {
     let store = Store::connect(url, prefix)
-        .map_err(|e| e.to_string())?
+        .map_err(anyhow::Error::msg)?
         .with_replica_acks(acks, REPLICA_WAIT);
     let node = Node::start(store, "bench/replicas", NodeConfig::default())
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(anyhow::Error::msg)?;
     let mut claims = Vec::with_capacity(groups);
     let mut held = Vec::with_capacity(groups);
     for i in 0..groups {
         let start = Instant::now();
         let group = node
             .join(&format!("bench/g{i}"), timings)
-            .map_err(|e| e.to_string())?;
+            .map_err(anyhow::Error::msg)?;
         let mut role = group.role();
         tokio::time::timeout(
             Duration::from_secs(5),
             role.wait_for(|r| matches!(r, Role::Leader { .. })),
         )
         .await
-        .map_err(|_| format!("group {i} was not claimed within 5 s"))?
-        .map_err(|e| e.to_string())?;
+        .map_err(|_| anyhow!("group {i} was not claimed within 5 s"))??;
         claims.push(start.elapsed());
         held.push(group);
     }
@@ -85,12 +86,12 @@ async fn measure(
         held: hold,
     };
     drop(held);
-    node.close().await.map_err(|e| e.to_string())?;
+    node.close().await.map_err(anyhow::Error::msg)?;
     Ok(figures)
 }
 
 /// The replica scenario's rows.
-pub async fn run(args: &BenchArgs) -> Result<Vec<Row>, String> {
+pub async fn run(args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let timings = args.timings()?;
     let groups = args.trials.max(1);
     let lone = LocalRedis::start()?;
@@ -104,7 +105,7 @@ pub async fn run(args: &BenchArgs) -> Result<Vec<Row>, String> {
         .contains("connected_slaves:1")
     {
         if start.elapsed() > Duration::from_secs(10) {
-            return Err("the bench's replica did not connect within 10 s".into());
+            bail!("the bench's replica did not connect within 10 s");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -141,11 +142,11 @@ pub async fn run(args: &BenchArgs) -> Result<Vec<Row>, String> {
         ));
     }
     // One round trip to the primary, for scale.
-    let store = Store::connect(&primary.url(), "rtt").map_err(|e| e.to_string())?;
+    let store = Store::connect(&primary.url(), "rtt").map_err(anyhow::Error::msg)?;
     let mut pings = Vec::with_capacity(1000);
     for _ in 0..1000 {
         let start = Instant::now();
-        store.ping().await.map_err(|e| e.to_string())?;
+        store.ping().await.map_err(anyhow::Error::msg)?;
         pings.push(start.elapsed());
     }
     pings.sort();

@@ -2,11 +2,10 @@
 //! SVG strip chart of every takeover trial against its bound.
 
 use std::fmt::Write;
+use std::io::IsTerminal;
 use std::time::Duration;
 
 use serde::Serialize;
-
-use super::percentile;
 
 /// One timed scenario: every trial's figure, and what it is held against.
 #[derive(Debug, Clone, Serialize)]
@@ -79,7 +78,7 @@ impl Row {
     }
 }
 
-fn ms(d: Duration) -> String {
+fn cell_ms(d: Duration) -> String {
     let v = d.as_secs_f64() * 1000.0;
     if v < 10.0 {
         format!("{v:.2}")
@@ -110,9 +109,9 @@ pub fn markdown(series: &[Series], rows: &[Row]) -> String {
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 s.scenario,
                 s.samples.len(),
-                ms(s.p(50.0)),
-                ms(s.p(99.0)),
-                ms(s.p(100.0)),
+                cell_ms(s.p(50.0)),
+                cell_ms(s.p(99.0)),
+                cell_ms(s.p(100.0)),
                 s.bound_ms,
                 if s.within_bound() { "yes" } else { "**no**" },
                 s.goal_ms.map_or("–".to_owned(), |g| format!("≤ {g}")),
@@ -274,6 +273,35 @@ fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// The value at percentile `p` (0-100) of sorted durations.
+pub fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    if sorted.is_empty() {
+        return Duration::ZERO;
+    }
+    let rank = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// A duration in milliseconds, as the tables show it.
+pub fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+/// A fresh key prefix per run, so a bench never touches other data.
+pub fn prefix() -> String {
+    format!("leasehold-bench-{:08x}", fastrand::u32(..))
+}
+
+/// Progress on standard error: one line per step (rewritten in place on a
+/// terminal), so the tables on standard output stay clean.
+pub fn progress(what: &str) {
+    if std::io::stderr().is_terminal() {
+        eprint!("\r\x1b[2Kbench: {what}");
+    } else {
+        eprintln!("bench: {what}");
+    }
 }
 
 #[cfg(test)]

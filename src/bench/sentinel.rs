@@ -23,13 +23,15 @@
 
 use std::time::{Duration, Instant};
 
+use anyhow::{bail, Context as _};
 use leasehold::local_redis::LocalRedis;
 use leasehold_engine::config::{REPLICA_LOSS_GRACE, SENTINEL_RECHECK};
 use leasehold_engine::TERM_EPOCH_HOLD_MS;
 
 use super::agents::{agreed, AgentProcess, GROUP, NAMESPACE};
+use super::args::BenchArgs;
 use super::report::Row;
-use super::{percentile, progress, BenchArgs};
+use super::report::{percentile, progress};
 
 /// Sentinel's `down-after-milliseconds`: the least docs/redis.md allows.
 const DOWN_AFTER_MS: u64 = 2000;
@@ -40,21 +42,21 @@ struct Deployment {
     sentinels: Vec<LocalRedis>,
 }
 
-fn cli(server: &LocalRedis, args: &[&str]) -> Result<String, String> {
+fn cli(server: &LocalRedis, args: &[&str]) -> anyhow::Result<String> {
     server.cli(args)
 }
 
 /// Quick syncs, as a restarted server needs.
-fn tune(server: &LocalRedis) -> Result<(), String> {
+fn tune(server: &LocalRedis) -> anyhow::Result<()> {
     cli(server, &["CONFIG", "SET", "repl-diskless-sync-delay", "0"])?;
     Ok(())
 }
 
-async fn until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> Result<(), String> {
+async fn until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> anyhow::Result<()> {
     let start = Instant::now();
     while !check() {
         if start.elapsed() > limit {
-            return Err(format!("sentinel: not within {limit:?}: {what}"));
+            bail!("sentinel: not within {limit:?}: {what}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -62,7 +64,7 @@ async fn until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> 
 }
 
 impl Deployment {
-    async fn start() -> Result<Self, String> {
+    async fn start() -> anyhow::Result<Self> {
         let primary = LocalRedis::start()?;
         let replica = LocalRedis::start()?;
         for s in [&primary, &replica] {
@@ -122,7 +124,7 @@ impl Deployment {
 
     /// Both servers set to `min-replicas-to-write n` (kept across restarts
     /// by setting it again).
-    fn min_replicas(&self, n: u32) -> Result<(), String> {
+    fn min_replicas(&self, n: u32) -> anyhow::Result<()> {
         for s in &self.servers {
             cli(
                 s,
@@ -156,7 +158,7 @@ async fn one_leader_on(
     server: &LocalRedis,
     prefix: &str,
     limit: Duration,
-) -> Result<Option<Instant>, String> {
+) -> anyhow::Result<Option<Instant>> {
     let key = format!("{prefix}:g:{{{NAMESPACE}/{GROUP}}}:lease");
     let start = Instant::now();
     let mut attached = None;
@@ -173,9 +175,7 @@ async fn one_leader_on(
             }
         }
         if start.elapsed() > limit {
-            return Err(format!(
-                "sentinel: no leader on the new primary within {limit:?}"
-            ));
+            bail!("sentinel: no leader on the new primary within {limit:?}");
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
@@ -188,8 +188,8 @@ async fn trial(
     kind: Kind,
     min_replicas: u32,
     hold: Duration,
-) -> Result<Trial, String> {
-    let old = d.primary().ok_or("sentinel: no primary named")?;
+) -> anyhow::Result<Trial> {
+    let old = d.primary().context("sentinel: no primary named")?;
     let start = Instant::now();
     match kind {
         Kind::Graceful => {
@@ -198,7 +198,7 @@ async fn trial(
             while cli(&d.sentinels[0], &["SENTINEL", "FAILOVER", MASTER])? != "OK" {
                 tries += 1;
                 if tries > 100 {
-                    return Err("sentinel: SENTINEL FAILOVER refused for 20 s".into());
+                    bail!("sentinel: SENTINEL FAILOVER refused for 20 s");
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -260,7 +260,7 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-pub async fn run(args: &BenchArgs) -> Result<Vec<Row>, String> {
+pub async fn run(args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let timings = args.timings()?;
     let hold =
         Duration::from_millis(timings.ttl_ms.max(TERM_EPOCH_HOLD_MS) + timings.retry_interval_ms);
@@ -272,7 +272,7 @@ pub async fn run(args: &BenchArgs) -> Result<Vec<Row>, String> {
         ));
         let mut d = Deployment::start().await?;
         d.min_replicas(min_replicas)?;
-        let prefix = super::prefix();
+        let prefix = super::report::prefix();
         let mut agents = Vec::new();
         for i in 0..3 {
             agents.push(
@@ -287,7 +287,7 @@ pub async fn run(args: &BenchArgs) -> Result<Vec<Row>, String> {
                 .await?,
             );
         }
-        let first = d.primary().ok_or("sentinel: no primary named")?;
+        let first = d.primary().context("sentinel: no primary named")?;
         one_leader_on(&agents, &d.servers[first], &prefix, Duration::from_secs(30)).await?;
         let mut trials = Vec::new();
         for i in 0..args.sentinel_trials * 2 {
