@@ -1,5 +1,5 @@
 //! The agent's mailbox: the node's inbox, handed to the application over
-//! the local API (an event stream and a long-poll, see `api.rs`).
+//! the local API (an event stream and a long-poll, see `api/messaging.rs`).
 //!
 //! Nothing is read from the inbox unless a client is waiting for the next
 //! item: while no client reads, messages stay in Redis, where the inbox's

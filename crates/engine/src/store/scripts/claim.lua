@@ -2,7 +2,9 @@
 -- KEYS: lease, term, members, config, born, the claimant's node hash,
 --       history (the identity of the server process and replication
 --       history the store was last used on), epoch (the store's term epoch)
--- ARGV: node id, incarnation, ttl ms, highest term this node has seen, candidacy ms
+-- ARGV: node id, incarnation, ttl ms, highest term this node has seen,
+--       candidacy ms (how long the membership lasts: the caller passes ttl +
+--       retry interval)
 -- Returns {1, term, fresh, config} when this node holds the lease afterwards
 -- (fresh = 1 for a new acquisition, 0 when it kept a lease it already held),
 -- or {0, term, pttl ms, holder id, config} when another node holds it, or
@@ -32,7 +34,8 @@
 -- Terms come from the store's epoch (terms.lua): a new history starts a new
 -- epoch from the Redis clock, above the stored one, and its first term
 -- waits for the epoch's hold, so no term of an earlier history, even one
--- nobody alive saw, is granted again.
+-- nobody alive saw, is granted again. Until then the reply is
+-- {0, term, ms left, '', config} too, as in the first ttl.
 local mine = ARGV[1] .. '#' .. ARGV[2] .. '#'
 local ttl = tonumber(ARGV[3])
 local seen = tonumber(ARGV[4])

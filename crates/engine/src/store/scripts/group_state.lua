@@ -1,5 +1,6 @@
 -- Read a group's state in one step.
 -- KEYS: lease, term, members
+-- ARGV: none
 -- Returns {lease value or false, term, pttl ms (-2 when free), now ms, {id, expiry, ...} of live members}.
 local now = now_ms()
 return {

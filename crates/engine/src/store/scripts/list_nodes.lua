@@ -2,6 +2,7 @@
 -- KEYS: nodes
 -- ARGV: prefix
 -- Returns {now, {id, lease_until, registered_at, heartbeat_at, backlog, dropped, groups}...}.
+-- Reads P:node:ID (HMGET) and P:node:ID:inbox (XLEN), built from the prefix.
 local prefix = ARGV[1]
 local now = now_ms()
 local out = {}

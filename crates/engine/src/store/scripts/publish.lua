@@ -2,6 +2,9 @@
 -- written into the inbox of every live subscriber of its topic (or of its one
 -- target node) atomically; batching only shares the per-call costs (the
 -- clock, the pattern index, subscriber lookups) among messages.
+-- KEYS: none: every key is built from the prefix (P:nodes, P:limits,
+-- P:topic:T:subs, P:patterns, P:node:X, P:node:X:inbox, P:node:X:commands,
+-- P:topic:T:retained, P:retained, P:msgseq).
 -- ARGV: prefix, sender, then per message 5 values:
 --       mode ("topic", "direct", or "command": a direct message the target
 --       node's engine acts on itself, written to its command stream, which
@@ -11,10 +14,14 @@
 --       "drop" or "refuse", retain ttl ms (-1: not retained, 0: no expiry)
 -- Returns per message two values: {message id, nodes reached}, or
 -- {-1, node id} when "refuse" met a full inbox (nothing written for that
--- message), or {-2, node id} when a direct target is not live.
+-- message), or {-2, node id} when a direct target is not live; an error,
+-- with nothing of the batch written, for a retain ttl out of range.
+-- Every message is decided before anything is written; then the ids of the
+-- accepted ones are reserved at once (INCRBY P:msgseq), so ids only grow.
 -- A full inbox drops its oldest unread messages; every drop is counted in
 -- the node's hash (field "dropped"). Each node's limit is its own, from
--- P:limits.
+-- P:limits (10000, DEFAULT_INBOX_MAX_LENGTH, when it has none). A command
+-- stream keeps at most 100 entries (COMMANDS_MAX).
 local prefix, sender = ARGV[1], ARGV[2]
 local now = now_ms()
 local nodes_key = prefix .. ':nodes'

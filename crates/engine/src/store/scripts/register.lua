@@ -8,6 +8,9 @@
 -- On recovery the subscriptions are restored and a marker is appended to the
 -- inbox, so the reader reports the recovery before any message published
 -- after it. Retained messages are not delivered again.
+-- The prefix is KEYS[1] without ":nodes"; keys built from it, not in KEYS:
+-- P:node:ID:subs, P:topic:SUB:subs, P:patterns (the subscriptions) and
+-- P:limits (the node's inbox_max, for publishers).
 local now = now_ms()
 local id = ARGV[1]
 local prefix = string.sub(KEYS[1], 1, #KEYS[1] - #':nodes')

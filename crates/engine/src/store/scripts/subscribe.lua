@@ -4,6 +4,9 @@
 -- KEYS: node inbox
 -- ARGV: prefix, node id, subscription, inbox max length
 -- Returns the number of retained messages delivered.
+-- Keys built from the prefix, not in KEYS: P:node:ID:subs, P:topic:SUB:subs,
+-- P:patterns, P:retained, P:topic:T:retained, P:node:ID (the drop count).
+-- A topic in P:retained whose retained message expired leaves that set.
 local prefix, id, sub = ARGV[1], ARGV[2], ARGV[3]
 local maxlen = tonumber(ARGV[4])
 local fresh = redis.call('SISMEMBER', prefix .. ':node:' .. id .. ':subs', sub) == 0

@@ -2,6 +2,8 @@
 -- KEYS: nodes
 -- ARGV: prefix, batch size
 -- Returns {swept ids, now ms, earliest remaining expiry ms or -1}.
+-- Each node goes through remove_node (remove_node.lua), which builds every
+-- other key it touches from the prefix.
 local now = now_ms()
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[2]))
 for _, id in ipairs(expired) do remove_node(ARGV[1], id) end
