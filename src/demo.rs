@@ -51,6 +51,8 @@ async fn leader_of(members: &[(Node, Group)], limit: Duration) -> anyhow::Result
     }
 }
 
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
 pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let election = election_config(
         FLAGS,

@@ -4,6 +4,8 @@
 //! restarted on the same port, empty or on the snapshot its directory holds,
 //! which is how the fault tests and the bench's Redis-stall scenarios break
 //! it.
+// unsafe_code is denied workspace-wide; this module needs it for SIGSTOP/SIGCONT/SIGKILL to the server (libc::kill).
+#![allow(unsafe_code)]
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};

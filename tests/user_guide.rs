@@ -14,6 +14,8 @@
 //! Needs root and the binaries of `scripts/kubernetes/build.sh cluster`;
 //! without them it skips, except under `CI`, where it fails. Takes about
 //! four minutes, most of it starting the node and building its images.
+// unsafe_code is denied workspace-wide; this module needs it for geteuid (libc): the cluster needs root.
+#![allow(unsafe_code)]
 
 mod support;
 

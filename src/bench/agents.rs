@@ -1,6 +1,8 @@
 //! `leasehold agent` processes for the bench: real OS processes, so SIGKILL,
 //! SIGTERM and SIGSTOP are the real thing, observed through their local API
 //! and the engine's events in Redis.
+// unsafe_code is denied workspace-wide; this module needs it for signals to agent processes and the clock tick rate (libc).
+#![allow(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

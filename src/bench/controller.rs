@@ -17,6 +17,8 @@
 //!   one group, and with `--controller-groups` groups of three pods each,
 //!   over a window that holds a full resync, with the pod LISTs the
 //!   controller made in it.
+// unsafe_code is denied workspace-wide; this module needs it for the clock tick rate (libc::sysconf).
+#![allow(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -186,6 +188,8 @@ impl ControllerProcess {
     }
 }
 
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
 pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     progress("controller: starting etcd and kube-apiserver");
     let api = ApiServer::start().await?;
@@ -342,6 +346,8 @@ impl Member {
 /// One leader change: the fault, the new leader's acquisition, its label;
 /// then the controller's requests for it from the audit log. The member
 /// that crashed or shut down is started again before the next trial.
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
 async fn leader_change(
     api: &ApiServer,
     store: &Store,

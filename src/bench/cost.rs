@@ -86,6 +86,8 @@ async fn measure(
     ))
 }
 
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
 pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let timings = args.cost_timings()?;
     let window = Duration::from_secs(args.cost_seconds);

@@ -199,6 +199,8 @@ impl Bench<'_> {
     }
 }
 
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
 pub async fn run(
     url: &str,
     local: Option<&LocalRedis>,

@@ -59,6 +59,8 @@ fn spawn_publishers(
     })
 }
 
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
 pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let prefix = prefix();
     let big = InboxConfig::with_max_length(1_000_000);
@@ -205,6 +207,8 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
 /// connections) and reads them from another agent's event
 /// stream: the path of an application in any language, next to the
 /// library's figures above.
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
 async fn agent_path(
     url: &str,
     prefix: &str,

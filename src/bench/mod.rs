@@ -36,6 +36,8 @@ use std::io::IsTerminal;
 
 use leasehold::local_redis::LocalRedis;
 
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
 pub async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if cfg!(debug_assertions) {
         eprintln!("note: this is a debug build; figures are only meaningful from `cargo run --release -- bench`");

@@ -17,8 +17,8 @@ use leasehold_engine::config::REPLICA_WAIT;
 use leasehold_engine::{ElectionConfig, Node, NodeConfig, ReplicaAcks, Role, Store};
 
 use super::args::BenchArgs;
-use super::report::progress;
 use super::report::Row;
+use super::report::{ms, percentile, progress};
 
 struct Figures {
     /// Join to leading, per group, sorted.
@@ -27,17 +27,6 @@ struct Figures {
     waits: u64,
     infos: u64,
     held: Duration,
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    sorted
-        .get(((sorted.len().saturating_sub(1)) as f64 * p).round() as usize)
-        .copied()
-        .unwrap_or_default()
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
 }
 
 async fn measure(
@@ -91,6 +80,8 @@ async fn measure(
 }
 
 /// The replica scenario's rows.
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
 pub async fn run(args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let timings = args.timings()?;
     let groups = args.trials.max(1);
@@ -150,18 +141,18 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         pings.push(start.elapsed());
     }
     pings.sort();
-    let rtt = percentile(&pings, 0.5);
+    let rtt = percentile(&pings, 50.0);
     let mut rows = Vec::new();
     rows.push(Row::new(
         "one round trip to the primary (PING)".into(),
         "–".into(),
-        format!("p50 {}, p99 {}", ms(rtt), ms(percentile(&pings, 0.99))),
+        format!("p50 {}, p99 {}", ms(rtt), ms(percentile(&pings, 99.0))),
         None,
     ));
-    let lone_p50 = percentile(&measured[0].1.claims, 0.5);
-    let off_p50 = percentile(&measured[2].1.claims, 0.5);
+    let lone_p50 = percentile(&measured[0].1.claims, 50.0);
+    let off_p50 = percentile(&measured[2].1.claims, 50.0);
     for (i, (label, f)) in measured.iter().enumerate() {
-        let p50 = percentile(&f.claims, 0.5);
+        let p50 = percentile(&f.claims, 50.0);
         // Confirmed by the replica: at most one round trip more than the
         // same primary unconfirmed.
         let (goal, met) = if i == 1 {
@@ -178,7 +169,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
             format!(
                 "p50 {}, p99 {} (p50 {:+.3} ms against the lone Redis)",
                 ms(p50),
-                ms(percentile(&f.claims, 0.99)),
+                ms(percentile(&f.claims, 99.0)),
                 (p50.as_secs_f64() - lone_p50.as_secs_f64()) * 1000.0
             ),
             met,

@@ -260,6 +260,8 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
 pub async fn run(args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let timings = args.timings()?;
     let hold =

@@ -311,24 +311,41 @@ pub fn error_json(status: u16, text: impl Into<String>) -> Response {
     )
 }
 
+/// Why a client's request got no answer; its text names the request.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("{request}: {reason}")]
+    Failed { request: String, reason: String },
+    #[error("{addr} did not answer {request} within {limit:?}")]
+    Timeout {
+        addr: SocketAddr,
+        request: String,
+        limit: Duration,
+    },
+}
+
 /// A client connection kept open for many requests, one at a time (the
 /// bench publishes through an agent with one per worker, as an application
 /// with a keep-alive HTTP client would).
 pub struct Connection {
     addr: SocketAddr,
     sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
-    _driver: AbortOnDrop<()>,
+    _driver: tokio_util::task::AbortOnDropHandle<()>,
 }
 
 impl Connection {
-    pub async fn open(addr: SocketAddr) -> Result<Self, String> {
+    pub async fn open(addr: SocketAddr) -> Result<Self, ClientError> {
+        let failed = |e: &dyn std::fmt::Display| ClientError::Failed {
+            request: format!("connecting to {addr}"),
+            reason: e.to_string(),
+        };
         let stream = tokio::net::TcpStream::connect(addr)
             .await
-            .map_err(|e| format!("connecting to {addr}: {e}"))?;
+            .map_err(|e| failed(&e))?;
         let (sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await
-            .map_err(|e| format!("connecting to {addr}: {e}"))?;
-        let driver = AbortOnDrop(tokio::spawn(async move {
+            .map_err(|e| failed(&e))?;
+        let driver = tokio_util::task::AbortOnDropHandle::new(tokio::spawn(async move {
             let _ = connection.await;
         }));
         Ok(Self {
@@ -344,7 +361,7 @@ impl Connection {
         method: &str,
         path: &str,
         body: Bytes,
-    ) -> Result<(u16, String), String> {
+    ) -> Result<(u16, String), ClientError> {
         self.request_with(method, path, &[], body).await
     }
 
@@ -354,9 +371,12 @@ impl Connection {
         path: &str,
         headers: &[(&str, &str)],
         body: Bytes,
-    ) -> Result<(u16, String), String> {
+    ) -> Result<(u16, String), ClientError> {
         let addr = self.addr;
-        let failed = |e: &dyn std::fmt::Display| format!("{method} http://{addr}{path}: {e}");
+        let failed = |e: &dyn std::fmt::Display| ClientError::Failed {
+            request: format!("{method} http://{addr}{path}"),
+            reason: e.to_string(),
+        };
         let response = self
             .send(method, path, headers, body)
             .await
@@ -377,8 +397,9 @@ impl Connection {
         path: &str,
         headers: &[(&str, &str)],
         body: Bytes,
-    ) -> Result<hyper::Response<Incoming>, String> {
-        self.sender.ready().await.map_err(|e| e.to_string())?;
+    ) -> Result<hyper::Response<Incoming>, Box<dyn std::error::Error + Send + Sync>> {
+        // The reason only: the caller says which request it was.
+        self.sender.ready().await?;
         let mut request = hyper::Request::builder()
             .method(method)
             .uri(path)
@@ -386,11 +407,8 @@ impl Connection {
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        let request = request.body(Full::new(body)).map_err(|e| e.to_string())?;
-        self.sender
-            .send_request(request)
-            .await
-            .map_err(|e| e.to_string())
+        let request = request.body(Full::new(body))?;
+        Ok(self.sender.send_request(request).await?)
     }
 }
 
@@ -401,7 +419,7 @@ pub async fn request(
     method: &str,
     path: &str,
     limit: Duration,
-) -> Result<(u16, String), String> {
+) -> Result<(u16, String), ClientError> {
     request_with(addr, method, path, &[], Bytes::new(), limit).await
 }
 
@@ -413,14 +431,18 @@ pub async fn request_with(
     headers: &[(&str, &str)],
     body: Bytes,
     limit: Duration,
-) -> Result<(u16, String), String> {
+) -> Result<(u16, String), ClientError> {
     let exchange = async {
         let mut connection = Connection::open(addr).await?;
         connection.request_with(method, path, headers, body).await
     };
     tokio::time::timeout(limit, exchange)
         .await
-        .map_err(|_| format!("{addr} did not answer {method} {path} within {limit:?}"))?
+        .map_err(|_| ClientError::Timeout {
+            addr,
+            request: format!("{method} {path}"),
+            limit,
+        })?
 }
 
 /// One Server-Sent Event: its `id`, `event` (empty: the default,
@@ -448,7 +470,7 @@ impl EventStream {
         addr: SocketAddr,
         path: &str,
         last_event_id: Option<&str>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, ClientError> {
         let mut headers = vec![("accept", "text/event-stream")];
         if let Some(id) = last_event_id {
             headers.push(("last-event-id", id));
@@ -457,7 +479,10 @@ impl EventStream {
         let response = connection
             .send("GET", path, &headers, Bytes::new())
             .await
-            .map_err(|e| format!("GET http://{addr}{path}: {e}"))?;
+            .map_err(|e| ClientError::Failed {
+                request: format!("GET http://{addr}{path}"),
+                reason: e.to_string(),
+            })?;
         if response.status() != 200 {
             let status = response.status().as_u16();
             let body = response
@@ -466,10 +491,10 @@ impl EventStream {
                 .await
                 .map(|b| b.to_bytes())
                 .unwrap_or_default();
-            return Err(format!(
-                "GET http://{addr}{path}: {status} {}",
-                String::from_utf8_lossy(&body)
-            ));
+            return Err(ClientError::Failed {
+                request: format!("GET http://{addr}{path}"),
+                reason: format!("{status} {}", String::from_utf8_lossy(&body)),
+            });
         }
         let parser = EventParser {
             last_id: last_event_id.map(str::to_owned),
@@ -579,14 +604,6 @@ fn parse_event(block: &str) -> Option<ServerEvent> {
 }
 
 /// A spawned task that ends with its handle.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -137,6 +137,9 @@ pub fn pod_of<'n>(node: &'n str, namespace: &str) -> Option<&'n str> {
     NamespacedName::name_in(node, namespace)
 }
 
+// One piece on purpose: the rules run in this order, each a named step
+// (the rule functions above hold their logic), read top to bottom.
+#[allow(clippy::too_many_lines)]
 pub fn plan(observed: &Observed<'_>) -> Plan {
     let group = observed.group;
     let namespace = group.metadata.namespace.as_deref().unwrap_or_default();

@@ -25,6 +25,8 @@
 //! running while a successor starts its own. When the agent is PID 1 of its
 //! namespace, it also reaps orphans ([`reaper`]). The agent, a Kubernetes
 //! sidecar, builds on Unix; the death signal and the subreaper are Linux's.
+// unsafe_code is denied workspace-wide; this module needs it for signals to the command's process group (libc::kill).
+#![allow(unsafe_code)]
 
 pub mod guard;
 mod procfs;

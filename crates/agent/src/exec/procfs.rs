@@ -1,6 +1,8 @@
 //! The process table, read from `/proc`: which processes a given process is
 //! the parent of, and which of them are zombies. A scan of `/proc/*/stat`
 //! rather than `/proc/PID/task/TID/children`, which not every kernel has.
+// unsafe_code is denied workspace-wide; this module needs it for the clock tick rate (libc::sysconf).
+#![allow(unsafe_code)]
 
 /// A process whose parent is the one asked about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -115,118 +115,153 @@ impl Watch {
 }
 
 pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc::Sender<Delivery>) {
-    let store: &Store = &shared.store;
-    let inbox = store.keys().inbox(&shared.id);
-    let commands = store.keys().commands(&shared.id);
-    let mut after = "0-0".to_owned();
-    let mut after_command = "0-0".to_owned();
-    let mut conn = None;
-    let mut backoff = Backoff::default();
-    let mut watch = Watch {
-        threshold: config.lag_threshold,
-        lagging: false,
-        dropped: 0,
+    let mut reader = Reader {
+        inbox: shared.store.keys().inbox(&shared.id),
+        commands: shared.store.keys().commands(&shared.id),
+        after: "0-0".to_owned(),
+        after_command: "0-0".to_owned(),
+        conn: None,
+        backoff: Backoff::default(),
+        watch: Watch {
+            threshold: config.lag_threshold,
+            lagging: false,
+            dropped: 0,
+        },
+        shared,
+        tx,
     };
-    let buffered = |tx: &mpsc::Sender<Delivery>| (INBOX_BUFFER - tx.capacity()) as u64;
     loop {
         // With the buffer full (or the application's inbox dropped), read
         // commands only: wait for room, and on every lag-check tick read the
         // command stream without blocking and report the backlog.
-        let full = tx.is_closed() || tx.capacity() == 0;
-        if full {
-            tokio::select! {
-                permit = tx.reserve(), if !tx.is_closed() => {
-                    if let Ok(permit) = permit {
-                        drop(permit);
-                        continue;
-                    }
-                }
-                _ = tokio::time::sleep(LAG_CHECK_INTERVAL) => {}
-            }
+        let full = reader.tx.is_closed() || reader.tx.capacity() == 0;
+        if full && reader.room_came().await {
+            continue;
         }
-        if conn.is_none() {
-            match bounded(INBOX_BLOCK, store.reader_connection()).await {
-                Ok(c) => conn = Some(c),
-                Err(e) => {
-                    report(&shared, &e);
-                    backoff.wait().await;
-                    continue;
-                }
-            }
-        }
-        let Some(c) = conn.as_mut() else { continue };
-        let room = if full {
-            COMMANDS_MAX as usize
-        } else {
-            tx.capacity().min(INBOX_BATCH)
-        };
-        let block = (!full).then(|| INBOX_BLOCK.as_millis() as u64);
-        let both = [
-            (commands.as_str(), after_command.as_str()),
-            (inbox.as_str(), after.as_str()),
-        ];
-        let streams = if full { &both[..1] } else { &both[..] };
-        let read = bounded(
-            INBOX_BLOCK + Duration::from_secs(5),
-            Store::read_streams(c, streams, room, block),
-        )
-        .await;
-        let entries = match read {
+        let entries = match reader.read(full).await {
             Ok(entries) => entries,
             Err(e) => {
-                conn = None;
-                report(&shared, &e);
-                backoff.wait().await;
+                reader.conn = None;
+                report(&reader.shared, &e);
+                reader.backoff.wait().await;
                 continue;
             }
         };
-        backoff.reset();
+        reader.backoff.reset();
+        let (read_commands, read_inbox) = reader.dispatch(entries).await;
+        reader.ack(read_commands, read_inbox, full).await;
+    }
+}
+
+/// The reader's state between two reads: where each stream was read up
+/// to, its connection, and what was last reported of the backlog.
+struct Reader {
+    shared: Arc<Incarnation>,
+    tx: mpsc::Sender<Delivery>,
+    inbox: String,
+    commands: String,
+    /// The last inbox entry read.
+    after: String,
+    /// The last command entry read.
+    after_command: String,
+    conn: Option<redis::aio::MultiplexedConnection>,
+    backoff: Backoff,
+    watch: Watch,
+}
+
+impl Reader {
+    /// Messages read but not yet taken by the application.
+    fn buffered(&self) -> u64 {
+        (INBOX_BUFFER - self.tx.capacity()) as u64
+    }
+
+    /// With the buffer full, waits for room or a lag-check tick; true if
+    /// room came (read everything again).
+    async fn room_came(&self) -> bool {
+        tokio::select! {
+            permit = self.tx.reserve(), if !self.tx.is_closed() => permit.is_ok(),
+            _ = tokio::time::sleep(LAG_CHECK_INTERVAL) => false,
+        }
+    }
+
+    /// One read of the command stream and, unless the buffer is full, the
+    /// inbox, blocking up to [`INBOX_BLOCK`] for the first entry.
+    async fn read(&mut self, full: bool) -> Result<Vec<(usize, InboxEntry)>, StoreError> {
+        let conn = match self.conn.take() {
+            Some(conn) => conn,
+            None => bounded(INBOX_BLOCK, self.shared.store.reader_connection()).await?,
+        };
+        let conn = self.conn.insert(conn);
+        let room = if full {
+            COMMANDS_MAX as usize
+        } else {
+            self.tx.capacity().min(INBOX_BATCH)
+        };
+        let block = (!full).then(|| INBOX_BLOCK.as_millis() as u64);
+        let both = [
+            (self.commands.as_str(), self.after_command.as_str()),
+            (self.inbox.as_str(), self.after.as_str()),
+        ];
+        let streams = if full { &both[..1] } else { &both[..] };
+        bounded(
+            INBOX_BLOCK + Duration::from_secs(5),
+            Store::read_streams(conn, streams, room, block),
+        )
+        .await
+    }
+
+    /// Hands each entry on: messages to the application, commands to the
+    /// command task. Returns whether commands and messages were read.
+    async fn dispatch(&mut self, entries: Vec<(usize, InboxEntry)>) -> (bool, bool) {
         let (mut read_commands, mut read_inbox) = (false, false);
         for (stream, e) in entries {
             let id = e.stream_id.clone();
             if stream == 0 {
-                after_command = id;
+                self.after_command = id;
                 read_commands = true;
             } else {
-                after = id;
+                self.after = id;
                 read_inbox = true;
             }
             match entry(e) {
                 // Fails only once the application dropped its inbox: then
                 // its messages have nobody to go to, and commands still do.
                 Entry::Deliver(d) => {
-                    let _ = tx.send(d).await;
+                    let _ = self.tx.send(d).await;
                 }
                 Entry::Command { from, payload } => {
-                    let _ = shared.commands.send((from, payload));
+                    let _ = self.shared.commands.send((from, payload));
                 }
             }
         }
+        (read_commands, read_inbox)
+    }
+
+    /// Acknowledges what was read, and reports the backlog (also when the
+    /// buffer is full and nothing of the inbox was read).
+    async fn ack(&mut self, read_commands: bool, read_inbox: bool, full: bool) {
+        let (shared, store) = (&self.shared, &self.shared.store);
         if read_commands {
-            if let Err(e) = bounded(
-                INBOX_BLOCK,
-                store.ack_commands(&shared.id, &next_stream_id(&after_command)),
-            )
-            .await
-            {
-                report(&shared, &e);
+            let up_to = next_stream_id(&self.after_command);
+            if let Err(e) = bounded(INBOX_BLOCK, store.ack_commands(&shared.id, &up_to)).await {
+                report(shared, &e);
             }
         }
         if read_inbox {
-            match bounded(
-                INBOX_BLOCK,
-                store.ack_inbox(&shared.id, &next_stream_id(&after)),
-            )
-            .await
-            {
-                Ok((backlog, dropped)) => watch.observe(&shared, backlog + buffered(&tx), dropped),
-                Err(e) => report(&shared, &e),
+            let up_to = next_stream_id(&self.after);
+            match bounded(INBOX_BLOCK, store.ack_inbox(&shared.id, &up_to)).await {
+                Ok((backlog, dropped)) => {
+                    let buffered = self.buffered();
+                    self.watch.observe(shared, backlog + buffered, dropped);
+                }
+                Err(e) => report(shared, &e),
             }
         } else if full {
             if let Ok((backlog, dropped)) =
                 bounded(LAG_CHECK_INTERVAL * 10, store.inbox_state(&shared.id)).await
             {
-                watch.observe(&shared, backlog + buffered(&tx), dropped);
+                let buffered = self.buffered();
+                self.watch.observe(shared, backlog + buffered, dropped);
             }
         }
     }
