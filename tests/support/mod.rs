@@ -357,8 +357,14 @@ pub fn lacks(test: &str, why: &str) {
 /// for a failure) and in the file scripts/test names in
 /// `LEASEHOLD_SKIP_LOG`, whose lines close the run, so a skip never reads
 /// as a pass.
-pub fn skipped(test: &str, why: &str) {
+pub fn skipped(what: &str, why: &str) {
     use std::io::Write;
+    // libtest names each test's thread after the test.
+    let test = match std::thread::current().name() {
+        Some(name) if name != what && name != "main" => format!("{name} ({what})"),
+        _ => what.to_owned(),
+    };
+    let test = format!("{}::{test}", env!("CARGO_CRATE_NAME"));
     eprintln!("SKIPPED {test}: {why}");
     if let Some(path) = std::env::var_os("LEASEHOLD_SKIP_LOG") {
         // One short append per line: the test binaries run one after
