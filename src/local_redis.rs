@@ -4,11 +4,12 @@
 //! restarted on the same port, empty or on the snapshot its directory holds,
 //! which is how the fault tests and the bench's Redis-stall scenarios break
 //! it.
-// unsafe_code is denied workspace-wide; this module needs it for SIGSTOP/SIGCONT/SIGKILL to the server (libc::kill).
-#![allow(unsafe_code)]
 
 use std::net::TcpListener;
 use std::process::{Child, Command, Stdio};
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -156,31 +157,24 @@ impl LocalRedis {
     /// SIGSTOP: connections stay open and nothing answers, like a stalled
     /// server; [`LocalRedis::resume`] sends SIGCONT.
     pub fn pause(&self) -> anyhow::Result<()> {
-        self.signal(libc::SIGSTOP)?;
+        self.signal(Signal::SIGSTOP)?;
         self.paused.store(true, Ordering::SeqCst);
         Ok(())
     }
 
     pub fn resume(&self) -> anyhow::Result<()> {
-        self.signal(libc::SIGCONT)?;
+        self.signal(Signal::SIGCONT)?;
         self.paused.store(false, Ordering::SeqCst);
         Ok(())
     }
 
-    fn signal(&self, signal: libc::c_int) -> anyhow::Result<()> {
+    fn signal(&self, signal: Signal) -> anyhow::Result<()> {
         let child = self
             .child
             .as_ref()
             .context("redis-server is not running (killed)")?;
-        // SAFETY: a plain syscall on our own child.
-        if unsafe { libc::kill(child.id() as libc::pid_t, signal) } == 0 {
-            Ok(())
-        } else {
-            Err(anyhow!(
-                "signal {signal} to redis-server: {}",
-                std::io::Error::last_os_error()
-            ))
-        }
+        nix::sys::signal::kill(Pid::from_raw(child.id() as i32), signal)
+            .with_context(|| format!("signal {signal} to redis-server"))
     }
 
     /// SIGKILL; the data is gone (no persistence).

@@ -1,8 +1,6 @@
 //! `leasehold agent` as real processes against a real redis-server: the
 //! local API, hand-over on SIGTERM and SIGKILL, role files, exec mode, and
 //! flags refused before anything starts.
-// unsafe_code is denied workspace-wide; this module needs it for geteuid and signals (libc).
-#![allow(unsafe_code)]
 
 mod support;
 
@@ -552,7 +550,7 @@ async fn adopted_timings_shorten_the_grace_period_instead_of_stopping_the_comman
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn as_pid_one_the_agent_reaps_orphans() {
     // SAFETY: plain syscall.
-    if unsafe { libc::geteuid() } != 0 {
+    if !support::root() {
         support::lacks(
             "as_pid_one_the_agent_reaps_orphans",
             "a PID namespace needs root",
@@ -748,11 +746,7 @@ async fn a_stop_with_redis_away_does_not_claim_the_leases_were_released() {
     })
     .await;
     redis.pause();
-    let ok = std::process::Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok);
+    assert!(support::send_signal(child.id(), "-TERM"));
     // Every shutdown step is bounded: rendezvous and release by the call
     // timeout, the unregistration by the connect timeout.
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -218,11 +218,11 @@ impl Controller {
 
     fn signal(&mut self, sig: &str) {
         let child = self.child.as_ref().expect("running");
-        let ok = Command::new("kill")
-            .args([sig, &child.id().to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill {sig} {}", self.name);
+        assert!(
+            support::send_signal(child.id(), sig),
+            "kill {sig} {}",
+            self.name
+        );
     }
 
     fn log(&self) -> String {

@@ -207,10 +207,7 @@ async fn subscribe_prints_messages_until_interrupted_and_unregisters() {
         (Some("message"), Some("one"), Some("ns/publisher"))
     );
     assert_eq!(second["topic"], "orders.us.new");
-    Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
+    assert!(support::send_signal(child.id(), "-INT"));
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
     let nodes = redis.store().list_nodes().await.unwrap();

@@ -47,6 +47,7 @@ fn the_engine_depends_on_no_application_crate() {
             "schemars",
             "clap",
             "libc",
+            "nix",
             "hyper",
             "hyper-util",
             "prometheus-client",

@@ -14,8 +14,6 @@
 //! Needs root and the binaries of `scripts/kubernetes/build.sh cluster`;
 //! without them it skips, except under `CI`, where it fails. Takes about
 //! four minutes, most of it starting the node and building its images.
-// unsafe_code is denied workspace-wide; this module needs it for geteuid (libc): the cluster needs root.
-#![allow(unsafe_code)]
 
 mod support;
 
@@ -33,7 +31,7 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// Why the cluster cannot start here, if it cannot.
 fn missing() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !support::root() {
         return Some(
             "the one-node cluster needs root (network namespace, containerd, kubelet)".into(),
         );

@@ -1,11 +1,11 @@
 //! `leasehold agent` processes for the bench: real OS processes, so SIGKILL,
 //! SIGTERM and SIGSTOP are the real thing, observed through their local API
 //! and the engine's events in Redis.
-// unsafe_code is denied workspace-wide; this module needs it for signals to agent processes and the clock tick rate (libc).
-#![allow(unsafe_code)]
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
 
 use anyhow::{anyhow, bail, Context as _};
 use leasehold_agent::Status;
@@ -93,12 +93,9 @@ impl AgentProcess {
         self.child.id()
     }
 
-    pub fn signal(&self, signal: libc::c_int) {
+    pub fn signal(&self, signal: Signal) {
         if let Some(pid) = self.child.id() {
-            // SAFETY: a plain syscall on our own child.
-            unsafe {
-                libc::kill(pid as libc::pid_t, signal);
-            }
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
         }
     }
 
@@ -136,7 +133,7 @@ impl AgentProcess {
         let ticks: u64 =
             fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
         // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        let hz = clock_ticks_per_second();
         Some(Duration::from_micros(ticks * 1_000_000 / hz))
     }
 }
@@ -196,4 +193,13 @@ pub async fn wait_agreed(
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
+}
+
+/// The kernel's clock ticks per second, the unit of `/proc/PID/stat`'s
+/// CPU times (100 where it cannot be read).
+pub fn clock_ticks_per_second() -> u64 {
+    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .map_or(100, |hz| hz.max(1) as u64)
 }

@@ -17,8 +17,6 @@
 //!   one group, and with `--controller-groups` groups of three pods each,
 //!   over a window that holds a full resync, with the pod LISTs the
 //!   controller made in it.
-// unsafe_code is denied workspace-wide; this module needs it for the clock tick rate (libc::sysconf).
-#![allow(unsafe_code)]
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -160,7 +158,7 @@ impl ControllerProcess {
             .filter_map(|&i| fields.get(i).and_then(|v| v.parse::<u64>().ok()))
             .sum();
         // SAFETY: sysconf has no preconditions.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
+        let hz = super::agents::clock_ticks_per_second();
         Duration::from_millis(ticks * 1000 / hz)
     }
 

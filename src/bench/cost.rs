@@ -8,6 +8,7 @@
 //! calls, blocking inbox reads, publishes), "commands" also count those
 //! run inside the scripts.
 
+use nix::sys::signal::Signal;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -207,7 +208,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
             Some(per_group(f_client) <= follower_goal),
         ));
         for mut a in [follower, holder] {
-            a.signal(libc::SIGTERM);
+            a.signal(Signal::SIGTERM);
             let _ = a.wait(Duration::from_secs(30)).await;
         }
     }

@@ -6,6 +6,7 @@
 //! events arrive from Redis (`P:events`), and gaps on the Redis clock come
 //! from the lease's and the registration's expiries as Redis reports them.
 
+use nix::sys::signal::Signal;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
@@ -76,7 +77,7 @@ impl Bench<'_> {
     /// acquisition, both on the Redis clock.
     async fn signal_leader(
         &mut self,
-        signal: libc::c_int,
+        signal: Signal,
         kill_to_leader: &mut Series,
         expiry_gap: Option<&mut Series>,
     ) -> anyhow::Result<()> {
@@ -135,7 +136,7 @@ impl Bench<'_> {
         let (l, _) = self.steady().await?;
         let victim = (l + 1) % self.agents.len();
         drain(&mut self.events);
-        self.agents[victim].signal(libc::SIGKILL);
+        self.agents[victim].signal(Signal::SIGKILL);
         let id = self.agents[victim].id.clone();
         let nodes = self.store.list_nodes().await.map_err(anyhow::Error::msg)?;
         let lease_until = nodes
@@ -252,13 +253,13 @@ pub async fn run(
     for k in 1..=n {
         progress(&format!("crash, trial {k} of {n}"));
         bench
-            .signal_leader(libc::SIGKILL, &mut crash, Some(&mut crash_gap))
+            .signal_leader(Signal::SIGKILL, &mut crash, Some(&mut crash_gap))
             .await?;
     }
     for k in 1..=n {
         progress(&format!("graceful shutdown, trial {k} of {n}"));
         bench
-            .signal_leader(libc::SIGTERM, &mut graceful, None)
+            .signal_leader(Signal::SIGTERM, &mut graceful, None)
             .await?;
     }
     for k in 1..=n {
@@ -289,7 +290,7 @@ pub async fn run(
         None => progress("Redis pause scenarios skipped: they need the bench's own redis-server (no --redis-url)"),
     }
     for mut a in bench.agents {
-        a.signal(libc::SIGTERM);
+        a.signal(Signal::SIGTERM);
         let _ = a.wait(Duration::from_secs(5)).await;
     }
     Ok(out)

@@ -1,5 +1,6 @@
 //! Messaging figures: latency, throughput, fan-out, and idle cost.
 
+use nix::sys::signal::Signal;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -305,7 +306,7 @@ async fn agent_path(
     });
     drop(stream);
     for mut agent in [a, b] {
-        agent.signal(libc::SIGTERM);
+        agent.signal(Signal::SIGTERM);
         agent.wait(Duration::from_secs(5)).await?;
     }
     Ok(rows)

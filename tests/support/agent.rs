@@ -109,11 +109,11 @@ impl Agent {
     }
 
     pub fn signal(&self, sig: &str) {
-        let ok = Command::new("kill")
-            .args([sig, &self.pid().to_string()])
-            .status()
-            .is_ok_and(|s| s.success());
-        assert!(ok, "kill {sig} {} failed", self.id);
+        assert!(
+            super::send_signal(self.pid(), sig),
+            "kill {sig} {} failed",
+            self.id
+        );
     }
 
     /// Waits up to `limit` for the process to exit.
@@ -183,9 +183,7 @@ impl Drop for Agent {
             reader.abort();
         }
         if let Some(mut child) = self.child.take() {
-            let _ = Command::new("kill")
-                .args(["-CONT", &child.id().to_string()])
-                .status();
+            super::send_signal(child.id(), "-CONT");
             let _ = child.kill();
             let _ = child.wait();
         }

@@ -346,6 +346,20 @@ pub fn helm_or_skip(test: &str) -> Option<std::path::PathBuf> {
     helm
 }
 
+/// Sends `signal` (`-TERM`, `-KILL`, `-STOP`, `-CONT`, as kill(1) spells
+/// them) to `pid`; whether it was delivered.
+pub fn send_signal(pid: u32, signal: &str) -> bool {
+    let name = format!("SIG{}", signal.trim_start_matches('-'));
+    let signal: nix::sys::signal::Signal =
+        name.parse().unwrap_or_else(|_| panic!("no signal {name}"));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).is_ok()
+}
+
+/// Whether the tests run as root.
+pub fn root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
 /// Says that `test` lacks a part it needs and returns early: fatal under
 /// CI, which must have every part; elsewhere a skip, said out loud.
 pub fn lacks(test: &str, why: &str) {

@@ -14,12 +14,16 @@
 //! - exits when the command does, with its exit code (128 + signal if a
 //!   signal ended it), after killing what the command left behind.
 //!
-//! It is plain blocking code around `sigwaitinfo`: it runs no runtime and
+//! It is plain blocking code around `sigwait`: it runs no runtime and
 //! holds no lock, so nothing can stop it from hearing a signal.
-// unsafe_code is denied workspace-wide; this module needs it for the guard's signal mask, prctl and process groups (libc).
+// unsafe_code is denied workspace-wide; `pre_exec` (code between fork and exec) needs it.
 #![allow(unsafe_code)]
 
 use std::os::unix::process::CommandExt;
+
+use nix::sys::signal::{kill, killpg, SigSet, Signal};
+use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
 
 use super::procfs;
 
@@ -28,10 +32,15 @@ pub const SUBCOMMAND: &str = "exec-guard";
 
 /// The signal that tells the guard to end the command's tree now: sent by
 /// the kernel when the agent dies, and by the agent after the grace period.
-pub const END_NOW: libc::c_int = libc::SIGUSR1;
+pub const END_NOW: Signal = Signal::SIGUSR1;
 
 /// Signals the guard passes on to the command's process group.
-const PASSED_ON: [libc::c_int; 4] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP, libc::SIGQUIT];
+const PASSED_ON: [Signal; 4] = [
+    Signal::SIGTERM,
+    Signal::SIGINT,
+    Signal::SIGHUP,
+    Signal::SIGQUIT,
+];
 
 /// Runs `command` under the guard and returns the exit code to leave with.
 pub fn run(command: &[String]) -> u8 {
@@ -39,22 +48,15 @@ pub fn run(command: &[String]) -> u8 {
         eprintln!("leasehold exec-guard: no command given");
         return 2;
     };
-    // SAFETY: plain syscalls on a sigset this function owns.
-    let signals = unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for signal in [libc::SIGCHLD, END_NOW].iter().chain(PASSED_ON.iter()) {
-            libc::sigaddset(&mut set, *signal);
-        }
-        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        set
-    };
-    // SAFETY: plain syscall.
-    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) } != 0 {
-        eprintln!(
-            "leasehold exec-guard: cannot become a child subreaper: {}",
-            std::io::Error::last_os_error()
-        );
+    let mut signals = SigSet::empty();
+    for signal in [Signal::SIGCHLD, END_NOW].into_iter().chain(PASSED_ON) {
+        signals.add(signal);
+    }
+    if let Err(e) = signals.thread_block() {
+        eprintln!("leasehold exec-guard: cannot block signals: {e}");
+    }
+    if let Err(e) = nix::sys::prctl::set_child_subreaper(true) {
+        eprintln!("leasehold exec-guard: cannot become a child subreaper: {e}");
     }
     let mut cmd = std::process::Command::new(program);
     cmd.args(args).process_group(0);
@@ -64,15 +66,13 @@ pub fn run(command: &[String]) -> u8 {
     // the guard itself is SIGKILLed, the command goes with it.
     unsafe {
         cmd.pre_exec(move || {
-            libc::pthread_sigmask(libc::SIG_UNBLOCK, &signals, std::ptr::null_mut());
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            signals.thread_unblock()?;
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL)?;
             Ok(())
         });
     }
     let pgid = match cmd.spawn() {
-        Ok(child) => child.id() as libc::pid_t,
+        Ok(child) => Pid::from_raw(child.id() as i32),
         Err(e) => {
             eprintln!("leasehold exec-guard: cannot start {program:?}: {e}");
             return if e.kind() == std::io::ErrorKind::NotFound {
@@ -83,25 +83,24 @@ pub fn run(command: &[String]) -> u8 {
         }
     };
     loop {
-        // SAFETY: waits for one of the blocked signals; no memory is shared.
-        let signal = unsafe { libc::sigwaitinfo(&signals, std::ptr::null_mut()) };
+        // One of the blocked signals; an interrupted wait is tried again.
+        let Ok(signal) = signals.wait() else {
+            continue;
+        };
         match signal {
-            libc::SIGCHLD => {
+            Signal::SIGCHLD => {
                 if let Some(status) = reap(pgid) {
                     end_tree(pgid);
                     return exit_code(status);
                 }
             }
-            END_NOW => {
+            signal if signal == END_NOW => {
                 end_tree(pgid);
-                return 128 + libc::SIGKILL as u8;
+                return 128 + Signal::SIGKILL as u8;
             }
-            -1 => {} // EINTR
             passed => {
-                // SAFETY: plain syscall; ESRCH once the group is gone.
-                unsafe {
-                    libc::kill(-pgid, passed);
-                }
+                // ESRCH once the group is gone.
+                let _ = killpg(pgid, passed);
             }
         }
     }
@@ -109,17 +108,13 @@ pub fn run(command: &[String]) -> u8 {
 
 /// Reaps every child that has exited; the command's wait status once it
 /// is among them.
-fn reap(command: libc::pid_t) -> Option<libc::c_int> {
+fn reap(command: Pid) -> Option<WaitStatus> {
     let mut command_status = None;
     loop {
-        let mut status = 0;
-        // SAFETY: plain syscall writing into a local.
-        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
-        if pid <= 0 {
-            return command_status;
-        }
-        if pid == command {
-            command_status = Some(status);
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(_) => return command_status,
+            Ok(status) if status.pid() == Some(command) => command_status = Some(status),
+            Ok(_) => {}
         }
     }
 }
@@ -127,34 +122,26 @@ fn reap(command: libc::pid_t) -> Option<libc::c_int> {
 /// SIGKILL to the command's process group and to every child of the
 /// guard (orphans of the tree are re-parented here), again after each
 /// death, until the guard has no child left.
-fn end_tree(pgid: libc::pid_t) {
-    // SAFETY: plain syscall.
-    let me = unsafe { libc::getpid() };
+fn end_tree(pgid: Pid) {
+    let me = nix::unistd::getpid();
     loop {
-        // SAFETY: plain syscalls; ESRCH for what is already gone.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
+        // ESRCH for what is already gone.
+        let _ = killpg(pgid, Signal::SIGKILL);
+        for child in procfs::children(me.as_raw()) {
+            let _ = kill(Pid::from_raw(child.pid), Signal::SIGKILL);
         }
-        for child in procfs::children(me) {
-            unsafe {
-                libc::kill(child.pid, libc::SIGKILL);
-            }
-        }
-        let mut status = 0;
-        // SAFETY: plain syscall writing into a local; blocks until a child dies.
-        if unsafe { libc::waitpid(-1, &mut status, 0) } < 0 {
-            return; // ECHILD: nothing left
+        // Blocks until a child dies; ECHILD: nothing left.
+        if waitpid(Pid::from_raw(-1), None).is_err() {
+            return;
         }
     }
 }
 
 /// The exit code a shell would report for a wait status.
-fn exit_code(status: libc::c_int) -> u8 {
-    if libc::WIFEXITED(status) {
-        libc::WEXITSTATUS(status) as u8
-    } else if libc::WIFSIGNALED(status) {
-        (128 + libc::WTERMSIG(status)).clamp(0, 255) as u8
-    } else {
-        1
+fn exit_code(status: WaitStatus) -> u8 {
+    match status {
+        WaitStatus::Exited(_, code) => code as u8,
+        WaitStatus::Signaled(_, signal, _) => (128 + signal as i32).clamp(0, 255) as u8,
+        _ => 1,
     }
 }

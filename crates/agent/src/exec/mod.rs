@@ -25,7 +25,7 @@
 //! running while a successor starts its own. When the agent is PID 1 of its
 //! namespace, it also reaps orphans ([`reaper`]). The agent, a Kubernetes
 //! sidecar, builds on Unix; the death signal and the subreaper are Linux's.
-// unsafe_code is denied workspace-wide; this module needs it for signals to the command's process group (libc::kill).
+// unsafe_code is denied workspace-wide; `pre_exec` (code between fork and exec) needs it.
 #![allow(unsafe_code)]
 
 pub mod guard;
@@ -43,6 +43,7 @@ use tokio::task::JoinHandle;
 use leasehold_daemon::error::FlagError;
 use leasehold_engine::config::ElectionConfig;
 use leasehold_engine::Group;
+use nix::sys::signal::Signal;
 
 /// Between role changes, the local lease is re-checked this often, so the
 /// command stops within this much of the lease lapsing locally.
@@ -190,15 +191,13 @@ impl Run {
         // forks; tokio's worker threads live as long as the runtime, which
         // is the agent's life. If the agent died before the death signal
         // was set, the guard would never hear of it: it stops itself.
-        let agent = std::process::id() as libc::pid_t;
+        let agent = nix::unistd::getpid();
         #[cfg(target_os = "linux")]
         unsafe {
             cmd.pre_exec(move || {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, guard::END_NOW) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::getppid() != agent {
-                    libc::kill(libc::getpid(), libc::SIGKILL);
+                nix::sys::prctl::set_pdeathsig(guard::END_NOW)?;
+                if nix::unistd::getppid() != agent {
+                    let _ = nix::sys::signal::kill(nix::unistd::getpid(), Signal::SIGKILL);
                 }
                 Ok(())
             });
@@ -225,12 +224,10 @@ fn guard_program() -> std::path::PathBuf {
     }
 }
 
-fn signal(child: &Child, signal: libc::c_int) {
+fn signal(child: &Child, signal: Signal) {
     if let Some(pid) = child.id() {
-        // SAFETY: plain syscall; a process that is already gone gives ESRCH.
-        unsafe {
-            libc::kill(pid as libc::pid_t, signal);
-        }
+        // A process that is already gone gives ESRCH.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal);
     }
 }
 
@@ -238,7 +235,7 @@ fn signal(child: &Child, signal: libc::c_int) {
 /// SIGKILLs the command's whole tree; if the guard does not answer either,
 /// it is SIGKILLed itself and the command dies with it.
 async fn terminate(child: &mut Child, grace: Duration) {
-    signal(child, libc::SIGTERM);
+    signal(child, Signal::SIGTERM);
     if tokio::time::timeout(grace, child.wait()).await.is_ok() {
         return;
     }
@@ -249,7 +246,7 @@ async fn terminate(child: &mut Child, grace: Duration) {
         .is_err()
     {
         tracing::warn!("the exec guard did not answer; SIGKILL to it");
-        signal(child, libc::SIGKILL);
+        signal(child, Signal::SIGKILL);
         let _ = child.wait().await;
     }
 }
@@ -395,7 +392,7 @@ mod tests {
     #[test]
     fn exit_codes_pass_through_like_a_shell_reports_them() {
         assert_eq!(exit_code(ExitStatus::from_raw(3 << 8)), 3);
-        assert_eq!(exit_code(ExitStatus::from_raw(libc::SIGKILL)), 137);
+        assert_eq!(exit_code(ExitStatus::from_raw(Signal::SIGKILL as i32)), 137);
     }
 
     #[test]

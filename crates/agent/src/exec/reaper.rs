@@ -8,12 +8,13 @@
 //! The agent's own children (the guards) are waited for by tokio, so they
 //! are skipped: a guard is listed in [`OwnChildren`] from before it could
 //! exit until tokio has reaped it.
-// unsafe_code is denied workspace-wide; this module needs it for waitpid on any child, as PID 1 must (libc).
-#![allow(unsafe_code)]
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+
+use nix::sys::wait::{waitpid, WaitPidFlag};
+use nix::unistd::Pid;
 
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::task::JoinHandle;
@@ -62,11 +63,7 @@ fn reap_orphans(own: &OwnChildren) {
     let own = own.lock();
     for child in procfs::children(1) {
         if child.zombie && !own.contains(&(child.pid as u32)) {
-            let mut status = 0;
-            // SAFETY: plain syscall on a PID that is our zombie child.
-            unsafe {
-                libc::waitpid(child.pid, &mut status, libc::WNOHANG);
-            }
+            let _ = waitpid(Pid::from_raw(child.pid), Some(WaitPidFlag::WNOHANG));
         }
     }
 }
