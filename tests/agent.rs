@@ -459,6 +459,27 @@ fn exec_args(id: &str, url: &str, port: u16, script: &str) -> Vec<String> {
     a
 }
 
+/// A command that ends by a signal nix has no name for (a real-time one)
+/// still ends the agent with 128 + the signal. Before the guard read wait
+/// statuses itself, nix's `waitpid` reaped such a command and then failed,
+/// so the guard never saw it end and the agent kept "running" it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_command_killed_by_a_real_time_signal_ends_the_agent_with_its_code() {
+    let redis = RedisServer::start();
+    let port = free_port();
+    let mut agent = Agent::start(
+        "t/a",
+        port,
+        exec_args("t/a", &redis.url(), port, "sleep 0.3; kill -40 $$"),
+    )
+    .await;
+    let status = agent
+        .exited_within(Duration::from_secs(5))
+        .await
+        .expect("the agent ended with its command");
+    assert_eq!(status.code(), Some(128 + 40), "{status:?}");
+}
+
 /// A SIGKILLed agent takes the command's whole tree with it: the shell's
 /// own children and a daemon that left its process group with `setsid`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

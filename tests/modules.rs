@@ -17,9 +17,11 @@ use proc_macro2::{TokenStream, TokenTree};
 
 type Module = Vec<String>;
 
-/// Every file of a crate's `src` as its module path (`lib.rs` is `[]`,
-/// `store/mod.rs` and `store.rs` are `["store"]`).
-fn modules(src: &Path) -> BTreeMap<Module, PathBuf> {
+/// Every file of a crate's `src` as its module path (the crate root,
+/// `lib.rs` or `main.rs` as `root` says, is `[]`; `store/mod.rs` and
+/// `store.rs` are `["store"]`). A package with both has two crates: the
+/// other root is left out, and each is read on its own.
+fn modules(src: &Path, root: &str) -> BTreeMap<Module, PathBuf> {
     fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
         for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
             let path = entry.path();
@@ -32,6 +34,12 @@ fn modules(src: &Path) -> BTreeMap<Module, PathBuf> {
     }
     let mut files = Vec::new();
     walk(src, &mut files);
+    let other_root = if root == "lib.rs" {
+        "main.rs"
+    } else {
+        "lib.rs"
+    };
+    files.retain(|path| path != &src.join(other_root));
     files
         .into_iter()
         .map(|path| {
@@ -59,18 +67,18 @@ fn is_test_only(attrs: &[syn::Attribute]) -> bool {
         a.path().is_ident("cfg")
             && a.meta
                 .require_list()
-                .is_ok_and(|l| l.tokens.to_string().starts_with("test"))
+                .is_ok_and(|l| l.tokens.to_string() == "test")
     })
 }
 
 /// The `use` paths of an item list, each as its segments, with whether the
 /// `use` is public (a re-export).
-fn uses(items: &[syn::Item], out: &mut Vec<(Vec<String>, bool)>) {
+fn uses(items: &[syn::Item], out: &mut Vec<(Vec<String>, bool, String)>) {
     fn flatten(
         tree: &syn::UseTree,
         prefix: &mut Vec<String>,
         public: bool,
-        out: &mut Vec<(Vec<String>, bool)>,
+        out: &mut Vec<(Vec<String>, bool, String)>,
     ) {
         match tree {
             syn::UseTree::Path(p) => {
@@ -81,14 +89,15 @@ fn uses(items: &[syn::Item], out: &mut Vec<(Vec<String>, bool)>) {
             syn::UseTree::Name(n) => {
                 let mut path = prefix.clone();
                 path.push(n.ident.to_string());
-                out.push((path, public));
+                out.push((path, public, n.ident.to_string()));
             }
+            // `use a::b as c` is seen as `c`.
             syn::UseTree::Rename(r) => {
                 let mut path = prefix.clone();
                 path.push(r.ident.to_string());
-                out.push((path, public));
+                out.push((path, public, r.rename.to_string()));
             }
-            syn::UseTree::Glob(_) => out.push((prefix.clone(), public)),
+            syn::UseTree::Glob(_) => out.push((prefix.clone(), public, String::new())),
             syn::UseTree::Group(g) => {
                 for tree in &g.items {
                     flatten(tree, prefix, public, out);
@@ -145,7 +154,7 @@ fn token_paths(tokens: TokenStream, out: &mut Vec<Vec<String>>) {
 /// What one file names: its `use` paths and the paths in its code, leaving
 /// out items under `#[cfg(test)]`.
 struct Names {
-    uses: Vec<(Vec<String>, bool)>,
+    uses: Vec<(Vec<String>, bool, String)>,
     paths: Vec<Vec<String>>,
     /// Child modules declared inline (`mod tests { .. }` aside).
     children: BTreeSet<String>,
@@ -212,17 +221,15 @@ fn children_of(files: &BTreeMap<Module, PathBuf>, parent: &Module) -> BTreeSet<S
 }
 
 /// The module graph of one crate.
-fn graph(src: &Path) -> BTreeMap<Module, BTreeSet<Module>> {
-    let files = modules(src);
+fn graph(src: &Path, root: &str) -> BTreeMap<Module, BTreeSet<Module>> {
+    let files = modules(src, root);
     let names: BTreeMap<&Module, Names> = files.iter().map(|(m, p)| (m, names(p))).collect();
     // Where each module's public re-exports lead: (module, name) -> target path.
     let mut reexports: BTreeMap<(Module, String), Vec<String>> = BTreeMap::new();
     for (module, n) in &names {
-        for (path, public) in &n.uses {
-            if *public {
-                if let Some(last) = path.last() {
-                    reexports.insert(((*module).clone(), last.clone()), path.clone());
-                }
+        for (path, public, seen_as) in &n.uses {
+            if *public && !seen_as.is_empty() {
+                reexports.insert(((*module).clone(), seen_as.clone()), path.clone());
             }
         }
     }
@@ -288,7 +295,7 @@ fn graph(src: &Path) -> BTreeMap<Module, BTreeSet<Module>> {
             .filter(|c| n.children.contains(c))
             .collect();
         let mut edges = BTreeSet::new();
-        for path in n.uses.iter().map(|(p, _)| p).chain(&n.paths) {
+        for path in n.uses.iter().map(|(p, _, _)| p).chain(&n.paths) {
             if let Some(to) = resolve(module, path, &files, &reexports, &declared, 0) {
                 edges.insert(to);
             }
@@ -390,11 +397,20 @@ fn crate_sources() -> Vec<PathBuf> {
 #[test]
 fn no_module_imports_a_module_that_imports_it_back() {
     let mut found = Vec::new();
+    let mut roots = 0;
     for src in crate_sources() {
-        for set in cycles(&graph(&src)) {
-            found.push(format!("{}: {}", src.display(), show(&set)));
+        for root in ["lib.rs", "main.rs"] {
+            if !src.join(root).is_file() {
+                continue;
+            }
+            roots += 1;
+            for set in cycles(&graph(&src, root)) {
+                found.push(format!("{}: {}", src.join(root).display(), show(&set)));
+            }
         }
     }
+    // The binary's two crates and the four library crates.
+    assert!(roots >= 6, "read only {roots} crate roots");
     assert!(found.is_empty(), "module circles:\n{}", found.join("\n"));
 }
 
@@ -425,7 +441,7 @@ fn the_check_sees_a_circle() {
         "pub struct Thing;\n#[cfg(test)]\nmod tests { use crate::b; }\n",
     )
     .expect("write");
-    let graph = graph(&dir);
+    let graph = graph(&dir, "lib.rs");
     let set = |names: &[&str]| {
         names
             .iter()

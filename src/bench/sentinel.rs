@@ -344,16 +344,16 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
                 ),
                 format!(
                     "p50 {:.0} ms, max {:.0} ms; named p50 {:.0} ms, max {:.0} ms; a replica online {}; worst against the bound {:+.0} ms",
-                    ms(percentile(&led, 0.5)),
+                    ms(percentile(&led, 50.0)),
                     ms(led.last().copied().unwrap_or_default()),
-                    ms(percentile(&named, 0.5)),
+                    ms(percentile(&named, 50.0)),
                     ms(named.last().copied().unwrap_or_default()),
                     if attached.is_empty() {
                         format!("in none of {} trials before the leader", of.len())
                     } else {
                         format!(
                             "p50 {:.0} ms ({} of {} trials before the leader)",
-                            ms(percentile(&attached, 0.5)),
+                            ms(percentile(&attached, 50.0)),
                             attached.len(),
                             of.len()
                         )

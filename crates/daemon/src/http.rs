@@ -162,10 +162,11 @@ pub async fn probe(
     if head.method != "GET" {
         return None;
     }
-    Some(match head.route() {
-        "/healthz" => Response::text(200, "ok\n"),
-        "/readyz" => readiness(store).await,
-        "/metrics" => Response::with_type(
+    // `/healthz/` and `//healthz` too, as the agent's router always took them.
+    Some(match head.route().trim_matches('/') {
+        "healthz" => Response::text(200, "ok\n"),
+        "readyz" => readiness(store).await,
+        "metrics" => Response::with_type(
             200,
             crate::metrics::CONTENT_TYPE,
             crate::metrics::render(registry),
@@ -638,6 +639,32 @@ mod tests {
         assert_eq!(parser.next_event(), None);
         parser.push(b"\n");
         assert_eq!(parser.next_event().map(|e| e.data), Some("x\ny".to_owned()));
+    }
+
+    #[tokio::test]
+    async fn the_probes_answer_get_with_or_without_slashes_and_nothing_else() {
+        // No I/O for /healthz and /metrics: the store is never asked.
+        let store = leasehold_engine::Store::connect("redis://127.0.0.1:1", "probe").unwrap();
+        let registry = crate::metrics::new_registry();
+        let head = |method: &str, path: &str| Head {
+            method: method.to_owned(),
+            path: path.to_owned(),
+            ..Head::default()
+        };
+        for path in ["/healthz", "/healthz/", "//healthz", "/healthz?x=1"] {
+            let answer = probe(&head("GET", path), &store, &registry).await;
+            assert_eq!(answer.map(|r| r.status), Some(200), "{path}");
+        }
+        let metrics = probe(&head("GET", "/metrics/"), &store, &registry).await;
+        assert_eq!(metrics.map(|r| r.status), Some(200));
+        for (method, path) in [("POST", "/healthz"), ("GET", "/other"), ("GET", "/")] {
+            assert!(
+                probe(&head(method, path), &store, &registry)
+                    .await
+                    .is_none(),
+                "{method} {path}"
+            );
+        }
     }
 
     #[test]

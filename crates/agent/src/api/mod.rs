@@ -38,7 +38,7 @@ pub(crate) async fn respond(state: Arc<State>, surface: Surface, head: Head) -> 
             "this listener (--probe-listen) serves /healthz, /readyz and /metrics only",
         );
     }
-    if method == "GET" && path == "/metrics" {
+    if method == "GET" && path.trim_matches('/') == "metrics" {
         state.metrics.update(&state.groups);
     }
     if let Some(answer) = http::probe(&head, &state.store, &state.registry).await {

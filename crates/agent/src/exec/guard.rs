@@ -16,13 +16,13 @@
 //!
 //! It is plain blocking code around `sigwait`: it runs no runtime and
 //! holds no lock, so nothing can stop it from hearing a signal.
-// unsafe_code is denied workspace-wide; `pre_exec` (code between fork and exec) needs it.
+// unsafe_code is denied workspace-wide; `pre_exec` (code between fork and
+// exec) needs it, and so does `wait_any` (see there).
 #![allow(unsafe_code)]
 
 use std::os::unix::process::CommandExt;
 
 use nix::sys::signal::{kill, killpg, SigSet, Signal};
-use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
 use super::procfs;
@@ -108,15 +108,25 @@ pub fn run(command: &[String]) -> u8 {
 
 /// Reaps every child that has exited; the command's wait status once it
 /// is among them.
-fn reap(command: Pid) -> Option<WaitStatus> {
+fn reap(command: Pid) -> Option<i32> {
     let mut command_status = None;
-    loop {
-        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-            Ok(WaitStatus::StillAlive) | Err(_) => return command_status,
-            Ok(status) if status.pid() == Some(command) => command_status = Some(status),
-            Ok(_) => {}
+    while let Some((pid, status)) = wait_any(nix::libc::WNOHANG) {
+        if pid == command.as_raw() {
+            command_status = Some(status);
         }
     }
+    command_status
+}
+
+/// `waitpid(-1, ...)`: a child that ended and its raw wait status, `None`
+/// when none has (or there is no child left). Raw, not nix's `waitpid`:
+/// that one reaps a child killed by a real-time signal and then fails to
+/// name the signal, and the guard would lose that child's end.
+fn wait_any(flags: i32) -> Option<(i32, i32)> {
+    let mut status = 0;
+    // SAFETY: a plain system call writing into a local.
+    let pid = unsafe { nix::libc::waitpid(-1, &mut status, flags) };
+    (pid > 0).then_some((pid, status))
 }
 
 /// SIGKILL to the command's process group and to every child of the
@@ -131,17 +141,19 @@ fn end_tree(pgid: Pid) {
             let _ = kill(Pid::from_raw(child.pid), Signal::SIGKILL);
         }
         // Blocks until a child dies; ECHILD: nothing left.
-        if waitpid(Pid::from_raw(-1), None).is_err() {
+        if wait_any(0).is_none() {
             return;
         }
     }
 }
 
 /// The exit code a shell would report for a wait status.
-fn exit_code(status: WaitStatus) -> u8 {
-    match status {
-        WaitStatus::Exited(_, code) => code as u8,
-        WaitStatus::Signaled(_, signal, _) => (128 + signal as i32).clamp(0, 255) as u8,
-        _ => 1,
+fn exit_code(status: i32) -> u8 {
+    if nix::libc::WIFEXITED(status) {
+        nix::libc::WEXITSTATUS(status) as u8
+    } else if nix::libc::WIFSIGNALED(status) {
+        (128 + nix::libc::WTERMSIG(status)).clamp(0, 255) as u8
+    } else {
+        1
     }
 }
