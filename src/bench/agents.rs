@@ -127,14 +127,7 @@ impl AgentProcess {
 
     /// User plus system CPU time the process has used so far.
     pub fn cpu_time(&self) -> Option<Duration> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid()?)).ok()?;
-        let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-        // After the command name: state is field 3, utime 14 and stime 15.
-        let ticks: u64 =
-            fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        // SAFETY: sysconf has no preconditions.
-        let hz = clock_ticks_per_second();
-        Some(Duration::from_micros(ticks * 1_000_000 / hz))
+        super::procfs::cpu_time(self.pid()?)
     }
 }
 
@@ -193,13 +186,4 @@ pub async fn wait_agreed(
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
-}
-
-/// The kernel's clock ticks per second, the unit of `/proc/PID/stat`'s
-/// CPU times (100 where it cannot be read).
-pub fn clock_ticks_per_second() -> u64 {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .map_or(100, |hz| hz.max(1) as u64)
 }

@@ -134,32 +134,12 @@ impl ControllerProcess {
 
     /// (resident, peak resident) in MiB.
     fn memory_mib(&self) -> (f64, f64) {
-        let status =
-            std::fs::read_to_string(format!("/proc/{}/status", self.pid)).unwrap_or_default();
-        let kib = |key: &str| {
-            status
-                .lines()
-                .find(|l| l.starts_with(key))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse::<f64>().ok())
-                .unwrap_or(0.0)
-        };
-        (kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
+        super::procfs::memory_mib(self.pid)
     }
 
     /// User + system CPU time so far.
     fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default();
-        // Fields after the command name, which is in parentheses.
-        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks: u64 = [11, 12]
-            .iter()
-            .filter_map(|&i| fields.get(i).and_then(|v| v.parse::<u64>().ok()))
-            .sum();
-        // SAFETY: sysconf has no preconditions.
-        let hz = super::agents::clock_ticks_per_second();
-        Duration::from_millis(ticks * 1000 / hz)
+        super::procfs::cpu_time(self.pid).unwrap_or_default()
     }
 
     /// A counter or gauge from its /metrics, summed over its label sets.

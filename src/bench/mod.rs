@@ -25,6 +25,7 @@ mod controller;
 mod cost;
 mod failover;
 mod messaging;
+mod procfs;
 mod replicas;
 mod report;
 mod sentinel;
