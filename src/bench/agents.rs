@@ -109,15 +109,14 @@ impl AgentProcess {
     }
 
     pub async fn get(&self, path: &str) -> anyhow::Result<(u16, String)> {
-        leasehold_daemon::http::request(self.addr, "GET", path, Duration::from_secs(2))
-            .await
-            .map_err(anyhow::Error::msg)
+        Ok(leasehold_daemon::http::request(self.addr, "GET", path, Duration::from_secs(2)).await?)
     }
 
     pub async fn post(&self, path: &str) -> anyhow::Result<(u16, String)> {
-        leasehold_daemon::http::request(self.addr, "POST", path, Duration::from_secs(2))
-            .await
-            .map_err(anyhow::Error::msg)
+        Ok(
+            leasehold_daemon::http::request(self.addr, "POST", path, Duration::from_secs(2))
+                .await?,
+        )
     }
 
     pub async fn status(&self) -> Option<Status> {

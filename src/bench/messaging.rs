@@ -228,10 +228,7 @@ async fn agent_path(
     if code != 200 {
         bail!("subscribing through the agent: {code} {body}");
     }
-    // leasehold_daemon::http reports its errors as Strings.
-    let mut stream = EventStream::open(b.addr, "/v1/inbox/events", None)
-        .await
-        .map_err(anyhow::Error::msg)?;
+    let mut stream = EventStream::open(b.addr, "/v1/inbox/events", None).await?;
     let mut rows = Vec::new();
 
     progress(&format!(
@@ -239,7 +236,7 @@ async fn agent_path(
         args.latency_messages
     ));
     let mut latencies = Vec::with_capacity(args.latency_messages as usize);
-    let mut connection = Connection::open(a.addr).await.map_err(anyhow::Error::msg)?;
+    let mut connection = Connection::open(a.addr).await?;
     for i in 0..args.latency_messages {
         let sent = Instant::now();
         publish_through(&mut connection, i..i + 1, false).await?;
@@ -326,8 +323,7 @@ async fn publish_through(
             let body = bytes::Bytes::from(i.to_string());
             let (code, answer) = connection
                 .request("POST", "/v1/publish?topic=bench.http", body)
-                .await
-                .map_err(anyhow::Error::msg)?;
+                .await?;
             if code != 200 {
                 bail!("publish through the agent: {code} {answer}");
             }
@@ -340,8 +336,7 @@ async fn publish_through(
     let body = serde_json::json!({ "messages": messages }).to_string();
     let (code, answer) = connection
         .request("POST", "/v1/publish/batch", bytes::Bytes::from(body))
-        .await
-        .map_err(anyhow::Error::msg)?;
+        .await?;
     if code != 200 || !answer.contains("\"failed\":0") {
         bail!("batch publish through the agent: {code} {answer}");
     }
@@ -368,7 +363,7 @@ async fn agent_throughput(
     let mut senders = tokio::task::JoinSet::new();
     for w in 0..workers {
         senders.spawn(async move {
-            let mut connection = Connection::open(addr).await.map_err(anyhow::Error::msg)?;
+            let mut connection = Connection::open(addr).await?;
             // Worker w sends the requests w, w + workers, ... of `batch`
             // messages each.
             let mut first = w * batch;
