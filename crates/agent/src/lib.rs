@@ -370,7 +370,7 @@ impl Agent {
             let (mailbox, id, events) = (mailbox.clone(), settings.node_id.clone(), node.events());
             tokio::spawn(async move { mailbox.follow(&id, events).await })
         };
-        let state = Arc::new(api::State {
+        let state = Arc::new(api::AgentState {
             node: node.clone(),
             mailbox,
             node_id: settings.node_id.clone(),
@@ -497,7 +497,7 @@ impl Agent {
     /// Serves the API (and the probes on their own listener) until the
     /// returned sender says stop.
     fn serve(
-        state: Arc<api::State>,
+        state: Arc<api::AgentState>,
         listener: tokio::net::TcpListener,
         probe_listener: Option<tokio::net::TcpListener>,
     ) -> (tokio::task::JoinSet<()>, tokio::sync::watch::Sender<bool>) {
@@ -507,16 +507,15 @@ impl Agent {
         };
         let mut servers = tokio::task::JoinSet::new();
         if let Some(probe_listener) = probe_listener {
-            let state = state.clone();
             servers.spawn(http::serve(
                 probe_listener,
-                move |head| api::respond(state.clone(), api::Surface::Probes, head),
+                api::router(state.clone(), api::Surface::Probes),
                 stopped(server_stopped.clone()),
             ));
         }
         servers.spawn(http::serve(
             listener,
-            move |head| api::respond(state.clone(), api::Surface::Api, head),
+            api::router(state, api::Surface::Api),
             stopped(server_stopped),
         ));
         (servers, stop_server)

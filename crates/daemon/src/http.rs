@@ -14,10 +14,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::http::header::CONTENT_TYPE;
+use axum::http::Uri;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
 use bytes::Bytes;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited, StreamBody};
-use hyper::body::Frame;
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
@@ -25,163 +28,110 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
+use tower::ServiceExt;
 
 use crate::config::{
     HTTP_ACCEPT_BACKOFF, HTTP_BODY_TIMEOUT, HTTP_HEADER_TIMEOUT, HTTP_MAX_BODY,
     HTTP_MAX_CONNECTIONS,
 };
 
-/// A response: status code, content type, body.
-pub struct Response {
-    pub status: u16,
-    pub content_type: &'static str,
-    pub body: Body,
-    /// Extra headers (e.g. `Cache-Control` on an event stream).
-    pub headers: Vec<(&'static str, &'static str)>,
+/// What a handler answers: axum's response, so handlers return anything
+/// that is [`IntoResponse`].
+pub use axum::http::StatusCode;
+pub use axum::response::Response;
+
+/// A refusal: `{"error": TEXT, ...}` with its status, the one shape every
+/// error of the agent's API and of this server has. Extra fields (`size`,
+/// `max`, `index`) name the limit or the value at fault.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refusal {
+    pub status: StatusCode,
+    pub body: serde_json::Value,
 }
 
-/// A whole body, or one written as it is produced: each chunk the sender
-/// sends is written when the client can take it, so a slow reader holds
-/// back the producer (the channel is its only buffer) instead of growing
-/// one here. Dropping the sender ends the body.
-pub enum Body {
-    Full(Bytes),
-    Stream(tokio::sync::mpsc::Receiver<Bytes>),
-}
-
-impl Response {
-    pub fn text(status: u16, body: impl Into<String>) -> Self {
-        Self::with_type(status, "text/plain; charset=utf-8", body)
-    }
-
-    pub fn json(status: u16, body: impl Into<String>) -> Self {
-        Self::with_type(status, "application/json", body)
-    }
-
-    pub fn with_type(status: u16, content_type: &'static str, body: impl Into<String>) -> Self {
+impl Refusal {
+    /// `status` must be a valid code (100-999); an invalid one is a 500.
+    pub fn new(status: u16, text: impl Into<String>) -> Self {
         Self {
-            status,
-            content_type,
-            body: Body::Full(Bytes::from(body.into())),
-            headers: Vec::new(),
+            status: StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            body: serde_json::json!({ "error": text.into() }),
         }
     }
 
-    /// A 200 whose body is what `chunks` yields until its sender is dropped.
-    pub fn stream(content_type: &'static str, chunks: tokio::sync::mpsc::Receiver<Bytes>) -> Self {
-        Self {
-            status: 200,
-            content_type,
-            body: Body::Stream(chunks),
-            headers: Vec::new(),
-        }
-    }
-
-    pub fn header(mut self, name: &'static str, value: &'static str) -> Self {
-        self.headers.push((name, value));
+    /// The refusal with one more field in its body.
+    pub fn with(mut self, key: &str, value: impl Into<serde_json::Value>) -> Self {
+        self.body[key] = value.into();
         self
     }
 
-    /// The body as text, for a whole body (tests, and errors logged).
-    pub fn text_body(&self) -> Option<String> {
-        match &self.body {
-            Body::Full(bytes) => Some(String::from_utf8_lossy(bytes).into_owned()),
-            Body::Stream(_) => None,
-        }
-    }
-
-    fn into_hyper(self) -> hyper::Response<BoxBody<Bytes, Infallible>> {
-        let body = match self.body {
-            Body::Full(bytes) => Full::new(bytes).boxed(),
-            Body::Stream(rx) => {
-                let frames = futures::stream::unfold(rx, |mut rx| async move {
-                    let chunk = rx.recv().await?;
-                    Some((Ok::<_, Infallible>(Frame::data(chunk)), rx))
-                });
-                StreamBody::new(frames).boxed()
-            }
-        };
-        let mut response = hyper::Response::new(body);
-        *response.status_mut() = hyper::StatusCode::from_u16(self.status)
-            .unwrap_or(hyper::StatusCode::INTERNAL_SERVER_ERROR);
-        let headers = response.headers_mut();
-        headers.insert(
-            hyper::header::CONTENT_TYPE,
-            hyper::header::HeaderValue::from_static(self.content_type),
-        );
-        for (name, value) in self.headers {
-            headers.insert(name, hyper::header::HeaderValue::from_static(value));
-        }
-        response
+    pub fn text(&self) -> &str {
+        self.body["error"].as_str().unwrap_or_default()
     }
 }
 
-/// What a handler is told of a request.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Head {
-    pub method: String,
-    /// Path and query.
-    pub path: String,
-    /// The `Origin` header. Browsers send it with every cross-origin
-    /// request (and with same-origin POSTs); command-line clients and
-    /// sidecars do not. An endpoint that changes something refuses a request
-    /// that has one, so no web page can make a browser trigger it.
-    pub origin: Option<String>,
-    /// The `Last-Event-ID` header: where an event-stream client that
-    /// reconnects left off.
-    pub last_event_id: Option<String>,
-    /// The request body, read whole before the handler runs, at most
-    /// [`HTTP_MAX_BODY`] bytes.
-    pub body: Bytes,
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        json(self.status, &self.body)
+    }
 }
 
-impl Head {
-    /// The value of query parameter `name`, percent-decoded.
-    pub fn query(&self, name: &str) -> Option<String> {
-        // `%XX` escapes and `+` (a space) decoded; an invalid escape is kept
-        // as it is, and bytes that are not UTF-8 become U+FFFD.
-        let query = self.path.split_once('?')?.1;
-        form_urlencoded::parse(query.as_bytes())
-            .find_map(|(key, value)| (key == name).then(|| value.into_owned()))
-    }
+/// A JSON answer, one line ending in a newline (as `curl` users expect).
+pub fn json(status: StatusCode, value: &impl serde::Serialize) -> Response {
+    let mut body = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+    body.push(b'\n');
+    (status, [(CONTENT_TYPE, "application/json")], body).into_response()
+}
 
-    /// The path without its query.
-    pub fn route(&self) -> &str {
-        self.path.split('?').next().unwrap_or_default()
-    }
+/// A plain-text answer.
+pub fn text(status: StatusCode, body: impl Into<String>) -> Response {
+    (
+        status,
+        [(CONTENT_TYPE, "text/plain; charset=utf-8")],
+        body.into(),
+    )
+        .into_response()
 }
 
 /// The probe endpoints both daemons serve, on `GET` only: `/healthz`,
-/// `/readyz` (the store answers) and `/metrics`. `None` for anything else,
-/// which each daemon answers its own way.
-pub async fn probe(
-    head: &Head,
-    store: &leasehold_engine::Store,
-    registry: &prometheus_client::registry::Registry,
-) -> Option<Response> {
-    if head.method != "GET" {
-        return None;
-    }
-    // `/healthz/` and `//healthz` too, as the agent's router always took them.
-    Some(match head.route().trim_matches('/') {
-        "healthz" => Response::text(200, "ok\n"),
-        "readyz" => readiness(store).await,
-        "metrics" => Response::with_type(
-            200,
-            crate::metrics::CONTENT_TYPE,
-            crate::metrics::render(registry),
-        ),
-        _ => return None,
-    })
+/// `/readyz` (the store answers) and `/metrics`, rendered after `refresh`
+/// (the agent sets its per-group gauges there, from the local lease views).
+pub fn probes(
+    store: leasehold_engine::Store,
+    registry: Arc<prometheus_client::registry::Registry>,
+    refresh: impl Fn() + Clone + Send + Sync + 'static,
+) -> Router {
+    let metrics = move || {
+        refresh();
+        let body = crate::metrics::render(&registry);
+        std::future::ready(([(CONTENT_TYPE, crate::metrics::CONTENT_TYPE)], body))
+    };
+    Router::new()
+        .route(
+            "/healthz",
+            get(|| async { text(StatusCode::OK, "ok\n") }).fallback(use_get),
+        )
+        .route(
+            "/readyz",
+            get(move || readiness(store.clone())).fallback(use_get),
+        )
+        .route("/metrics", get(metrics).fallback(use_get))
+}
+
+/// The 405 of a path served on `GET` only.
+pub async fn use_get() -> Refusal {
+    Refusal::new(405, "use GET")
 }
 
 /// `/readyz` of a process whose work needs Redis: ready while Redis answers
 /// a PING within a second.
-pub async fn readiness(store: &leasehold_engine::Store) -> Response {
+pub async fn readiness(store: leasehold_engine::Store) -> Response {
     match tokio::time::timeout(Duration::from_secs(1), store.ping()).await {
-        Ok(Ok(())) => Response::text(200, "ready\n"),
-        Ok(Err(e)) => Response::text(503, format!("{e}\n")),
-        Err(_) => Response::text(503, "redis did not answer a PING within 1s\n"),
+        Ok(Ok(())) => text(StatusCode::OK, "ready\n"),
+        Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
+        Err(_) => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "redis did not answer a PING within 1s\n",
+        ),
     }
 }
 
@@ -192,15 +142,12 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::error::StartEr
         .map_err(|source| crate::error::StartError::Listen { addr, source })
 }
 
-/// Serves `handler(head)` on `listener` until `stop`
-/// resolves; then the connections still open are closed and it returns, so
-/// nothing of the server outlives its owner.
-pub async fn serve<H, F>(listener: TcpListener, handler: H, stop: impl Future<Output = ()>)
-where
-    H: Fn(Head) -> F + Send + Sync + 'static,
-    F: Future<Output = Response> + Send + 'static,
-{
-    let handler = Arc::new(handler);
+/// Serves `app` on `listener` until `stop` resolves; then the connections
+/// still open are closed and it returns, so nothing of the server outlives
+/// its owner. The accept loop is this module's own, not `axum::serve`, for
+/// the bounds above; the router sees each request with its body read whole
+/// and its path's extra slashes trimmed (`/healthz/` is `/healthz`).
+pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output = ()>) {
     // A permit per open connection: past the cap, new clients wait in the
     // kernel's backlog instead of costing memory here.
     let permits = Arc::new(Semaphore::new(HTTP_MAX_CONNECTIONS));
@@ -228,39 +175,22 @@ where
             },
         };
         while connections.try_join_next().is_some() {}
-        let handler = handler.clone();
+        let app = app.clone();
         connections.spawn(async move {
             let _permit = permit;
             let service = service_fn(move |request: hyper::Request<Incoming>| {
-                let handler = handler.clone();
+                let app = app.clone();
                 async move {
-                    let (parts, body) = request.into_parts();
-                    let header = |name| {
-                        parts
-                            .headers
-                            .get(name)
-                            .map(|v: &hyper::header::HeaderValue| {
-                                String::from_utf8_lossy(v.as_bytes()).into_owned()
-                            })
-                    };
-                    let origin = header(hyper::header::ORIGIN);
-                    let last_event_id =
-                        header(hyper::header::HeaderName::from_static("last-event-id"));
+                    let (mut parts, body) = request.into_parts();
                     let body = match read_body(body).await {
                         Ok(body) => body,
-                        Err(refused) => return Ok::<_, Infallible>(refused.into_hyper()),
+                        Err(refused) => return Ok::<_, Infallible>(refused.into_response()),
                     };
-                    let head = Head {
-                        method: parts.method.as_str().to_owned(),
-                        path: parts
-                            .uri
-                            .path_and_query()
-                            .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
-                        origin,
-                        last_event_id,
-                        body,
-                    };
-                    Ok::<_, Infallible>(handler(head).await.into_hyper())
+                    if let Some(uri) = trimmed(&parts.uri) {
+                        parts.uri = uri;
+                    }
+                    let request = hyper::Request::from_parts(parts, axum::body::Body::from(body));
+                    app.oneshot(request).await
                 }
             });
             let connection = http1::Builder::new()
@@ -280,21 +210,36 @@ where
     connections.shutdown().await;
 }
 
-/// The whole request body, or the answer that refuses it: 413 past
-/// [`HTTP_MAX_BODY`], 408 when it does not arrive within [`HTTP_BODY_TIMEOUT`].
-async fn read_body(body: Incoming) -> Result<Bytes, Response> {
+/// The URI with the path's leading and trailing slashes made one leading
+/// slash, when there were more; `None` when it is already so.
+fn trimmed(uri: &Uri) -> Option<Uri> {
+    let path = uri.path();
+    let inner = path.trim_matches('/');
+    if path.len() == inner.len() + 1 || path == "/" {
+        return None;
+    }
+    let with_query = match uri.query() {
+        Some(query) => format!("/{inner}?{query}"),
+        None => format!("/{inner}"),
+    };
+    with_query.parse().ok()
+}
+
+/// The whole request body, or the refusal: 413 past [`HTTP_MAX_BODY`], 408
+/// when it does not arrive within [`HTTP_BODY_TIMEOUT`].
+async fn read_body(body: Incoming) -> Result<Bytes, Refusal> {
     let limited = Limited::new(body, HTTP_MAX_BODY);
     match tokio::time::timeout(HTTP_BODY_TIMEOUT, limited.collect()).await {
         Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(error_json(
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(Refusal::new(
             413,
             format!("the request body is over {HTTP_MAX_BODY} bytes, the most this server reads"),
         )),
-        Ok(Err(e)) => Err(error_json(
+        Ok(Err(e)) => Err(Refusal::new(
             400,
             format!("reading the request body failed: {e}"),
         )),
-        Err(_) => Err(error_json(
+        Err(_) => Err(Refusal::new(
             408,
             format!(
                 "the request body did not arrive within {} s",
@@ -302,14 +247,6 @@ async fn read_body(body: Incoming) -> Result<Bytes, Response> {
             ),
         )),
     }
-}
-
-/// `{"error": TEXT}`: how every refusal of the agent's API reads.
-pub fn error_json(status: u16, text: impl Into<String>) -> Response {
-    Response::json(
-        status,
-        serde_json::json!({ "error": text.into() }).to_string(),
-    )
 }
 
 /// Why a client's request got no answer; its text names the request.
@@ -645,39 +582,38 @@ mod tests {
     async fn the_probes_answer_get_with_or_without_slashes_and_nothing_else() {
         // No I/O for /healthz and /metrics: the store is never asked.
         let store = leasehold_engine::Store::connect("redis://127.0.0.1:1", "probe").unwrap();
-        let registry = crate::metrics::new_registry();
-        let head = |method: &str, path: &str| Head {
-            method: method.to_owned(),
-            path: path.to_owned(),
-            ..Head::default()
+        let app = probes(store, Arc::new(crate::metrics::new_registry()), || ());
+        let status = |method: &str, path: &str| {
+            let uri: Uri = path.parse().unwrap();
+            let request = hyper::Request::builder()
+                .method(method)
+                .uri(trimmed(&uri).unwrap_or(uri))
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let app = app.clone();
+            async move { app.oneshot(request).await.unwrap().status().as_u16() }
         };
-        for path in ["/healthz", "/healthz/", "//healthz", "/healthz?x=1"] {
-            let answer = probe(&head("GET", path), &store, &registry).await;
-            assert_eq!(answer.map(|r| r.status), Some(200), "{path}");
+        for path in [
+            "/healthz",
+            "/healthz/",
+            "//healthz",
+            "/healthz?x=1",
+            "/metrics/",
+        ] {
+            assert_eq!(status("GET", path).await, 200, "{path}");
         }
-        let metrics = probe(&head("GET", "/metrics/"), &store, &registry).await;
-        assert_eq!(metrics.map(|r| r.status), Some(200));
-        for (method, path) in [("POST", "/healthz"), ("GET", "/other"), ("GET", "/")] {
-            assert!(
-                probe(&head(method, path), &store, &registry)
-                    .await
-                    .is_none(),
-                "{method} {path}"
-            );
+        assert_eq!(status("POST", "/healthz").await, 405);
+        for path in ["/other", "/"] {
+            assert_eq!(status("GET", path).await, 404, "{path}");
         }
     }
 
     #[test]
-    fn query_values_are_percent_decoded_and_bad_escapes_kept() {
-        let head = |path: &str| Head {
-            path: path.to_owned(),
-            ..Head::default()
-        };
-        assert_eq!(head("/x?a=a%2Fb%3E").query("a").as_deref(), Some("a/b>"));
-        // Not an escape: kept, with `+` a space as everywhere in a query.
-        assert_eq!(head("/x?a=%+1x&b").query("a").as_deref(), Some("% 1x"));
-        assert_eq!(head("/x?b=1&a=a+b%").query("a").as_deref(), Some("a b%"));
-        assert_eq!(head("/x?b").query("b").as_deref(), Some(""));
-        assert_eq!(head("/x?b=1").query("a"), None);
+    fn extra_slashes_are_trimmed_and_the_query_kept() {
+        let trim = |path: &str| trimmed(&path.parse().unwrap()).map(|u| u.to_string());
+        assert_eq!(trim("/v1/status"), None);
+        assert_eq!(trim("/"), None);
+        assert_eq!(trim("//v1/status/?a=%2F"), Some("/v1/status?a=%2F".into()));
+        assert_eq!(trim("/healthz/"), Some("/healthz".into()));
     }
 }

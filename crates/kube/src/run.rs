@@ -28,7 +28,7 @@ use crate::reconcile::{error_policy, reconcile, Context};
 use crate::selector;
 use leasehold_daemon::election_args::election_config;
 use leasehold_daemon::error::{FlagError, StartError};
-use leasehold_daemon::http::{self, Response};
+use leasehold_daemon::http;
 use leasehold_daemon::metrics::{self, EngineMetrics};
 use leasehold_daemon::names::NamespacedName;
 use leasehold_daemon::redis_settings::SettingsWatch;
@@ -341,16 +341,9 @@ async fn probe_server(
     registry: Arc<prometheus_client::registry::Registry>,
     stop: impl Future<Output = ()>,
 ) {
-    let handler = move |head: http::Head| {
-        let store = store.clone();
-        let registry = registry.clone();
-        async move {
-            http::probe(&head, &store, &registry)
-                .await
-                .unwrap_or_else(|| Response::text(404, "not found\n"))
-        }
-    };
-    http::serve(listener, handler, stop).await
+    let app = http::probes(store, registry, || ())
+        .fallback(|| async { http::text(http::StatusCode::NOT_FOUND, "not found\n") });
+    http::serve(listener, app, stop).await
 }
 
 /// How long after a group's deletion its role labels are looked at once

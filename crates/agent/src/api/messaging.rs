@@ -4,15 +4,21 @@
 //! publish takes the request body as the payload, raw bytes; a batch and
 //! every read carry payloads in JSON as [`crate::payload`] spells them.
 
+use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
 use bytes::Bytes;
-use leasehold_daemon::http::{Head, Response};
-use leasehold_engine::{Error, Outbound, Overflow, PublishOptions, Retain, To};
-use serde::Deserialize;
+use futures::stream::{self, Stream, StreamExt};
+use leasehold_daemon::http::{json, Refusal, Response, StatusCode};
+use leasehold_engine::{Error, Outbound, Overflow, PublishOptions, Published, Retain, To};
+use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::state::{error, json, State};
+use super::state::{AgentState, Params};
 use crate::config::{
     BATCH_MAX_MESSAGES, EVENT_STREAM_BATCH, EVENT_STREAM_CHUNK_BYTES, EVENT_STREAM_KEEPALIVE,
     LONG_POLL_DEFAULT_MAX, LONG_POLL_DEFAULT_WAIT_MS, LONG_POLL_MAX_BYTES, LONG_POLL_MAX_ITEMS,
@@ -22,41 +28,41 @@ use crate::invalid::Invalid;
 use crate::mailbox::{Cursor, Item, Read};
 use crate::payload;
 
-/// The answer for an engine error: the status says whose fault it is, the
+/// The refusal of an engine error: the status says whose fault it is, the
 /// body names the limit or the value at fault.
-fn refused(e: Error) -> Response {
-    let (status, body) = refusal(&e);
-    json(status, &body)
-}
-
-fn refusal(e: &Error) -> (u16, serde_json::Value) {
+fn refusal(e: &Error) -> Refusal {
     let text = e.to_string();
     match e {
-        Error::DataTooLarge { size, max } => {
-            (413, json!({ "error": text, "size": size, "max": max }))
-        }
+        Error::DataTooLarge { size, max } => Refusal::new(413, text)
+            .with("size", *size)
+            .with("max", *max),
         Error::InBatch { index, source } => {
-            let (status, mut body) = refusal(source);
-            body["error"] = json!(format!("messages[{index}]: {source}"));
-            body["index"] = json!(index);
-            (status, body)
+            let mut inner = refusal(source);
+            inner.body["error"] = json!(format!("messages[{index}]: {source}"));
+            inner.with("index", *index)
         }
-        Error::InboxFull(_) => (429, json!({ "error": text })),
-        Error::NodeNotRegistered(_) => (404, json!({ "error": text })),
-        Error::Topic(_) | Error::Config(_) => (400, json!({ "error": text })),
+        Error::InboxFull(_) => Refusal::new(429, text),
+        Error::NodeNotRegistered(_) => Refusal::new(404, text),
+        Error::Topic(_) | Error::Config(_) => Refusal::new(400, text),
         // Redis did not answer, or this node was displaced.
-        _ => (503, json!({ "error": text })),
+        _ => Refusal::new(503, text),
     }
 }
 
 /// A whole-number query parameter within `min..=max`, or the 400 that names it.
-fn number(head: &Head, name: &str, default: u64, min: u64, max: u64) -> Result<u64, Response> {
-    let Some(text) = head.query(name) else {
+fn number(
+    name: &str,
+    text: Option<&str>,
+    default: u64,
+    min: u64,
+    max: u64,
+) -> Result<u64, Refusal> {
+    let Some(text) = text else {
         return Ok(default);
     };
     match text.parse::<u64>() {
         Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(error(
+        _ => Err(Refusal::new(
             400,
             format!(
                 "{name} = {text:?} is out of range: it must be a whole number from {min} to {max}"
@@ -65,9 +71,9 @@ fn number(head: &Head, name: &str, default: u64, min: u64, max: u64) -> Result<u
     }
 }
 
-fn required(head: &Head, name: &str, what: &str) -> Result<String, Response> {
-    head.query(name).filter(|v| !v.is_empty()).ok_or_else(|| {
-        error(
+fn required(value: Option<String>, name: &str, what: &str) -> Result<String, Refusal> {
+    value.filter(|v| !v.is_empty()).ok_or_else(|| {
+        Refusal::new(
             400,
             format!("the query parameter {name} (the {what}) is missing"),
         )
@@ -108,49 +114,67 @@ fn options_from(
     Ok(PublishOptions { retain, overflow })
 }
 
-fn options(head: &Head) -> Result<PublishOptions, Response> {
-    let retain = match head.query("retain").as_deref() {
-        None | Some("false") => false,
-        Some("true") => true,
-        Some(other) => {
-            return Err(error(
-                400,
-                format!("retain = {other:?} is invalid: it must be true or false"),
-            ))
+/// The query of `POST /v1/publish`.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct PublishQuery {
+    topic: Option<String>,
+    retain: Option<String>,
+    retain_ttl_ms: Option<String>,
+    overflow: Option<String>,
+}
+
+impl PublishQuery {
+    fn options(&self) -> Result<PublishOptions, Refusal> {
+        let retain = match self.retain.as_deref() {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => {
+                return Err(Refusal::new(
+                    400,
+                    format!("retain = {other:?} is invalid: it must be true or false"),
+                ))
+            }
+        };
+        let max_ttl = leasehold_engine::config::MAX_RETAIN_MS;
+        let ttl = match self.retain_ttl_ms.as_deref() {
+            None => None,
+            text => Some(number("retainTtlMs", text, 0, 1, max_ttl)?),
+        };
+        options_from("", "retain=true", retain, ttl, self.overflow.as_deref())
+            .map_err(|e| Refusal::new(400, e.0))
+    }
+}
+
+/// What a publish or a send answers.
+#[derive(Serialize)]
+struct Sent {
+    id: u64,
+    reached: u64,
+}
+
+impl From<Published> for Sent {
+    fn from(p: Published) -> Self {
+        Self {
+            id: p.id,
+            reached: p.reached,
         }
-    };
-    let ttl = match head.query("retainTtlMs") {
-        None => None,
-        Some(_) => Some(number(
-            head,
-            "retainTtlMs",
-            0,
-            1,
-            leasehold_engine::config::MAX_RETAIN_MS,
-        )?),
-    };
-    options_from(
-        "",
-        "retain=true",
-        retain,
-        ttl,
-        head.query("overflow").as_deref(),
-    )
-    .map_err(|e| error(400, e.0))
+    }
 }
 
 /// `POST /v1/publish?topic=T[&retain=true[&retainTtlMs=N]][&overflow=refuse]`.
-pub(crate) async fn publish(state: &State, head: &Head) -> Response {
-    let (topic, options) = match required(head, "topic", "topic to publish to")
-        .and_then(|t| Ok((t, options(head)?)))
-    {
-        Ok(v) => v,
-        Err(response) => return response,
-    };
-    match state.node.publish_with(&topic, &head.body, options).await {
-        Ok(p) => json(200, &json!({ "id": p.id, "reached": p.reached })),
-        Err(e) => refused(e),
-    }
+pub(super) async fn publish(
+    State(state): State<Arc<AgentState>>,
+    Params(query): Params<PublishQuery>,
+    body: Bytes,
+) -> Result<Response, Refusal> {
+    let topic = required(query.topic.clone(), "topic", "topic to publish to")?;
+    let options = query.options()?;
+    let published = state.node.publish_with(&topic, &body, options).await;
+    Ok(json(
+        StatusCode::OK,
+        &Sent::from(published.map_err(|e| refusal(&e))?),
+    ))
 }
 
 /// The body of `POST /v1/publish/batch`.
@@ -221,24 +245,24 @@ impl BatchMessage {
 /// message was published, so that retry middleware which resends on 429
 /// or 503 does not publish the others twice; when none was, it is the
 /// first failure's, and resending is as safe as for one publish.
-pub(crate) async fn publish_batch(state: &State, head: &Head) -> Response {
-    let batch: Batch = match serde_json::from_slice(&head.body) {
-        Ok(batch) => batch,
-        Err(e) => {
-            return error(
-                400,
-                format!("the body is not a batch ({{\"messages\": [...]}}): {e}"),
-            )
-        }
-    };
+pub(super) async fn publish_batch(
+    State(state): State<Arc<AgentState>>,
+    body: Bytes,
+) -> Result<Response, Refusal> {
+    let batch: Batch = serde_json::from_slice(&body).map_err(|e| {
+        Refusal::new(
+            400,
+            format!("the body is not a batch ({{\"messages\": [...]}}): {e}"),
+        )
+    })?;
     if batch.messages.len() > BATCH_MAX_MESSAGES {
-        return error(
+        return Err(Refusal::new(
             400,
             format!(
                 "messages has {} entries: a batch holds at most {BATCH_MAX_MESSAGES}",
                 batch.messages.len()
             ),
-        );
+        ));
     }
     let mut outbound = Vec::with_capacity(batch.messages.len());
     for (index, m) in batch.messages.into_iter().enumerate() {
@@ -246,15 +270,14 @@ pub(crate) async fn publish_batch(state: &State, head: &Head) -> Response {
         let checked = serde_json::from_value::<BatchMessage>(m)
             .map_err(|e| Invalid(format!("{at}: {e}")))
             .and_then(|m| m.outbound(&at));
-        match checked {
-            Ok(o) => outbound.push(o),
-            Err(Invalid(text)) => return json(400, &json!({ "error": text, "index": index })),
-        }
+        outbound
+            .push(checked.map_err(|Invalid(text)| Refusal::new(400, text).with("index", index))?);
     }
-    let results = match state.node.publish_all(outbound).await {
-        Ok(results) => results,
-        Err(e) => return refused(e),
-    };
+    let results = state
+        .node
+        .publish_all(outbound)
+        .await
+        .map_err(|e| refusal(&e))?;
     let total = results.len();
     let mut first_failure = None;
     let mut failed = 0;
@@ -262,104 +285,137 @@ pub(crate) async fn publish_batch(state: &State, head: &Head) -> Response {
         .into_iter()
         .enumerate()
         .map(|(index, r)| match r {
-            Ok(p) => json!({ "id": p.id, "reached": p.reached }),
+            Ok(p) => json!(Sent::from(p)),
             Err(e) => {
                 failed += 1;
-                let (status, mut body) = refusal(&e);
-                body["status"] = json!(status);
+                let refused = refusal(&e);
+                let status = refused.status;
                 first_failure.get_or_insert((status, index, e.to_string()));
-                body
+                refused.with("status", status.as_u16()).body
             }
         })
         .collect();
-    match first_failure {
-        None => json(200, &json!({ "results": results, "failed": 0 })),
-        Some((status, index, text)) => json(
-            if failed < total { 200 } else { status },
-            &json!({
-                "error": format!(
-                    "{failed} of {total} messages failed; the first, messages[{index}]: {text}"
-                ),
-                "failed": failed,
-                "results": results,
-            }),
-        ),
-    }
+    let Some((status, index, text)) = first_failure else {
+        return Ok(json(
+            StatusCode::OK,
+            &json!({ "results": results, "failed": 0 }),
+        ));
+    };
+    let status = if failed < total {
+        StatusCode::OK
+    } else {
+        status
+    };
+    let error =
+        format!("{failed} of {total} messages failed; the first, messages[{index}]: {text}");
+    Ok(json(
+        status,
+        &json!({ "error": error, "failed": failed, "results": results }),
+    ))
+}
+
+/// The query of `POST /v1/send`.
+#[derive(Deserialize)]
+pub(super) struct SendQuery {
+    node: Option<String>,
 }
 
 /// `POST /v1/send?node=NODE`: to one live node's inbox.
-pub(crate) async fn send(state: &State, head: &Head) -> Response {
-    let node = match required(head, "node", "id of the node to send to") {
-        Ok(n) => n,
-        Err(response) => return response,
-    };
-    match state.node.send(&node, &head.body).await {
-        Ok(p) => json(200, &json!({ "id": p.id, "reached": p.reached })),
-        Err(e) => refused(e),
-    }
+pub(super) async fn send(
+    State(state): State<Arc<AgentState>>,
+    Params(query): Params<SendQuery>,
+    body: Bytes,
+) -> Result<Response, Refusal> {
+    let node = required(query.node, "node", "id of the node to send to")?;
+    let sent = state
+        .node
+        .send(&node, &body)
+        .await
+        .map_err(|e| refusal(&e))?;
+    Ok(json(StatusCode::OK, &Sent::from(sent)))
 }
 
-pub(crate) fn subscriptions(state: &State) -> Response {
-    json(200, &json!({ "subscriptions": state.node.subscriptions() }))
+/// The subscriptions of this node.
+#[derive(Serialize)]
+struct Subscriptions {
+    subscriptions: Vec<String>,
 }
 
-/// `POST` (subscribe) or `DELETE` (unsubscribe) `/v1/subscriptions?pattern=P`.
-/// Kept by the node across its recoveries, as every subscription is.
-pub(crate) async fn subscribe(state: &State, head: &Head, on: bool) -> Response {
-    let pattern = match required(head, "pattern", "topic or pattern") {
-        Ok(p) => p,
-        Err(response) => return response,
-    };
-    let result = if on {
-        state.node.subscribe(&pattern).await
-    } else {
-        state.node.unsubscribe(&pattern).await
-    };
-    match result {
-        Ok(()) => subscriptions(state),
-        Err(e) => refused(e),
-    }
+pub(super) async fn subscriptions(State(state): State<Arc<AgentState>>) -> Response {
+    let subscriptions = state.node.subscriptions();
+    json(StatusCode::OK, &Subscriptions { subscriptions })
 }
 
-fn start(state: &State, text: Option<&str>) -> Result<Cursor, Response> {
-    state.mailbox.cursor(text).map_err(|e| error(400, e.0))
+/// The query of `/v1/subscriptions`.
+#[derive(Deserialize)]
+pub(super) struct PatternQuery {
+    pattern: Option<String>,
+}
+
+/// `POST /v1/subscriptions?pattern=P`. Kept by the node across its
+/// recoveries, as every subscription is.
+pub(super) async fn subscribe(
+    State(state): State<Arc<AgentState>>,
+    Params(query): Params<PatternQuery>,
+) -> Result<Response, Refusal> {
+    let pattern = required(query.pattern, "pattern", "topic or pattern")?;
+    state
+        .node
+        .subscribe(&pattern)
+        .await
+        .map_err(|e| refusal(&e))?;
+    Ok(subscriptions(State(state)).await)
+}
+
+/// `DELETE /v1/subscriptions?pattern=P`.
+pub(super) async fn unsubscribe(
+    State(state): State<Arc<AgentState>>,
+    Params(query): Params<PatternQuery>,
+) -> Result<Response, Refusal> {
+    let pattern = required(query.pattern, "pattern", "topic or pattern")?;
+    state
+        .node
+        .unsubscribe(&pattern)
+        .await
+        .map_err(|e| refusal(&e))?;
+    Ok(subscriptions(State(state)).await)
+}
+
+/// The query of `GET /v1/inbox` (and `after` of the event stream).
+#[derive(Deserialize)]
+pub(super) struct InboxQuery {
+    after: Option<String>,
+    wait: Option<String>,
+    max: Option<String>,
 }
 
 /// `GET /v1/inbox[?after=CURSOR][&wait=MS][&max=N]`: the items after the
 /// cursor, waiting up to `wait` for the first. Answers
 /// `{"items": [...], "cursor": C, "missed": N}`; pass `cursor` back as
 /// `after` for what follows.
-pub(crate) async fn long_poll(state: &State, head: &Head) -> Response {
-    let parsed = (|| {
-        let cursor = start(state, head.query("after").as_deref())?;
-        let wait = number(
-            head,
-            "wait",
-            LONG_POLL_DEFAULT_WAIT_MS,
-            0,
-            LONG_POLL_MAX_WAIT_MS,
-        )?;
-        let max = number(
-            head,
-            "max",
-            LONG_POLL_DEFAULT_MAX as u64,
-            1,
-            LONG_POLL_MAX_ITEMS as u64,
-        )?;
-        Ok::<_, Response>((cursor, wait, max as usize))
-    })();
-    let (cursor, wait, max) = match parsed {
-        Ok(v) => v,
-        Err(response) => return response,
-    };
+pub(super) async fn long_poll(
+    State(state): State<Arc<AgentState>>,
+    Params(query): Params<InboxQuery>,
+) -> Result<Response, Refusal> {
+    let cursor = start(&state, query.after.as_deref())?;
+    let wait = number(
+        "wait",
+        query.wait.as_deref(),
+        LONG_POLL_DEFAULT_WAIT_MS,
+        0,
+        LONG_POLL_MAX_WAIT_MS,
+    )?;
+    let max = number(
+        "max",
+        query.max.as_deref(),
+        LONG_POLL_DEFAULT_MAX as u64,
+        1,
+        LONG_POLL_MAX_ITEMS as u64,
+    )?;
+    let wait = Duration::from_millis(wait);
     let Read { items, missed } = state
         .mailbox
-        .read(
-            cursor,
-            max,
-            LONG_POLL_MAX_BYTES,
-            Duration::from_millis(wait),
-        )
+        .read(cursor, max as usize, LONG_POLL_MAX_BYTES, wait)
         .await;
     let last = items.last().map_or(cursor.0, |(seq, _)| *seq);
     let items: Vec<_> = items
@@ -371,75 +427,63 @@ pub(crate) async fn long_poll(state: &State, head: &Head) -> Response {
             v
         })
         .collect();
-    json(
-        200,
-        &json!({ "items": items, "cursor": state.mailbox.cursor_text(last), "missed": missed }),
-    )
+    let cursor = state.mailbox.cursor_text(last);
+    Ok(json(
+        StatusCode::OK,
+        &json!({ "items": items, "cursor": cursor, "missed": missed }),
+    ))
+}
+
+fn start(state: &AgentState, text: Option<&str>) -> Result<Cursor, Refusal> {
+    state
+        .mailbox
+        .cursor(text)
+        .map_err(|e| Refusal::new(400, e.0))
 }
 
 /// One event of the stream: `id` (the cursor), `event` (the item's kind)
 /// and `data` (its JSON, one line).
-fn event(state: &State, seq: u64, item: &Item) -> Bytes {
-    Bytes::from(format!(
-        "id: {}\nevent: {}\ndata: {}\n\n",
-        state.mailbox.cursor_text(seq),
-        item.kind(),
-        item.to_json()
-    ))
+fn event(state: &AgentState, seq: u64, item: &Item) -> Event {
+    Event::default()
+        .id(state.mailbox.cursor_text(seq))
+        .event(item.kind())
+        .data(item.to_json().to_string())
 }
 
 /// `GET /v1/inbox/events`: Server-Sent Events, from after `Last-Event-ID`
 /// (or `?after=`) if this run of the agent gave it out, else from now. A
 /// `missed` event says how many items left the log before this client
-/// read them. Each event is read from the inbox only when the previous one
-/// was taken by the connection, so a slow client leaves its backlog in
-/// Redis.
-pub(crate) fn event_stream(state: &std::sync::Arc<State>, head: &Head) -> Response {
-    let text = head.last_event_id.clone().or_else(|| head.query("after"));
-    let mut cursor = match start(state, text.as_deref()) {
-        Ok(c) => c,
-        Err(response) => return response,
-    };
-    // One event in flight: the body's only buffer.
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(1);
-    let state = state.clone();
-    tokio::spawn(async move {
-        if tx
-            .send(Bytes::from_static(b"retry: 1000\n\n"))
-            .await
-            .is_err()
-        {
-            return;
-        }
+/// read them. The inbox is read again only when the events of the last
+/// read were taken by the connection, so a slow client leaves its backlog
+/// in Redis.
+pub(super) async fn event_stream(
+    State(state): State<Arc<AgentState>>,
+    Params(query): Params<InboxQuery>,
+    headers: HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, Refusal> {
+    let resume = headers
+        .get("last-event-id")
+        .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+        .or(query.after);
+    let cursor = start(&state, resume.as_deref())?;
+    let reads = stream::unfold((state, cursor), |(state, mut cursor)| async move {
         loop {
-            let read = tokio::select! {
-                _ = tx.closed() => return,
-                read = state.mailbox.read(cursor, EVENT_STREAM_BATCH, EVENT_STREAM_CHUNK_BYTES, EVENT_STREAM_KEEPALIVE) => read,
-            };
+            let read = state
+                .mailbox
+                .read(
+                    cursor,
+                    EVENT_STREAM_BATCH,
+                    EVENT_STREAM_CHUNK_BYTES,
+                    EVENT_STREAM_KEEPALIVE,
+                )
+                .await;
+            let mut events = Vec::with_capacity(read.items.len() + 1);
             if read.missed > 0 {
-                let missed = format!(
-                    "event: missed\ndata: {}\n\n",
-                    json!({ "count": read.missed })
-                );
-                if tx.send(Bytes::from(missed)).await.is_err() {
-                    return;
-                }
+                let count = json!({ "count": read.missed });
+                events.push(Event::default().event("missed").data(count.to_string()));
             }
-            if read.items.is_empty() && read.missed == 0 {
-                if tx
-                    .send(Bytes::from_static(b": keepalive\n\n"))
-                    .await
-                    .is_err()
-                {
-                    return;
-                }
-                continue;
-            }
-            // The items of one read (at most a chunk's bytes) go out as
-            // one chunk.
-            let mut chunk = Vec::new();
             for (seq, item) in &read.items {
-                chunk.extend_from_slice(&event(&state, *seq, item));
+                events.push(event(&state, *seq, item));
                 cursor = Cursor(*seq);
             }
             if read.items.is_empty() {
@@ -447,11 +491,17 @@ pub(crate) fn event_stream(state: &std::sync::Arc<State>, head: &Head) -> Respon
                 // item): go on after what was missed.
                 cursor = Cursor(cursor.0 + read.missed);
             }
-            drop(read);
-            if !chunk.is_empty() && tx.send(Bytes::from(chunk)).await.is_err() {
-                return;
+            if !events.is_empty() {
+                let events = stream::iter(events.into_iter().map(Ok));
+                return Some((events, (state, cursor)));
             }
         }
     });
-    Response::stream("text/event-stream", rx).header("cache-control", "no-cache")
+    // Clients reconnect a second after the stream breaks.
+    let retry = Event::default().retry(Duration::from_secs(1));
+    let events = stream::once(std::future::ready(Ok(retry))).chain(reads.flatten());
+    let keep_alive = KeepAlive::new()
+        .interval(EVENT_STREAM_KEEPALIVE)
+        .text("keepalive");
+    Ok(Sse::new(events).keep_alive(keep_alive))
 }

@@ -9,10 +9,15 @@ mod status;
 
 use std::sync::Arc;
 
-use leasehold_daemon::http::{self, Head, Response};
+use axum::extract::Request;
+use axum::http::header::ORIGIN;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use leasehold_daemon::http::{self, use_get, Refusal};
 
-use state::{error, json};
-pub(crate) use state::{State, StepDown};
+pub(crate) use state::{AgentState, StepDown};
 pub(crate) use status::role_text;
 pub use status::{GroupView, InboxView, Status};
 
@@ -26,75 +31,73 @@ pub(crate) enum Surface {
     Probes,
 }
 
-/// Answers one request. Unknown paths are 404, known paths with the wrong
-/// method 405; a step-down, a publish or an inbox read from a browser (a
-/// request with `Origin`) is 403.
-pub(crate) async fn respond(state: Arc<State>, surface: Surface, head: Head) -> Response {
-    let method = head.method.clone();
-    let path = head.route();
-    if surface == Surface::Probes && !matches!(path, "/healthz" | "/readyz" | "/metrics") {
-        return error(
-            404,
-            "this listener (--probe-listen) serves /healthz, /readyz and /metrics only",
-        );
+/// The routes of one listener. Unknown paths are 404, known paths with the
+/// wrong method 405; a step-down, a publish or an inbox read from a browser
+/// (a request with `Origin`) is 403.
+pub(crate) fn router(state: Arc<AgentState>, surface: Surface) -> Router {
+    let probes = {
+        let state = state.clone();
+        http::probes(state.store.clone(), state.registry.clone(), move || {
+            state.metrics.update(&state.groups);
+        })
+    };
+    if surface == Surface::Probes {
+        return probes.fallback(|| async {
+            Refusal::new(
+                404,
+                "this listener (--probe-listen) serves /healthz, /readyz and /metrics only",
+            )
+        });
     }
-    if method == "GET" && path.trim_matches('/') == "metrics" {
-        state.metrics.update(&state.groups);
-    }
-    if let Some(answer) = http::probe(&head, &state.store, &state.registry).await {
-        return answer;
-    }
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    match (method.as_str(), segments.as_slice()) {
-        ("GET", ["v1", "status"]) => status::status(&state),
-        (_, ["v1", "groups", name, action]) => {
-            let Some((_, group)) = state.groups.iter().find(|(n, _)| n == name) else {
-                return error(
-                    404,
-                    format!("this agent does not campaign for group {name:?}"),
-                );
-            };
-            match (method.as_str(), *action) {
-                ("GET", "leader") => {
-                    let view = status::group_view(&state, group);
-                    json(if view.role == "leader" { 200 } else { 503 }, &view)
-                }
-                ("POST", "step-down") if head.origin.is_some() => error(
-                    403,
-                    "a request with an Origin header (sent by a browser) may not step down",
-                ),
-                ("POST", "step-down") => status::step_down(&state, name, group.name()).await,
-                (_, "leader") => error(405, "use GET"),
-                (_, "step-down") => error(405, "use POST"),
-                _ => error(404, "not found"),
-            }
-        }
-        (
-            _,
-            ["v1", "inbox" | "publish" | "send" | "subscriptions"]
-            | ["v1", "inbox", "events"]
-            | ["v1", "publish", "batch"],
-        ) if head.origin.is_some() => error(
+    // Refused before the method is looked at: a page may not even learn
+    // which methods these take.
+    let messaging = Router::new()
+        .route("/v1/publish", post(messaging::publish).fallback(use_post))
+        .route(
+            "/v1/publish/batch",
+            post(messaging::publish_batch).fallback(use_post),
+        )
+        .route("/v1/send", post(messaging::send).fallback(use_post))
+        .route(
+            "/v1/subscriptions",
+            get(messaging::subscriptions)
+                .post(messaging::subscribe)
+                .delete(messaging::unsubscribe)
+                .fallback(|| async { Refusal::new(405, "use GET, POST or DELETE") }),
+        )
+        .route("/v1/inbox", get(messaging::long_poll).fallback(use_get))
+        .route(
+            "/v1/inbox/events",
+            get(messaging::event_stream).fallback(use_get),
+        )
+        .route_layer(middleware::from_fn(refuse_browsers));
+    Router::new()
+        .route("/v1/status", get(status::status).fallback(use_get))
+        .route(
+            "/v1/groups/{name}/leader",
+            get(status::leader).fallback(use_get),
+        )
+        .route(
+            "/v1/groups/{name}/step-down",
+            post(status::step_down).fallback(use_post),
+        )
+        .merge(messaging)
+        .with_state(state)
+        .merge(probes)
+        .fallback(|| async { Refusal::new(404, "not found") })
+}
+
+async fn use_post() -> Refusal {
+    Refusal::new(405, "use POST")
+}
+
+async fn refuse_browsers(request: Request, next: Next) -> Response {
+    if request.headers().contains_key(ORIGIN) {
+        return Refusal::new(
             403,
             "a request with an Origin header (sent by a browser) may not use the inbox or publish",
-        ),
-        ("GET", ["v1", "inbox"]) => messaging::long_poll(&state, &head).await,
-        ("GET", ["v1", "inbox", "events"]) => messaging::event_stream(&state, &head),
-        ("POST", ["v1", "publish"]) => messaging::publish(&state, &head).await,
-        ("POST", ["v1", "publish", "batch"]) => messaging::publish_batch(&state, &head).await,
-        ("POST", ["v1", "send"]) => messaging::send(&state, &head).await,
-        ("GET", ["v1", "subscriptions"]) => messaging::subscriptions(&state),
-        ("POST", ["v1", "subscriptions"]) => messaging::subscribe(&state, &head, true).await,
-        ("DELETE", ["v1", "subscriptions"]) => messaging::subscribe(&state, &head, false).await,
-        (
-            _,
-            ["healthz" | "readyz" | "metrics"]
-            | ["v1", "status"]
-            | ["v1", "inbox"]
-            | ["v1", "inbox", "events"],
-        ) => error(405, "use GET"),
-        (_, ["v1", "publish" | "send"] | ["v1", "publish", "batch"]) => error(405, "use POST"),
-        (_, ["v1", "subscriptions"]) => error(405, "use GET, POST or DELETE"),
-        _ => error(404, "not found"),
+        )
+        .into_response();
     }
+    next.run(request).await
 }

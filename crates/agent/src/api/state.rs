@@ -1,18 +1,20 @@
 //! What every handler of the agent's API shares: the agent's state, the
-//! step-down request the node's owner answers, and the JSON answer and
-//! `{"error": ...}` shapes.
+//! step-down request the node's owner answers, and the query extractor
+//! whose refusal reads like every other (`{"error": ...}`).
 
 use std::sync::Arc;
 
-use leasehold_daemon::http::{error_json, Response};
+use axum::extract::{FromRequestParts, Query};
+use axum::http::request::Parts;
+use leasehold_daemon::http::Refusal;
 use leasehold_engine::{Group, Node, Store};
 use prometheus_client::registry::Registry;
-use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::mailbox::Mailbox;
 use crate::metrics::AgentMetrics;
 
-pub(crate) struct State {
+pub(crate) struct AgentState {
     pub node_id: String,
     pub namespace: String,
     /// `(LeaderGroup name, handle)`.
@@ -26,19 +28,39 @@ pub(crate) struct State {
     pub metrics: Arc<AgentMetrics>,
 }
 
+impl AgentState {
+    /// The group this agent campaigns for under LeaderGroup name `name`.
+    pub fn group(&self, name: &str) -> Result<&Group, Refusal> {
+        self.groups
+            .iter()
+            .find_map(|(n, group)| (n == name).then_some(group))
+            .ok_or_else(|| {
+                Refusal::new(
+                    404,
+                    format!("this agent does not campaign for group {name:?}"),
+                )
+            })
+    }
+}
+
 /// A step-down asked for through the API, answered by the task owning the node.
 pub(crate) struct StepDown {
     pub group: String,
     pub reply: tokio::sync::oneshot::Sender<Result<bool, leasehold_engine::Error>>,
 }
 
-pub(crate) fn json(status: u16, value: &impl Serialize) -> Response {
-    Response::json(
-        status,
-        serde_json::to_string(value).unwrap_or_else(|_| "{}".into()) + "\n",
-    )
-}
+/// The query string as `T`, percent-decoded; a query that is not `T` is a
+/// 400 [`Refusal`]. The parameters' types are strings, checked by the
+/// handler, so a refusal can name the value and the range allowed.
+pub(crate) struct Params<T>(pub T);
 
-pub(crate) fn error(status: u16, message: impl Into<String>) -> Response {
-    error_json(status, message)
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Params<T> {
+    type Rejection = Refusal;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Refusal> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(params)) => Ok(Self(params)),
+            Err(e) => Err(Refusal::new(400, e.body_text())),
+        }
+    }
 }

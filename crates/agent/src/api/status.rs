@@ -6,11 +6,16 @@
 
 use std::collections::BTreeMap;
 
-use leasehold_daemon::http::Response;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::header::ORIGIN;
+use axum::http::HeaderMap;
+use leasehold_daemon::http::{json, Refusal, Response, StatusCode};
 use leasehold_engine::{Group, Role};
 use serde::Serialize;
 
-use super::state::{error, json, State, StepDown};
+use super::state::{AgentState, StepDown};
 
 /// One group as this agent sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -73,50 +78,90 @@ pub(crate) fn role_text(role: &Role, leading: Option<u64>) -> &'static str {
     }
 }
 
-pub(super) fn group_view(state: &State, group: &Group) -> GroupView {
+fn group_view(state: &AgentState, group: &Group) -> GroupView {
     let role = group.role().borrow().clone();
     view(group.name(), &role, group.leader_term(), &state.node_id)
 }
 
 /// `GET /v1/status`.
-pub(super) fn status(state: &State) -> Response {
+pub(super) async fn status(State(state): State<Arc<AgentState>>) -> Response {
     let groups = state
         .groups
         .iter()
-        .map(|(name, g)| (name.clone(), group_view(state, g)))
+        .map(|(name, g)| (name.clone(), group_view(&state, g)))
         .collect();
     let (received, recoveries) = state.mailbox.counts();
-    json(
-        200,
-        &Status {
-            node: state.node_id.clone(),
-            namespace: state.namespace.clone(),
-            groups,
-            inbox: InboxView {
-                received,
-                recoveries,
-            },
+    let status = Status {
+        node: state.node_id.clone(),
+        namespace: state.namespace.clone(),
+        groups,
+        inbox: InboxView {
+            received,
+            recoveries,
         },
-    )
+    };
+    json(StatusCode::OK, &status)
 }
 
-pub(super) async fn step_down(state: &State, name: &str, full: &str) -> Response {
+/// `GET /v1/groups/{name}/leader`: the group's view, 200 while this agent
+/// leads it and 503 otherwise (a readiness probe that only the leader passes).
+pub(super) async fn leader(
+    State(state): State<Arc<AgentState>>,
+    Path(name): Path<String>,
+) -> Result<Response, Refusal> {
+    let view = group_view(&state, state.group(&name)?);
+    let status = if view.role == "leader" {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    Ok(json(status, &view))
+}
+
+/// The answer of a step-down.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct SteppedDown<'a> {
+    group: &'a str,
+    was_leader: bool,
+}
+
+/// `POST /v1/groups/{name}/step-down`, answered by the task that owns the
+/// node once the lease is released.
+pub(super) async fn step_down(
+    State(state): State<Arc<AgentState>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, Refusal> {
+    let group = state.group(&name)?;
+    if headers.contains_key(ORIGIN) {
+        return Err(Refusal::new(
+            403,
+            "a request with an Origin header (sent by a browser) may not step down",
+        ));
+    }
+    let shutting_down = || Refusal::new(503, "the agent is shutting down");
     let (reply, answer) = tokio::sync::oneshot::channel();
     let request = StepDown {
-        group: name.to_owned(),
+        group: name.clone(),
         reply,
     };
-    if state.step_downs.send(request).await.is_err() {
-        return error(503, "the agent is shutting down");
-    }
-    match answer.await {
-        Ok(Ok(was_leader)) => json(
-            200,
-            &serde_json::json!({ "group": full, "wasLeader": was_leader }),
-        ),
-        Ok(Err(e)) => error(503, e.to_string()),
-        Err(_) => error(503, "the agent is shutting down"),
-    }
+    state
+        .step_downs
+        .send(request)
+        .await
+        .map_err(|_| shutting_down())?;
+    let was_leader = answer
+        .await
+        .map_err(|_| shutting_down())?
+        .map_err(|e| Refusal::new(503, e.to_string()))?;
+    Ok(json(
+        StatusCode::OK,
+        &SteppedDown {
+            group: group.name(),
+            was_leader,
+        },
+    ))
 }
 
 #[cfg(test)]
