@@ -2,7 +2,6 @@
 // Production code only (clippy.toml sets the length); a test reads as one scenario.
 #![cfg_attr(not(test), warn(clippy::too_many_lines))]
 
-mod bench;
 mod demo;
 mod ops;
 
@@ -23,8 +22,6 @@ struct Cli {
 enum Command {
     /// Three nodes on a local Redis: crash the leader, step down, show the handover times.
     Demo(demo::DemoArgs),
-    /// Measured figures against a real Redis (build with --release).
-    Bench(bench::BenchArgs),
     /// Print the LeaderGroup CustomResourceDefinition as YAML.
     Crdgen,
     /// The sidecar: campaign for this pod's LeaderGroups, serve a local API, optionally run a command while leading.
@@ -79,7 +76,6 @@ async fn run(cli: Cli) -> std::process::ExitCode {
     // `{e:#}` below prints each cause once, after the contexts added here.
     let result: anyhow::Result<()> = match cli.command {
         Command::Demo(args) => demo::run(args).await,
-        Command::Bench(args) => bench::run(args).await,
         Command::Controller(args) => leasehold_kube::run::run(args)
             .await
             .map_err(anyhow::Error::msg),

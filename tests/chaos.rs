@@ -22,17 +22,17 @@
 //! Short by default (CI). `LEASEHOLD_CHAOS_SECONDS=600` runs ten minutes;
 //! `LEASEHOLD_CHAOS_SEED=N` repeats a run. The seed is printed first.
 
-mod support;
+use leasehold_testkit as testkit;
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use leasehold_agent::Status;
 use leasehold_engine::{Node, NodeConfig};
-use support::agent::{get, post, Agent};
-use support::free_port;
-use support::proxy::Proxy;
-use support::RedisServer;
+use testkit::agent::{get, post, Agent};
+use testkit::free_port;
+use testkit::proxy::Proxy;
+use testkit::RedisServer;
 
 const GROUPS: [&str; 2] = ["alpha", "beta"];
 const AGENTS: usize = 4;
@@ -249,7 +249,10 @@ async fn agents_keep_their_guarantees_under_random_faults() {
         for slot in &mut slots {
             match slot.state {
                 State::Paused(until) if now >= until => {
-                    slot.agent.as_ref().unwrap().signal("-CONT");
+                    slot.agent
+                        .as_ref()
+                        .unwrap()
+                        .signal(testkit::Signal::SIGCONT);
                     slot.state = State::Live;
                 }
                 State::Down(until) if now >= until => {
@@ -310,7 +313,10 @@ async fn agents_keep_their_guarantees_under_random_faults() {
                 let id = slot.id();
                 match kind {
                     "kill" => {
-                        slot.agent.as_ref().unwrap().signal("-KILL");
+                        slot.agent
+                            .as_ref()
+                            .unwrap()
+                            .signal(testkit::Signal::SIGKILL);
                         let mut gone = slot.agent.take().unwrap();
                         gone.exited_within(Duration::from_secs(5)).await;
                         let back = now + Duration::from_millis(rng.u64(0..2000));
@@ -319,7 +325,10 @@ async fn agents_keep_their_guarantees_under_random_faults() {
                         slot.state = State::Down(back);
                     }
                     "term" => {
-                        slot.agent.as_ref().unwrap().signal("-TERM");
+                        slot.agent
+                            .as_ref()
+                            .unwrap()
+                            .signal(testkit::Signal::SIGTERM);
                         let mut gone = slot.agent.take().unwrap();
                         assert!(
                             gone.exited_within(Duration::from_secs(5))
@@ -333,7 +342,10 @@ async fn agents_keep_their_guarantees_under_random_faults() {
                     }
                     "pause" => {
                         let until = now + Duration::from_millis(TTL_MS + rng.u64(200..1500));
-                        slot.agent.as_ref().unwrap().signal("-STOP");
+                        slot.agent
+                            .as_ref()
+                            .unwrap()
+                            .signal(testkit::Signal::SIGSTOP);
                         record
                             .loss_windows
                             .entry(id)
@@ -442,7 +454,11 @@ async fn agents_keep_their_guarantees_under_random_faults() {
         slot.proxy.delay(Duration::ZERO);
         slot.partitioned = None;
         match slot.state {
-            State::Paused(_) => slot.agent.as_ref().unwrap().signal("-CONT"),
+            State::Paused(_) => slot
+                .agent
+                .as_ref()
+                .unwrap()
+                .signal(testkit::Signal::SIGCONT),
             State::Down(_) => slot.start_next().await,
             State::Live => {}
         }
@@ -488,7 +504,7 @@ async fn agents_keep_their_guarantees_under_random_faults() {
         .map(|s| s.id())
         .chain(["chaos/sender".to_owned()])
         .collect();
-    support::eventually(sweep_bound, "only live nodes registered", || {
+    testkit::eventually(sweep_bound, "only live nodes registered", || {
         let keys = redis.cli(&["KEYS", "lh:node:*"]);
         keys.lines()
             .filter(|k| !k.ends_with(":inbox") && !k.ends_with(":subs"))
@@ -533,7 +549,7 @@ async fn agents_keep_their_guarantees_under_random_faults() {
     );
     for slot in &mut slots {
         if let Some(agent) = &slot.agent {
-            agent.signal("-TERM");
+            agent.signal(testkit::Signal::SIGTERM);
         }
     }
     let _ = sender.close().await;

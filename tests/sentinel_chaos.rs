@@ -27,14 +27,14 @@
 //! minutes (a cycle takes about 6.4 s here: 94 failovers in the last run);
 //! `LEASEHOLD_CHAOS_SEED=N` repeats a run.
 
-mod support;
+use leasehold_testkit as testkit;
 
 use std::time::{Duration, Instant};
 
-use support::agent::{args, post, Agent};
-use support::fenced::FencedSink;
-use support::sentinel::Deployment;
-use support::{free_port, LocalRedis};
+use testkit::agent::{args, post, Agent};
+use testkit::fenced::FencedSink;
+use testkit::sentinel::Deployment;
+use testkit::{free_port, LocalRedis};
 
 const GROUP: &str = "chaos";
 // The timings of the run (22).
@@ -174,7 +174,7 @@ impl Referee {
     /// a group left without a leader.
     async fn explain_leaderless(&self, d: &Deployment) {
         for (i, agent) in self.agents.iter().enumerate() {
-            let status = support::agent::get(agent.port, "/v1/status").await;
+            let status = testkit::agent::get(agent.port, "/v1/status").await;
             eprintln!("agent {i}: {status:?}");
         }
         let group = format!("t/{GROUP}");
@@ -207,7 +207,7 @@ fn diagnose(d: &Deployment, fault: Fault) {
         let role = LocalRedis::cli(s, &["ROLE"]).unwrap_or_else(|e| format!("{e:#}"));
         eprintln!("server {i} (port {}): {}", s.port, role.replace('\n', " "));
     }
-    if let Ok(replicas) = d.sentinels[0].cli(&["SENTINEL", "replicas", support::sentinel::MASTER]) {
+    if let Ok(replicas) = d.sentinels[0].cli(&["SENTINEL", "replicas", testkit::sentinel::MASTER]) {
         eprintln!(
             "sentinel 0 on the replicas: {}",
             replicas.replace('\n', " ")
@@ -226,7 +226,7 @@ fn diagnose(d: &Deployment, fault: Fault) {
 }
 
 /// Whether this server says it is a primary (`ROLE`).
-fn says_primary(server: &support::RedisServer) -> bool {
+fn says_primary(server: &testkit::RedisServer) -> bool {
     LocalRedis::cli(server, &["ROLE"]).is_ok_and(|role| role.starts_with("master"))
 }
 
@@ -339,7 +339,7 @@ async fn failovers_never_give_a_term_two_holders() {
                 loop {
                     let s = rng.usize(..d.sentinels.len());
                     let out = d.sentinels[s]
-                        .cli(&["SENTINEL", "FAILOVER", support::sentinel::MASTER])
+                        .cli(&["SENTINEL", "FAILOVER", testkit::sentinel::MASTER])
                         .unwrap();
                     if out == "OK" {
                         break;
@@ -424,7 +424,7 @@ async fn failovers_never_give_a_term_two_holders() {
             }
             let new_port = d.servers[new.expect("named")].port.to_string();
             d.servers[old].restart_on_own_data_with(&["--replicaof", "127.0.0.1", &new_port]);
-            support::sentinel::tune(&d.servers[old]);
+            testkit::sentinel::tune(&d.servers[old]);
         }
         // The window without a leader that the failover caused.
         let before = r.last_leader;

@@ -15,7 +15,7 @@
 //! without them it skips, except under `CI`, where it fails. Takes about
 //! four minutes, most of it starting the node and building its images.
 
-mod support;
+use leasehold_testkit as testkit;
 
 use std::collections::BTreeSet;
 use std::io::BufReader;
@@ -31,12 +31,12 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// Why the cluster cannot start here, if it cannot.
 fn missing() -> Option<String> {
     // SAFETY: geteuid has no preconditions.
-    if !support::root() {
+    if !testkit::root() {
         return Some(
             "the one-node cluster needs root (network namespace, containerd, kubelet)".into(),
         );
     }
-    let bin = leasehold::local_kube::bin_dir();
+    let bin = testkit::kube::bin_dir();
     for name in [
         "kube-apiserver",
         "kube-controller-manager",
@@ -51,7 +51,7 @@ fn missing() -> Option<String> {
             ));
         }
     }
-    leasehold::local_kube::missing()
+    testkit::kube::missing()
 }
 
 /// The one-node cluster; taken down on drop, its directory (every
@@ -64,10 +64,10 @@ struct Cluster {
 impl Cluster {
     fn up(test: &str) -> Option<Self> {
         if let Some(why) = missing() {
-            support::lacks(test, &why);
+            testkit::lacks(test, &why);
             return None;
         }
-        let helm = support::helm_or_skip(test)?;
+        let helm = testkit::helm_or_skip(test)?;
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("one-node-cluster");
         let started = Instant::now();
         let out = Command::new("bash")

@@ -1,0 +1,700 @@
+//! `--scenario controller`: the controller against a real API server (the
+//! project's throwaway one, `leasehold::local_kube`), as the `leasehold
+//! controller` process it runs in production, with the chart's
+//! ServiceAccount identity (bound to cluster-admin here: the bench measures
+//! requests, not RBAC). Members are in-process engine nodes named after
+//! their pods, so the moment a node acquires the lease is known exactly.
+//!
+//! Figures:
+//! - label moved: from the new leader's acquisition (its role turning
+//!   leader in this process) to the leader label on its pod, as a watch of
+//!   the pods sees it, after a crash (the node dropped without a word, as
+//!   SIGKILL leaves it), a shutdown (released, as on SIGTERM) and a
+//!   step-down;
+//! - API requests per leader change, from the API server's audit log,
+//!   counted for the controller's user only, by verb and resource;
+//! - the controller's memory (resident, and its peak) and CPU at rest with
+//!   one group, and with `--controller-groups` groups of three pods each,
+//!   over a window that holds a full resync, with the pod LISTs the
+//!   controller made in it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Patch, PatchParams, PostParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, CustomResourceExt};
+use leasehold_engine::{ElectionConfig, Group, Node, NodeConfig, Role, Store};
+use leasehold_kube::crd::{LeaderGroup, DEFAULT_ROLE_LABEL};
+use leasehold_testkit::kube::{ApiServer, User, CONTROLLER_NAMESPACE};
+use serde_json::json;
+use tokio::process::{Child, Command};
+
+use super::args::BenchArgs;
+use super::report::{ms, progress};
+use super::report::{Row, Series};
+
+/// The namespace of the one-group trials, and of the scale step.
+const TRIALS_NS: &str = "bench";
+const SCALE_NS: &str = "bench-scale";
+/// The goals of the issue that asked for this scenario.
+const LABEL_GOAL_MS: u64 = 50;
+const REQUESTS_GOAL: f64 = 4.0;
+const MEMORY_GOAL_MIB: f64 = 128.0;
+/// Creations in flight at once when filling the API server.
+const IN_FLIGHT: usize = 16;
+
+/// Leader labels as the pods' watch sees them: pod name -> when the leader
+/// label appeared (removed when it goes).
+#[derive(Clone, Default)]
+struct Labels(Arc<Mutex<BTreeMap<String, Instant>>>);
+
+impl Labels {
+    fn follow(client: kube::Client, namespace: &str) -> (Self, Watch) {
+        let labels = Self::default();
+        let shared = labels.clone();
+        let api: Api<Pod> = Api::namespaced(client, namespace);
+        let config = watcher::Config::default().labels(&format!("{DEFAULT_ROLE_LABEL}=leader"));
+        let task = tokio::spawn(async move {
+            let mut events = watcher(api, config).default_backoff().boxed();
+            while let Some(Ok(event)) = events.next().await {
+                let now = Instant::now();
+                let mut map = shared.0.lock().unwrap();
+                match event {
+                    watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
+                        map.entry(pod.metadata.name.unwrap_or_default())
+                            .or_insert(now);
+                    }
+                    watcher::Event::Delete(pod) => {
+                        map.remove(&pod.metadata.name.unwrap_or_default());
+                    }
+                    watcher::Event::Init => map.clear(),
+                    watcher::Event::InitDone => {}
+                }
+            }
+        });
+        (labels, Watch(task))
+    }
+
+    fn since(&self, pod: &str) -> Option<Instant> {
+        self.0.lock().unwrap().get(pod).copied()
+    }
+
+    fn count(&self) -> usize {
+        self.0.lock().unwrap().len()
+    }
+}
+
+/// The watch task behind [`Labels`], ended when this is dropped.
+struct Watch(tokio::task::JoinHandle<()>);
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The `leasehold controller` process and what /proc says of it.
+struct ControllerProcess {
+    child: Child,
+    pid: u32,
+    metrics: std::net::SocketAddr,
+}
+
+impl ControllerProcess {
+    fn start(api: &ApiServer, url: &str, prefix: &str) -> anyhow::Result<Self> {
+        let port = leasehold_testkit::redis::free_port()?;
+        let exe = std::env::current_exe()?;
+        let child = Command::new(exe)
+            .args(["controller", "--redis-url", url, "--prefix", prefix])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args(["--resync-seconds", "30"])
+            .env("KUBECONFIG", api.kubeconfig(User::Controller))
+            .env("POD_NAME", "leasehold-0")
+            .env("POD_NAMESPACE", CONTROLLER_NAMESPACE)
+            .env("RUST_LOG", "error")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("start the controller")?;
+        let pid = child.id().context("the controller exited at once")?;
+        Ok(Self {
+            child,
+            pid,
+            metrics: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+        })
+    }
+
+    /// (resident, peak resident) in MiB.
+    fn memory_mib(&self) -> (f64, f64) {
+        leasehold_testkit::procfs::memory_mib(self.pid)
+    }
+
+    /// User + system CPU time so far.
+    fn cpu(&self) -> Duration {
+        leasehold_testkit::procfs::cpu_time(self.pid).unwrap_or_default()
+    }
+
+    /// A counter or gauge from its /metrics, summed over its label sets.
+    async fn metric(&self, name: &str) -> f64 {
+        let Ok((200, body)) = leasehold_testkit::http::request(
+            self.metrics,
+            "GET",
+            "/metrics",
+            Duration::from_secs(2),
+        )
+        .await
+        else {
+            return 0.0;
+        };
+        body.lines()
+            .filter(|l| l.starts_with(name))
+            .filter(|l| l[name.len()..].starts_with([' ', '{']))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
+pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
+    progress("controller: starting etcd and kube-apiserver");
+    let api = ApiServer::start().await?;
+    let admin = api.client(User::Admin).await?;
+    prepare(&admin).await?;
+    let prefix = super::report::prefix();
+    let timings = args.timings()?;
+    let mut controller = ControllerProcess::start(&api, url, &prefix)?;
+    let mut rows = Vec::new();
+
+    progress("controller: one group of three pods");
+    let store = Store::connect(url, &prefix).map_err(anyhow::Error::msg)?;
+    create_namespace(&admin, TRIALS_NS).await?;
+    let pods: Vec<String> = (0..3).map(|i| format!("web-{i}")).collect();
+    for pod in &pods {
+        create_pod(&admin, TRIALS_NS, pod, "web").await?;
+    }
+    create_group(&admin, TRIALS_NS, "web", timings).await?;
+    let (labels, _watch) = Labels::follow(admin.clone(), TRIALS_NS);
+    let mut members = Vec::new();
+    for pod in &pods {
+        members.push(Member::start(&store, TRIALS_NS, pod, "web", timings).await?);
+    }
+    let first = Instant::now();
+    wait_until(Duration::from_secs(60), "the first leader label", || {
+        labels.count() == 1
+    })
+    .await?;
+    rows.push(Row::new(
+        "controller: first leader labelled, from its start (incl. its own election)".into(),
+        "-".into(),
+        format!("{:.2} s", first.elapsed().as_secs_f64()),
+        None,
+    ));
+
+    let mut series = Vec::new();
+    let mut requests: Vec<BTreeMap<String, usize>> = Vec::new();
+    for fault in [Fault::Crash, Fault::Shutdown, Fault::StepDown] {
+        let mut s = Series::new(
+            &format!("label moved after acquisition, {}", fault.name()),
+            timings.ttl_ms,
+            Some(LABEL_GOAL_MS),
+        );
+        for trial in 0..args.trials {
+            progress(&format!(
+                "controller: {} {}/{}",
+                fault.name(),
+                trial + 1,
+                args.trials
+            ));
+            let (took, counted) =
+                leader_change(&api, &store, &mut members, &labels, fault, timings).await?;
+            s.push(took);
+            requests.push(counted);
+        }
+        series.push(s);
+        if !controller.alive() {
+            bail!("the controller exited during the trials");
+        }
+    }
+    for s in &series {
+        rows.push(Row::new(
+            format!("controller: {}", s.scenario),
+            format!("<= {LABEL_GOAL_MS} ms p99"),
+            format!(
+                "p50 {}, p99 {}, max {} ({} trials)",
+                ms(s.p(50.0)),
+                ms(s.p(99.0)),
+                ms(s.p(100.0)),
+                s.samples.len()
+            ),
+            s.goal_met(),
+        ));
+    }
+    rows.push(requests_row(&requests));
+
+    progress("controller: at rest with one group");
+    rows.extend(at_rest(&api, &mut controller, "one group", Duration::from_secs(35)).await?);
+    for m in members.drain(..) {
+        m.close().await;
+    }
+
+    rows.extend(
+        scale(
+            &api,
+            &admin,
+            &store,
+            &mut controller,
+            args.controller_groups,
+        )
+        .await?,
+    );
+    Ok(rows)
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Fault {
+    Crash,
+    Shutdown,
+    StepDown,
+}
+
+impl Fault {
+    fn name(self) -> &'static str {
+        match self {
+            Fault::Crash => "crash (SIGKILL)",
+            Fault::Shutdown => "shutdown (SIGTERM)",
+            Fault::StepDown => "step-down",
+        }
+    }
+}
+
+/// A pod's engine node, in this process.
+struct Member {
+    pod: String,
+    node: Node,
+    group: Group,
+}
+
+impl Member {
+    async fn start(
+        store: &Store,
+        namespace: &str,
+        pod: &str,
+        group: &str,
+        timings: ElectionConfig,
+    ) -> anyhow::Result<Self> {
+        let node = Node::start(
+            store.clone(),
+            &format!("{namespace}/{pod}"),
+            NodeConfig::default(),
+        )
+        .await
+        .map_err(anyhow::Error::msg)?;
+        let group = node
+            .join(&format!("{namespace}/{group}"), timings)
+            .map_err(anyhow::Error::msg)?;
+        Ok(Self {
+            pod: pod.to_owned(),
+            node,
+            group,
+        })
+    }
+
+    fn leads(&self) -> bool {
+        matches!(*self.group.role().borrow(), Role::Leader { .. })
+    }
+
+    async fn close(self) {
+        let _ = self.node.close().await;
+    }
+}
+
+/// One leader change: the fault, the new leader's acquisition, its label;
+/// then the controller's requests for it from the audit log. The member
+/// that crashed or shut down is started again before the next trial.
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
+async fn leader_change(
+    api: &ApiServer,
+    store: &Store,
+    members: &mut Vec<Member>,
+    labels: &Labels,
+    fault: Fault,
+    timings: ElectionConfig,
+) -> anyhow::Result<(Duration, BTreeMap<String, usize>)> {
+    // Start from a settled state: one leader, labelled, and a quiet second.
+    let settle = Instant::now() + Duration::from_secs(20);
+    let old = loop {
+        let leaders: Vec<usize> = (0..members.len()).filter(|&i| members[i].leads()).collect();
+        if let [i] = leaders[..] {
+            if labels.since(&members[i].pod).is_some() && labels.count() == 1 {
+                break i;
+            }
+        }
+        if Instant::now() > settle {
+            bail!("no settled leader within 20 s");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mark = api.audit_mark();
+
+    // Every other member reports the moment its role turns leader.
+    let mut acquired = Vec::new();
+    for (_, m) in members.iter().enumerate().filter(|(i, _)| *i != old) {
+        let mut role = m.group.role();
+        let pod = m.pod.clone();
+        acquired.push(tokio::spawn(async move {
+            let _ = role.wait_for(|r| matches!(r, Role::Leader { .. })).await;
+            (pod, Instant::now())
+        }));
+    }
+    let group = members[old].group.name().to_owned();
+    let restart = match fault {
+        Fault::Crash => {
+            let m = members.remove(old);
+            let pod = m.pod.clone();
+            drop(m); // no release, no unregister: the lease runs out
+            Some(pod)
+        }
+        Fault::Shutdown => {
+            let m = members.remove(old);
+            let pod = m.pod.clone();
+            m.close().await;
+            Some(pod)
+        }
+        Fault::StepDown => {
+            members[old]
+                .node
+                .step_down(&group)
+                .await
+                .map_err(anyhow::Error::msg)?;
+            None
+        }
+    };
+    let limit = Duration::from_millis(timings.ttl_ms * 3 + 5_000);
+    let (first, _, others) = tokio::time::timeout(limit, futures::future::select_all(acquired))
+        .await
+        .map_err(|_| anyhow!("no new leader within {limit:?}"))?;
+    others.iter().for_each(|t| t.abort());
+    let (pod, at) = first?;
+    let labelled = loop {
+        if let Some(t) = labels
+            .since(&pod)
+            .filter(|t| *t >= at - Duration::from_secs(1))
+        {
+            break t;
+        }
+        if at.elapsed() > Duration::from_secs(30) {
+            bail!("{pod} was not labelled leader within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    // The status and the Event follow the labels; give them a second.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let mut counted = BTreeMap::new();
+    let user = User::Controller.username();
+    for r in api
+        .audit_since(mark)
+        .iter()
+        .filter(|r| r.user.username == user)
+    {
+        *counted.entry(r.what()).or_insert(0) += 1;
+    }
+    if let Some(pod) = restart {
+        let namespace = TRIALS_NS;
+        members.push(Member::start(store, namespace, &pod, "web", timings).await?);
+    }
+    Ok((labelled.saturating_duration_since(at), counted))
+}
+
+fn requests_row(trials: &[BTreeMap<String, usize>]) -> Row {
+    let totals: Vec<usize> = trials.iter().map(|t| t.values().sum()).collect();
+    let max = totals.iter().copied().max().unwrap_or(0);
+    let mean = totals.iter().sum::<usize>() as f64 / totals.len().max(1) as f64;
+    let mut by_kind: BTreeMap<&str, usize> = BTreeMap::new();
+    for t in trials {
+        for (k, v) in t {
+            *by_kind.entry(k.as_str()).or_insert(0) += v;
+        }
+    }
+    let kinds: Vec<String> = by_kind
+        .iter()
+        .map(|(k, v)| format!("{k} {:.2}", *v as f64 / trials.len().max(1) as f64))
+        .collect();
+    Row::new(
+        "controller: API requests per leader change (audit log, the controller's user)".into(),
+        format!("<= {REQUESTS_GOAL}"),
+        format!("mean {mean:.2}, max {max}: {}", kinds.join(", ")),
+        Some(mean <= REQUESTS_GOAL),
+    )
+}
+
+/// Memory and CPU over `window`, which holds at least one resync (30 s),
+/// and what the controller asked the API server meanwhile.
+async fn at_rest(
+    api: &ApiServer,
+    controller: &mut ControllerProcess,
+    what: &str,
+    window: Duration,
+) -> anyhow::Result<Vec<Row>> {
+    let mark = api.audit_mark();
+    let reconciles = controller
+        .metric("leasehold_reconcile_duration_seconds_count")
+        .await;
+    let cpu = controller.cpu();
+    let start = Instant::now();
+    tokio::time::sleep(window).await;
+    if !controller.alive() {
+        bail!("the controller exited");
+    }
+    let cpu = controller.cpu().saturating_sub(cpu).as_secs_f64() / start.elapsed().as_secs_f64();
+    let reconciled = controller
+        .metric("leasehold_reconcile_duration_seconds_count")
+        .await
+        - reconciles;
+    let (rss, peak) = controller.memory_mib();
+    let user = User::Controller.username();
+    let mut counted: BTreeMap<String, usize> = BTreeMap::new();
+    for r in api
+        .audit_since(mark)
+        .iter()
+        .filter(|r| r.user.username == user)
+    {
+        *counted.entry(r.what()).or_insert(0) += 1;
+    }
+    let pod_lists = counted.get("list pods").copied().unwrap_or(0);
+    let requests: Vec<String> = counted.iter().map(|(k, v)| format!("{k} {v}")).collect();
+    Ok(vec![
+        Row::new(
+            format!("controller at rest, {what}: resident memory (peak)"),
+            format!("< {MEMORY_GOAL_MIB} MiB"),
+            format!("{rss:.1} MiB ({peak:.1} MiB)"),
+            Some(peak < MEMORY_GOAL_MIB),
+        ),
+        Row::new(
+            format!(
+                "controller at rest, {what}: CPU over {:.0} s",
+                window.as_secs_f64()
+            ),
+            "-".into(),
+            format!("{:.2} % of a core", cpu * 100.0),
+            None,
+        ),
+        Row::new(
+            format!("controller at rest, {what}: the resync"),
+            "no pod LIST".into(),
+            format!(
+                "{reconciled:.0} reconciles, {pod_lists} pod LISTs; requests: {}",
+                if requests.is_empty() {
+                    "none".into()
+                } else {
+                    requests.join(", ")
+                }
+            ),
+            Some(pod_lists == 0),
+        ),
+    ])
+}
+
+/// `groups` LeaderGroups of three pods each, every pod a live member: how
+/// long until every group's leader is labelled, then the controller at rest.
+async fn scale(
+    api: &ApiServer,
+    admin: &kube::Client,
+    store: &Store,
+    controller: &mut ControllerProcess,
+    groups: usize,
+) -> anyhow::Result<Vec<Row>> {
+    let timings = ElectionConfig::default();
+    create_namespace(admin, SCALE_NS).await?;
+    progress(&format!(
+        "controller: creating {groups} groups and {} pods",
+        groups * 3
+    ));
+    let created = Instant::now();
+    futures::stream::iter(0..groups)
+        .map(|g| async move {
+            for p in 0..3 {
+                create_pod(admin, SCALE_NS, &format!("g{g}-{p}"), &format!("g{g}")).await?;
+            }
+            create_group(admin, SCALE_NS, &format!("g{g}"), timings).await
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let created = created.elapsed();
+    progress(&format!("controller: starting {} member nodes", groups * 3));
+    let (labels, _watch) = Labels::follow(admin.clone(), SCALE_NS);
+    let started = Instant::now();
+    let members: Vec<Member> = futures::stream::iter(0..groups * 3)
+        .map(|i| {
+            let (g, p) = (i / 3, i % 3);
+            async move {
+                Member::start(
+                    store,
+                    SCALE_NS,
+                    &format!("g{g}-{p}"),
+                    &format!("g{g}"),
+                    timings,
+                )
+                .await
+            }
+        })
+        .buffer_unordered(IN_FLIGHT * 4)
+        .try_collect()
+        .await?;
+    wait_until(
+        Duration::from_secs(600),
+        &format!("all {groups} leaders labelled"),
+        || {
+            progress(&format!(
+                "controller: {} of {groups} leaders labelled",
+                labels.count()
+            ));
+            labels.count() == groups
+        },
+    )
+    .await?;
+    let labelled = started.elapsed();
+    let mut rows = vec![Row::new(
+        format!("controller, {groups} groups x 3 pods: every leader labelled"),
+        "-".into(),
+        format!(
+            "{:.1} s after the members started ({:.1} s to create the {} objects)",
+            labelled.as_secs_f64(),
+            created.as_secs_f64(),
+            groups * 4
+        ),
+        None,
+    )];
+    progress(&format!("controller: at rest with {groups} groups"));
+    rows.extend(
+        at_rest(
+            api,
+            controller,
+            &format!("{groups} groups x 3 pods"),
+            Duration::from_secs(35),
+        )
+        .await?,
+    );
+    drop(members); // the store's prefix is thrown away with the run
+    Ok(rows)
+}
+
+async fn wait_until(
+    limit: Duration,
+    what: &str,
+    mut check: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
+    let start = Instant::now();
+    while !check() {
+        if start.elapsed() > limit {
+            bail!("not within {limit:?}: {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+/// The CRD, the controller's namespace, and its user bound to cluster-admin.
+async fn prepare(admin: &kube::Client) -> anyhow::Result<()> {
+    // kube's errors write their causes into their messages: taken flat.
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    crds.create(&PostParams::default(), &LeaderGroup::crd())
+        .await
+        .map_err(anyhow::Error::msg)
+        .context("create the CRD")?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let crd = crds
+            .get("leadergroups.leasehold.dev")
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        if established {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the CRD was not established within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    create_namespace(admin, CONTROLLER_NAMESPACE).await?;
+    let binding: ClusterRoleBinding = serde_json::from_value(json!({
+        "metadata": { "name": "leasehold-bench" },
+        "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin" },
+        "subjects": [{ "kind": "User", "name": User::Controller.username() }]
+    }))?;
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .map_err(anyhow::Error::msg)
+        .context("bind the controller's user")?;
+    Ok(())
+}
+
+async fn create_namespace(admin: &kube::Client, name: &str) -> anyhow::Result<()> {
+    let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } }))?;
+    Api::<Namespace>::all(admin.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .map(drop)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("create namespace {name}"))
+}
+
+async fn create_pod(admin: &kube::Client, ns: &str, name: &str, app: &str) -> anyhow::Result<()> {
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": name, "labels": { "app": app } },
+        "spec": { "containers": [{ "name": "app", "image": "bench:none" }] }
+    }))?;
+    Api::<Pod>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .map(drop)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("create pod {ns}/{name}"))
+}
+
+async fn create_group(
+    admin: &kube::Client,
+    ns: &str,
+    name: &str,
+    t: ElectionConfig,
+) -> anyhow::Result<()> {
+    let group = json!({
+        "apiVersion": "leasehold.dev/v1alpha1", "kind": "LeaderGroup",
+        "metadata": { "name": name },
+        "spec": { "selector": { "matchLabels": { "app": name } },
+                  "ttlMs": t.ttl_ms, "renewIntervalMs": t.renew_interval_ms,
+                  "retryIntervalMs": t.retry_interval_ms }
+    });
+    Api::<LeaderGroup>::namespaced(admin.clone(), ns)
+        .patch(
+            name,
+            &PatchParams::apply("leasehold-bench"),
+            &Patch::Apply(group),
+        )
+        .await
+        .map(drop)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("create LeaderGroup {ns}/{name}"))
+}

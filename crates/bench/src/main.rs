@@ -1,0 +1,190 @@
+//! `leasehold-bench`: figures from real runs against a real Redis, printed
+//! as Markdown tables (and `--json`, `--svg`). Build with `--release`; a
+//! debug build measures the debug build. A binary of its own, on the
+//! test fixtures (`leasehold-testkit`), so that the product carries none of
+//! them; the agents and the controller it measures are this binary run
+//! again with the hidden `agent` or `controller` subcommand, which are the
+//! product's own code (`leasehold_agent::run`, `leasehold_kube::run::run`),
+//! so the figures are of the code that ships and never of a stale build.
+//!
+//! Scenarios (`--scenario`): `failover` (agent processes: SIGKILL, SIGTERM
+//! and step-down of the leader, the sweep of a dead node, Redis stalled for
+//! less and more than a ttl), `cost` (Redis calls and CPU of holding and
+//! following 1, 100 and 10,000 groups at rest), `messaging`
+//! (publish-to-delivery latency, throughput, fan-out), `idle` (what an
+//! idle node costs) and `replicas` (what confirming lease writes with a
+//! replica costs: claim latency and calls per renewal, on Redis servers of
+//! its own), `sentinel` (failovers behind three sentinels, graceful and
+//! after a SIGKILL, with and without `min-replicas-to-write 1`: fault to
+//! one leader on the new primary against a bound derived from the
+//! failover and the timings) and `controller` (the controller process against a real API
+//! server: label latency after a leader change, API requests per change,
+//! memory and CPU with one group and with `--controller-groups`; needs
+//! `scripts/kubernetes/build.sh apiserver`, and `all` skips it, said out
+//! loud, where that has not been run). Timings default to a scaled-down ttl 1000 / renew 300 /
+//! retry 200 ms so a full run takes minutes; the bounds scale with them.
+
+// Production code only (clippy.toml sets the length); a test reads as one scenario.
+#![cfg_attr(not(test), warn(clippy::too_many_lines))]
+
+mod agents;
+mod args;
+mod controller;
+mod cost;
+mod failover;
+mod messaging;
+mod replicas;
+mod report;
+mod sentinel;
+
+use std::io::IsTerminal;
+
+use anyhow::{bail, Context as _};
+use args::{BenchArgs, Scenario};
+use args::{MAX_CONTROLLER_GROUPS, MAX_COST_GROUPS};
+use clap::{Parser, Subcommand};
+use leasehold_testkit::LocalRedis;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "leasehold-bench",
+    version,
+    about = "Measured figures against a real Redis (build with --release)",
+    args_conflicts_with_subcommands = true
+)]
+struct Cli {
+    #[command(subcommand)]
+    process: Option<Process>,
+    #[command(flatten)]
+    args: BenchArgs,
+}
+
+/// The processes a scenario starts: this binary again, as the product.
+#[derive(Debug, Subcommand)]
+enum Process {
+    #[command(hide = true)]
+    Agent(leasehold_agent::AgentArgs),
+    #[command(hide = true)]
+    Controller(leasehold_kube::run::ControllerArgs),
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.process {
+        None => {
+            leasehold_daemon::init_logging("warn");
+            run(cli.args).await
+        }
+        Some(Process::Agent(args)) => {
+            leasehold_daemon::init_logging("info");
+            leasehold_agent::run(args)
+                .await
+                .map(drop)
+                .map_err(anyhow::Error::msg)
+        }
+        Some(Process::Controller(args)) => {
+            leasehold_daemon::init_logging("info");
+            leasehold_kube::run::run(args)
+                .await
+                .map_err(anyhow::Error::msg)
+        }
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
+async fn run(args: BenchArgs) -> anyhow::Result<()> {
+    if cfg!(debug_assertions) {
+        eprintln!("note: this is a debug build; figures are only meaningful from `cargo run --release -p leasehold-bench`");
+    }
+    let timings = args.timings()?;
+    args.cost_timings()?;
+    if args.trials == 0 {
+        bail!("--trials = 0 is out of range: it must be at least 1");
+    }
+    if args.sentinel_trials == 0 || args.sentinel_trials > 100 {
+        bail!(
+            "--sentinel-trials = {} is out of range: it must be from 1 to 100",
+            args.sentinel_trials
+        );
+    }
+    if args.controller_groups == 0 || args.controller_groups > MAX_CONTROLLER_GROUPS {
+        bail!(
+            "--controller-groups = {} is out of range: it must be from 1 to {MAX_CONTROLLER_GROUPS}",
+            args.controller_groups
+        );
+    }
+    if let Some(n) = args
+        .cost_groups
+        .iter()
+        .find(|&&n| n == 0 || n > MAX_COST_GROUPS)
+    {
+        bail!("--cost-groups: {n} is out of range: each count must be from 1 to {MAX_COST_GROUPS}");
+    }
+    let (local, url) = match &args.redis_url {
+        Some(url) => (None, url.clone()),
+        None => {
+            let local = LocalRedis::start()?;
+            let url = local.url();
+            (Some(local), url)
+        }
+    };
+    let all = args.scenario == Scenario::All;
+    let mut series = Vec::new();
+    let mut rows = Vec::new();
+    if all || args.scenario == Scenario::Failover {
+        series.extend(failover::run(&url, local.as_ref(), &args).await?);
+    }
+    if all || args.scenario == Scenario::Cost {
+        rows.extend(cost::run(&url, &args).await?);
+    }
+    if all || args.scenario == Scenario::Messaging {
+        rows.extend(messaging::run(&url, &args).await?);
+    }
+    if all || args.scenario == Scenario::Idle {
+        rows.extend(messaging::idle(&url, &args).await?);
+    }
+    if all || args.scenario == Scenario::Replicas {
+        rows.extend(replicas::run(&args).await?);
+    }
+    if all || args.scenario == Scenario::Sentinel {
+        rows.extend(sentinel::run(&args).await?);
+    }
+    if args.scenario == Scenario::Controller {
+        rows.extend(controller::run(&url, &args).await?);
+    } else if all {
+        match leasehold_testkit::kube::missing() {
+            None => rows.extend(controller::run(&url, &args).await?),
+            Some(why) => eprintln!("bench: controller scenario skipped: it {why}"),
+        }
+    }
+    if std::io::stderr().is_terminal() {
+        eprintln!();
+    }
+    print!("{}", report::markdown(&series, &rows));
+    if let Some(path) = &args.json {
+        let text = report::json(&timings, args.node_lease_ms(), args.trials, &series, &rows);
+        if path.as_os_str() == "-" {
+            print!("{text}");
+        } else {
+            std::fs::write(path, text).with_context(|| format!("--json {}", path.display()))?;
+        }
+    }
+    if let Some(path) = &args.svg {
+        let title = format!(
+            "leasehold takeover times, {} trials each (ttl {} ms, renew {} ms, retry {} ms)",
+            args.trials, timings.ttl_ms, timings.renew_interval_ms, timings.retry_interval_ms
+        );
+        std::fs::write(path, report::svg(&series, &title))
+            .with_context(|| format!("--svg {}", path.display()))?;
+    }
+    Ok(())
+}

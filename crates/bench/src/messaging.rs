@@ -1,0 +1,484 @@
+//! Messaging figures: latency, throughput, fan-out, and idle cost.
+
+use leasehold_testkit::Signal;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context as _};
+use leasehold_engine::{InboxConfig, Node, NodeConfig, NodeOptions, Store};
+
+use super::args::BenchArgs;
+use super::report::{ms, percentile, prefix, progress, Row};
+
+async fn start(
+    url: &str,
+    prefix: &str,
+    id: &str,
+    lease_ms: u64,
+    inbox: InboxConfig,
+) -> anyhow::Result<Node> {
+    let store = Store::connect(url, prefix).map_err(anyhow::Error::msg)?;
+    let options = NodeOptions {
+        inbox,
+        ..Default::default()
+    };
+    Node::start_with(store, id, NodeConfig::with_lease(lease_ms), options)
+        .await
+        .map_err(anyhow::Error::msg)
+}
+
+/// `in_flight` workers publish `n` messages between them, each one at a time,
+/// so `in_flight` publishes are outstanding at any moment.
+fn spawn_publishers(
+    publisher: Arc<Node>,
+    topic: &'static str,
+    n: u64,
+    in_flight: usize,
+) -> tokio::task::JoinHandle<anyhow::Result<()>> {
+    tokio::spawn(async move {
+        let workers = in_flight.max(1) as u64;
+        let mut tasks = tokio::task::JoinSet::new();
+        for w in 0..workers {
+            let publisher = publisher.clone();
+            tasks.spawn(async move {
+                let mut i = w;
+                while i < n {
+                    publisher
+                        .publish(topic, &i.to_be_bytes())
+                        .await
+                        .map_err(anyhow::Error::msg)?;
+                    i += workers;
+                }
+                Ok::<(), anyhow::Error>(())
+            });
+        }
+        while let Some(done) = tasks.join_next().await {
+            done??;
+        }
+        Ok(())
+    })
+}
+
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
+pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
+    let prefix = prefix();
+    let big = InboxConfig::with_max_length(1_000_000);
+    let sub = start(url, &prefix, "bench/sub", 30_000, big).await?;
+    let publisher = Arc::new(start(url, &prefix, "bench/pub", 30_000, big).await?);
+    sub.subscribe("bench.t").await.map_err(anyhow::Error::msg)?;
+    let mut inbox = sub.inbox().context("inbox taken")?;
+    let mut rows = Vec::new();
+
+    // 1. One message at a time: publish, wait for its delivery, repeat.
+    progress(&format!(
+        "latency, {} messages one at a time",
+        args.latency_messages
+    ));
+    let mut latencies = Vec::with_capacity(args.latency_messages as usize);
+    for i in 0..args.latency_messages {
+        let sent = Instant::now();
+        publisher
+            .publish("bench.t", &i.to_be_bytes())
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let m = tokio::time::timeout(Duration::from_secs(5), inbox.next_message())
+            .await
+            .map_err(|_| anyhow!("a message was not delivered within 5 s"))?
+            .context("inbox closed")?;
+        latencies.push(sent.elapsed());
+        if m.payload != i.to_be_bytes() {
+            bail!("messages out of order");
+        }
+    }
+    latencies.sort();
+    let library_p99 = percentile(&latencies, 99.0);
+    rows.push(Row {
+        scenario: format!(
+            "publish-to-delivery, one at a time ({} messages)",
+            args.latency_messages
+        ),
+        goal: "p99 <= 0.5 ms".into(),
+        measured: format!(
+            "p50 {}, p99 {}, max {}",
+            ms(percentile(&latencies, 50.0)),
+            ms(percentile(&latencies, 99.0)),
+            ms(percentile(&latencies, 100.0))
+        ),
+        met: Some(percentile(&latencies, 99.0) <= Duration::from_micros(500)),
+    });
+
+    // 2. Throughput to one subscriber with many publishes in flight.
+    let n = args.throughput_messages;
+    progress(&format!(
+        "throughput, {n} messages, {} in flight",
+        args.in_flight
+    ));
+    let started = Instant::now();
+    let sender = spawn_publishers(publisher.clone(), "bench.t", n, args.in_flight);
+    let mut received = 0;
+    // One deadline for the whole run rather than a timer per message.
+    let deadline = tokio::time::sleep(Duration::from_secs(10) + Duration::from_micros(n * 100));
+    tokio::pin!(deadline);
+    while received < n {
+        tokio::select! {
+            m = inbox.next_message() => {
+                m.context("inbox closed")?;
+                received += 1;
+            }
+            _ = &mut deadline => bail!("only {received} of {n} delivered"),
+        }
+    }
+    let took = started.elapsed();
+    let library_rate = n as f64 / took.as_secs_f64();
+    sender.await??;
+    let (_, dropped) = sub
+        .store()
+        .inbox_state("bench/sub")
+        .await
+        .map_err(anyhow::Error::msg)?;
+    rows.push(Row {
+        scenario: format!(
+            "messages/s to one subscriber ({n} messages, {} in flight)",
+            args.in_flight
+        ),
+        goal: ">= 60k/s, no silent loss".into(),
+        measured: format!("{:.0}/s, {dropped} dropped", n as f64 / took.as_secs_f64()),
+        met: Some(n as f64 / took.as_secs_f64() >= 60_000.0 && dropped == 0),
+    });
+    sub.close().await.map_err(anyhow::Error::msg)?;
+
+    // 3. Fan-out: every message to every subscriber.
+    let count = args.subscribers;
+    progress(&format!(
+        "fan-out, {} messages to {count} subscribers",
+        args.fanout_messages
+    ));
+    let mut subscribers = Vec::new();
+    for i in 0..count {
+        let node = start(url, &prefix, &format!("bench/fan-{i:03}"), 30_000, big).await?;
+        node.subscribe("bench.fan")
+            .await
+            .map_err(anyhow::Error::msg)?;
+        let inbox = node.inbox().context("inbox taken")?;
+        subscribers.push((node, inbox));
+    }
+    let m = args.fanout_messages;
+    let started = Instant::now();
+    let mut readers = Vec::new();
+    for (node, mut inbox) in subscribers {
+        readers.push(tokio::spawn(async move {
+            let mut got = 0u64;
+            while got < m {
+                match tokio::time::timeout(Duration::from_secs(10), inbox.next_message()).await {
+                    Ok(Some(_)) => got += 1,
+                    _ => break,
+                }
+            }
+            (node, got)
+        }));
+    }
+    spawn_publishers(publisher.clone(), "bench.fan", m, args.in_flight).await??;
+    let mut deliveries = 0;
+    for reader in readers {
+        let (node, got) = reader.await?;
+        deliveries += got;
+        node.close().await.map_err(anyhow::Error::msg)?;
+    }
+    let took = started.elapsed();
+    rows.push(Row {
+        scenario: format!("deliveries/s fanned out to {count} subscribers ({m} messages)"),
+        goal: ">= 120k/s".into(),
+        measured: format!(
+            "{:.0}/s ({deliveries} of {} delivered)",
+            deliveries as f64 / took.as_secs_f64(),
+            m * count as u64
+        ),
+        met: Some(deliveries as f64 / took.as_secs_f64() >= 120_000.0),
+    });
+    if let Ok(p) = Arc::try_unwrap(publisher) {
+        p.close().await.map_err(anyhow::Error::msg)?;
+    }
+    rows.extend(agent_path(url, &prefix, args, library_p99, library_rate).await?);
+    Ok(rows)
+}
+
+/// Publishes through one agent's API (`POST /v1/publish` on kept-alive
+/// connections) and reads them from another agent's event
+/// stream: the path of an application in any language, next to the
+/// library's figures above.
+// A scenario read top to bottom: its steps in the order they run.
+#[allow(clippy::too_many_lines)]
+async fn agent_path(
+    url: &str,
+    prefix: &str,
+    args: &BenchArgs,
+    library_p99: Duration,
+    library_rate: f64,
+) -> anyhow::Result<Vec<Row>> {
+    use super::agents::GROUP;
+    use leasehold_testkit::http::{Connection, EventStream};
+
+    let timings = args.timings()?;
+    let groups = [GROUP.to_owned()];
+    let a = super::agents::start(url, prefix, "http-pub", &groups, timings, 30_000).await?;
+    let b = super::agents::start(url, prefix, "http-sub", &groups, timings, 30_000).await?;
+    let (code, body) =
+        leasehold_testkit::agent::post(b.port, "/v1/subscriptions?pattern=bench.http").await;
+    if code != 200 {
+        bail!("subscribing through the agent: {code} {body}");
+    }
+    let mut stream = EventStream::open(b.addr(), "/v1/inbox/events", None).await?;
+    let mut rows = Vec::new();
+
+    progress(&format!(
+        "agent HTTP path: latency, {} messages one at a time",
+        args.latency_messages
+    ));
+    let mut latencies = Vec::with_capacity(args.latency_messages as usize);
+    let mut connection = Connection::open(a.addr()).await?;
+    for i in 0..args.latency_messages {
+        let sent = Instant::now();
+        publish_through(&mut connection, i..i + 1, false).await?;
+        let event = tokio::time::timeout(Duration::from_secs(5), stream.next())
+            .await
+            .map_err(|_| anyhow!("a message was not delivered through the agent within 5 s"))?
+            .context("the agent's event stream ended")?;
+        latencies.push(sent.elapsed());
+        if !event.data.contains(&format!("\"payload\":\"{i}\"")) {
+            bail!("through the agent, message {i} came as {}", event.data);
+        }
+    }
+    latencies.sort();
+    let p99 = percentile(&latencies, 99.0);
+    rows.push(Row {
+        scenario: format!(
+            "publish-to-delivery through two agents' HTTP APIs, one at a time ({} messages)",
+            args.latency_messages
+        ),
+        goal: format!(
+            "p99 <= library p99 + 0.5 ms = {}",
+            ms(library_p99 + Duration::from_micros(500))
+        ),
+        measured: format!(
+            "p50 {}, p99 {}, max {}",
+            ms(percentile(&latencies, 50.0)),
+            ms(p99),
+            ms(percentile(&latencies, 100.0))
+        ),
+        met: Some(p99 <= library_p99 + Duration::from_micros(500)),
+    });
+
+    // Throughput, first with one message per request, then in batches
+    // (`POST /v1/publish/batch`), with as many messages in flight as the
+    // library had: HTTP/1.1 costs each request a write and a read on both
+    // ends, which batches share.
+    let n = args.throughput_messages;
+    let batch = args.agent_batch.max(1);
+    let one_rate = agent_throughput(a.addr(), &mut stream, n, args.in_flight, 1).await?;
+    let batch_rate = agent_throughput(a.addr(), &mut stream, n, args.in_flight, batch).await?;
+    rows.push(Row {
+        scenario: format!(
+            "messages/s through two agents' HTTP APIs, one per request ({n} messages, {} in flight)",
+            args.in_flight
+        ),
+        goal: "none: for comparison with batches".into(),
+        measured: format!(
+            "{one_rate:.0}/s ({:.0} % of the library's)",
+            100.0 * one_rate / library_rate
+        ),
+        met: None,
+    });
+    rows.push(Row {
+        scenario: format!(
+            "messages/s through two agents' HTTP APIs, batches of {batch} ({n} messages, {} in flight)",
+            args.in_flight
+        ),
+        goal: format!(">= half the library's {library_rate:.0}/s"),
+        measured: format!(
+            "{batch_rate:.0}/s ({:.0} % of the library's)",
+            100.0 * batch_rate / library_rate
+        ),
+        met: Some(batch_rate >= library_rate / 2.0),
+    });
+    drop(stream);
+    for mut agent in [a, b] {
+        agent.signal(Signal::SIGTERM);
+        super::agents::ended(&mut agent, Duration::from_secs(5)).await?;
+    }
+    Ok(rows)
+}
+
+/// Publishes the messages numbered `numbers` (their payload is the number)
+/// to `bench.http` through an agent: in one batch request, or, unbatched,
+/// one request per message. Each publisher has a connection of its own,
+/// kept alive, as an application with an HTTP client would.
+async fn publish_through(
+    connection: &mut leasehold_testkit::http::Connection,
+    numbers: std::ops::Range<u64>,
+    batched: bool,
+) -> anyhow::Result<()> {
+    if !batched {
+        for i in numbers {
+            let body = bytes::Bytes::from(i.to_string());
+            let (code, answer) = connection
+                .request("POST", "/v1/publish?topic=bench.http", body)
+                .await?;
+            if code != 200 {
+                bail!("publish through the agent: {code} {answer}");
+            }
+        }
+        return Ok(());
+    }
+    let messages: Vec<_> = numbers
+        .map(|i| serde_json::json!({ "topic": "bench.http", "payload": i.to_string() }))
+        .collect();
+    let body = serde_json::json!({ "messages": messages }).to_string();
+    let (code, answer) = connection
+        .request("POST", "/v1/publish/batch", bytes::Bytes::from(body))
+        .await?;
+    if code != 200 || !answer.contains("\"failed\":0") {
+        bail!("batch publish through the agent: {code} {answer}");
+    }
+    Ok(())
+}
+
+/// Messages per second from publishers on kept-alive connections to
+/// agent A, `batch` messages per request and about `in_flight` messages in
+/// flight in all, to the event stream of agent B.
+async fn agent_throughput(
+    addr: std::net::SocketAddr,
+    stream: &mut leasehold_testkit::http::EventStream,
+    n: u64,
+    in_flight: usize,
+    batch: usize,
+) -> anyhow::Result<f64> {
+    use leasehold_testkit::http::Connection;
+    progress(&format!(
+        "agent HTTP path: throughput, {n} messages, {in_flight} in flight, {batch} per request"
+    ));
+    let started = Instant::now();
+    let workers = (in_flight / batch).max(1) as u64;
+    let batch = batch as u64;
+    let mut senders = tokio::task::JoinSet::new();
+    for w in 0..workers {
+        senders.spawn(async move {
+            let mut connection = Connection::open(addr).await?;
+            // Worker w sends the requests w, w + workers, ... of `batch`
+            // messages each.
+            let mut first = w * batch;
+            while first < n {
+                let last = (first + batch).min(n);
+                publish_through(&mut connection, first..last, batch > 1).await?;
+                first += workers * batch;
+            }
+            Ok::<(), anyhow::Error>(())
+        });
+    }
+    let mut received = 0;
+    let deadline = tokio::time::sleep(Duration::from_secs(30) + Duration::from_micros(n * 200));
+    tokio::pin!(deadline);
+    while received < n {
+        tokio::select! {
+            event = stream.next() => {
+                let event = event.context("the agent's event stream ended")?;
+                if event.event == "message" {
+                    received += 1;
+                }
+            }
+            // A publisher that failed says why at once.
+            Some(Ok(Err(e))) = senders.join_next() => return Err(e),
+            _ = &mut deadline => bail!("only {received} of {n} delivered through the agent"),
+        }
+    }
+    let took = started.elapsed();
+    while let Some(done) = senders.join_next().await {
+        done??;
+    }
+    Ok(n as f64 / took.as_secs_f64())
+}
+
+/// `INFO commandstats` as command -> calls.
+pub(super) async fn command_calls(url: &str) -> anyhow::Result<HashMap<String, u64>> {
+    // A RedisError's message is its cause's: taken flat.
+    let client = redis::Client::open(url).map_err(anyhow::Error::msg)?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut conn)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let mut calls = HashMap::new();
+    for line in info.lines() {
+        let Some(rest) = line.strip_prefix("cmdstat_") else {
+            continue;
+        };
+        let Some((name, stats)) = rest.split_once(':') else {
+            continue;
+        };
+        let n = stats
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("calls="))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        calls.insert(name.to_owned(), n);
+    }
+    Ok(calls)
+}
+
+/// Redis calls per second of idle nodes: client calls (EVALSHA, XREAD, ...)
+/// and all commands including those run inside scripts.
+pub async fn idle(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
+    let prefix = prefix();
+    progress(&format!(
+        "idle cost, {} nodes at a {} ms lease for {} s",
+        args.idle_nodes, args.idle_lease_ms, args.idle_seconds
+    ));
+    let mut nodes = Vec::new();
+    for i in 0..args.idle_nodes {
+        nodes.push(
+            start(
+                url,
+                &prefix,
+                &format!("bench/idle-{i:03}"),
+                args.idle_lease_ms,
+                InboxConfig::default(),
+            )
+            .await?,
+        );
+    }
+    // Let start-up traffic settle before measuring.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let before = command_calls(url).await?;
+    tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
+    let after = command_calls(url).await?;
+    let delta =
+        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    // What the nodes send: scripts, blocking inbox reads, event publishes.
+    let client_side: u64 = ["evalsha", "eval", "xread", "publish"]
+        .iter()
+        .map(|c| delta(c))
+        .sum();
+    let total: u64 = after.keys().map(|k| delta(k)).sum::<u64>() - delta("info");
+    let per = |n: u64| n as f64 / args.idle_seconds as f64 / args.idle_nodes as f64;
+    for node in nodes {
+        node.close().await.map_err(anyhow::Error::msg)?;
+    }
+    Ok(vec![Row {
+        scenario: format!(
+            "Redis calls/s per idle node ({} ms lease)",
+            args.idle_lease_ms
+        ),
+        goal: "< 0.9 calls/s".into(),
+        measured: format!(
+            "{:.3} calls/s from the client, {:.3} commands/s including those inside scripts",
+            per(client_side),
+            per(total)
+        ),
+        met: Some(per(client_side) < 0.9),
+    }])
+}

@@ -1,0 +1,230 @@
+//! The daemon's views of a real Redis: the settings watch (a gauge per
+//! unsafe setting, read again on a new primary behind Sentinel) and the
+//! engine's events as metrics (inbox drops counted). These need the
+//! engine running on real servers; they are the daemon's tests because
+//! the engine's own depend on no application crate.
+
+use std::time::Duration;
+
+use leasehold_daemon::metrics::{new_registry, render, EngineMetrics};
+use leasehold_daemon::redis_settings::SettingsWatch;
+use leasehold_engine::{ElectionConfig, Event, Group, InboxConfig, Node, NodeOptions, Role, Store};
+use leasehold_testkit as testkit;
+use testkit::sentinel::{Deployment, Tally};
+use testkit::{next_event, node, RedisServer};
+
+/// Sentinels find a silent primary down after this, as in the engine's
+/// Sentinel tests.
+const DOWN_AFTER_MS: u64 = 2000;
+
+async fn member_of(store: Store, id: &str, cfg: ElectionConfig) -> (Node, Group) {
+    let node = Node::start(store, id, testkit::node_config())
+        .await
+        .expect("node");
+    let group = node.join("test/group", cfg).expect("join");
+    (node, group)
+}
+
+/// The running watch exports each setting as a gauge and reads the server
+/// again: a setting changed at runtime is reported at the next reading,
+/// and cleared at the one after it is fixed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_settings_watch_exports_a_gauge_and_sees_changes() {
+    let redis = RedisServer::start();
+    let mut registry = new_registry();
+    let watch =
+        SettingsWatch::start_every(redis.store(), &mut registry, Duration::from_millis(200)).await;
+    let gauge = || {
+        render(&registry)
+            .lines()
+            .find(|l| l.starts_with("leasehold_redis_setting_unsafe{setting=\"maxmemory-policy\"}"))
+            .map(str::to_owned)
+            .unwrap_or_default()
+    };
+    assert!(gauge().ends_with(" 0"), "{}", gauge());
+    redis.cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let mut current = watch.current();
+    tokio::time::timeout(Duration::from_secs(3), current.wait_for(|w| !w.is_empty()))
+        .await
+        .expect("the change is seen within a few readings")
+        .unwrap();
+    assert!(gauge().ends_with(" 1"), "{}", gauge());
+    redis.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    tokio::time::timeout(Duration::from_secs(3), current.wait_for(|w| w.is_empty()))
+        .await
+        .expect("the fix is seen within a few readings")
+        .unwrap();
+    assert!(gauge().ends_with(" 0"), "{}", gauge());
+}
+
+/// Every message published to a node that does not keep up is delivered,
+/// still waiting, or counted as dropped: none is lost silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_consumer_loses_nothing_silently() {
+    let redis = RedisServer::start();
+    let mut registry = new_registry();
+    let metrics = EngineMetrics::register(&mut registry);
+    let options = NodeOptions {
+        inbox: InboxConfig::with_max_length(50),
+        observer: Some(metrics),
+        ..Default::default()
+    };
+    let store = Store::connect(&redis.url(), "lh").unwrap();
+    let a = Node::start_with(store, "test/slow", testkit::node_config(), options)
+        .await
+        .unwrap();
+    a.subscribe("t").await.unwrap();
+    let mut events = a.events();
+    let mut rx = a.inbox().unwrap();
+    let p = node(&redis, "test/pub").await;
+    const N: u64 = 400;
+    for i in 0..N {
+        p.publish("t", &i.to_be_bytes()).await.unwrap();
+    }
+    let dropped = match next_event(&mut events, Duration::from_secs(3), |e| {
+        matches!(e, Event::Dropped { .. })
+    })
+    .await
+    {
+        Event::Dropped { total, .. } => total,
+        _ => unreachable!(),
+    };
+    assert!(dropped > 0);
+    // Drain: delivered + dropped must account for every message.
+    let mut delivered = 0;
+    while let Ok(Some(_)) = tokio::time::timeout(Duration::from_millis(300), rx.recv()).await {
+        delivered += 1;
+    }
+    let (backlog, dropped) = a.store().inbox_state("test/slow").await.unwrap();
+    assert_eq!(backlog, 0);
+    assert_eq!(
+        delivered + dropped,
+        N,
+        "delivered {delivered}, dropped {dropped}"
+    );
+    // And the drops are in the metrics of the node's observer.
+    let text = render(&registry);
+    let counted: u64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("leasehold_inbox_dropped_total "))
+        .and_then(|v| v.parse().ok())
+        .unwrap();
+    assert_eq!(counted, dropped, "metric {counted} != dropped {dropped}");
+    a.close().await.unwrap();
+    p.close().await.unwrap();
+}
+
+/// A forced failover (`SENTINEL FAILOVER`): the replica has every
+/// confirmed write, so the leader goes on leading under its term on the
+/// new primary, and when it leaves, the next leader gets a higher term
+/// there, one ttl after the new primary was first claimed on. The ttl is
+/// longer here than elsewhere: writes stop for a moment in a failover
+/// (between the promotion and the sentinels naming the new primary, about
+/// a second), and a lease shorter than that would lapse, safely but
+/// without showing that the leader is followed. The new primary's settings
+/// are read as soon as it is found: its eviction policy is reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_follow_a_forced_failover() {
+    const CFG: ElectionConfig = ElectionConfig {
+        ttl_ms: 5000,
+        renew_interval_ms: 1000,
+        retry_interval_ms: 300,
+    };
+    let d = Deployment::start(1, DOWN_AFTER_MS).await;
+    d.servers[1].cli(&["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"]);
+    let mut tally = Tally::default();
+    let store = Store::connect(&d.url(), "lh").unwrap();
+    let mut registry = new_registry();
+    // Read at start and on a new primary only, in this test.
+    let watch =
+        SettingsWatch::start_every(store.clone(), &mut registry, Duration::from_secs(3600)).await;
+    let (a, ga) = member_of(store, "test/a", CFG).await;
+    tally
+        .until(&[&ga], Duration::from_secs(5), "a leads", || ga.is_leader())
+        .await;
+    let (b, gb) = member_of(Store::connect(&d.url(), "lh").unwrap(), "test/b", CFG).await;
+    let groups = [&ga, &gb];
+    tally
+        .until(&groups, Duration::from_secs(2), "b follows a", || {
+            matches!(testkit::role(&gb), Role::Follower { ref leader, .. } if leader == "test/a")
+        })
+        .await;
+
+    let evicting = || {
+        watch
+            .current()
+            .borrow()
+            .iter()
+            .any(|w| w.setting == "maxmemory-policy")
+    };
+    assert!(!evicting(), "{:?}", watch.current().borrow());
+    d.sentinels[0]
+        .cli(&["SENTINEL", "FAILOVER", testkit::sentinel::MASTER])
+        .unwrap();
+    let mut new = None;
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(20),
+            "the sentinels name the replica",
+            || {
+                new = d.primary().filter(|p| *p == 1);
+                new.is_some()
+            },
+        )
+        .await;
+    // a renews on the new primary (a's route asks the sentinels again at
+    // least once a second): the lease there is refreshed.
+    // A renewal there makes its time to live go up; a copy replicated
+    // from the old primary only counts down.
+    let mut last = i64::MAX;
+    let renewed_there = || {
+        let pttl = d.servers[1]
+            .cli(&["PTTL", "lh:g:{test/group}:lease"])
+            .parse::<i64>()
+            .unwrap_or(-2);
+        let rose = pttl > last;
+        last = pttl;
+        rose
+    };
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(5),
+            "a renews on the new primary",
+            renewed_there,
+        )
+        .await;
+    assert_eq!(
+        ga.leader_term(),
+        Some(1),
+        "a lost its lease in the failover"
+    );
+    // Read within a poll (1 s) of the primary being found, plus the read.
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(3),
+            "the new primary's settings are read",
+            evicting,
+        )
+        .await;
+
+    a.close().await.unwrap();
+    tally
+        .until(
+            &[&gb],
+            Duration::from_millis(4 * CFG.ttl_ms),
+            "b leads",
+            || gb.is_leader(),
+        )
+        .await;
+    assert!(gb.leader_term() > Some(1), "{:?}", gb.leader_term());
+    let lease = d.servers[1].cli(&["GET", "lh:g:{test/group}:lease"]);
+    assert!(
+        lease.starts_with("test/b#"),
+        "lease on the new primary: {lease}"
+    );
+    tally.assert_clean();
+    b.close().await.unwrap();
+}

@@ -1,0 +1,297 @@
+//! In a Redis Cluster: three primaries and a replica, real `redis-server`
+//! processes. Every key of a prefix lives in one slot (the prefix is the
+//! hash tag), on the node serving it; nodes find that node from any seed
+//! and follow it when a replica takes the slot over.
+
+use leasehold_testkit as testkit;
+
+use std::time::{Duration, Instant};
+
+use leasehold_engine::{ElectionConfig, Node, Store};
+use testkit::sentinel::slowly;
+use testkit::{free_port, node_config, LocalRedis};
+
+const GROUP: &str = "test/group";
+
+/// Longer than the failover takes (writes to the slot stop for a moment
+/// while the replica takes over): the leader keeps its lease through it.
+const CFG: ElectionConfig = ElectionConfig {
+    ttl_ms: 5000,
+    renew_interval_ms: 1000,
+    retry_interval_ms: 300,
+};
+
+/// A cluster node and its cluster bus port.
+fn cluster_node() -> (LocalRedis, u16) {
+    let bus_port = free_port();
+    let bus = bus_port.to_string();
+    let node = LocalRedis::start_with_args(&[
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-node-timeout",
+        "2000",
+        "--cluster-port",
+        &bus,
+    ])
+    .expect("a cluster node");
+    (node, bus_port)
+}
+
+fn cli(node: &LocalRedis, args: &[&str]) -> String {
+    node.cli(args).expect("redis-cli")
+}
+
+/// The node that says it serves `slot` as a primary.
+fn owner(nodes: &[LocalRedis], slot: &str) -> usize {
+    let slot: u64 = slot.parse().expect("a slot number");
+    let serves = |n: &LocalRedis| {
+        // CLUSTER NODES: id addr flags master ping pong epoch link slots...
+        cli(n, &["CLUSTER", "NODES"]).lines().any(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            fields.len() > 8
+                && fields[2].contains("myself")
+                && fields[2].contains("master")
+                && fields[8..].iter().any(|range| {
+                    let (a, b) = range.split_once('-').unwrap_or((range, range));
+                    matches!((a.parse::<u64>(), b.parse::<u64>()),
+                        (Ok(a), Ok(b)) if (a..=b).contains(&slot))
+                })
+        })
+    };
+    nodes.iter().position(serves).unwrap_or(usize::MAX)
+}
+
+/// A node of `id` on the cluster at `url`, in the test group.
+async fn member(url: &str, id: &str, cfg: ElectionConfig) -> (Node, leasehold_engine::Group) {
+    let store = Store::connect(url, "lh").expect("a cluster URL");
+    let node = Node::start(store, id, node_config()).await.expect("node");
+    let group = node.join(GROUP, cfg).expect("join");
+    (node, group)
+}
+
+/// Three primaries and a fourth node replicating the slot of the prefix
+/// `lh`, every node ok and the replica in sync; returns the nodes, the
+/// slot and the index of its owner.
+async fn cluster_with_a_replica_of_the_slot() -> (Vec<LocalRedis>, String, usize) {
+    let (nodes, buses): (Vec<LocalRedis>, Vec<u16>) = (0..4).map(|_| cluster_node()).unzip();
+    let primaries: Vec<String> = nodes[..3]
+        .iter()
+        .map(|n| format!("127.0.0.1:{}", n.port))
+        .collect();
+    let created = std::process::Command::new("redis-cli")
+        .args(["--cluster", "create"])
+        .args(&primaries)
+        .args(["--cluster-yes"])
+        .output()
+        .expect("redis-cli --cluster create");
+    assert!(
+        created.status.success(),
+        "{}",
+        String::from_utf8_lossy(&created.stdout)
+    );
+    let slot = cli(&nodes[0], &["CLUSTER", "KEYSLOT", "{lh}"]);
+    let owner_at_start = owner(&nodes[..3], &slot);
+    // The fourth node replicates the slot's owner.
+    let meet = cli(
+        &nodes[3],
+        &[
+            "CLUSTER",
+            "MEET",
+            "127.0.0.1",
+            &nodes[0].port.to_string(),
+            &buses[0].to_string(),
+        ],
+    );
+    assert_eq!(meet, "OK");
+    let owner_id = cli(&nodes[owner_at_start], &["CLUSTER", "MYID"]);
+    slowly(Duration::from_secs(20), "the fourth node joins", || {
+        cli(&nodes[3], &["CLUSTER", "REPLICATE", &owner_id]) == "OK"
+    })
+    .await;
+    slowly(
+        Duration::from_secs(20),
+        "the cluster is ok and the replica in sync",
+        || {
+            nodes
+                .iter()
+                .all(|n| cli(n, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
+                && cli(&nodes[3], &["INFO", "replication"]).contains("master_link_status:up")
+        },
+    )
+    .await;
+
+    (nodes, slot, owner_at_start)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_cluster_the_store_lives_in_one_slot_and_follows_a_failover() {
+    let (nodes, slot, owner_at_start) = cluster_with_a_replica_of_the_slot().await;
+    // A seed that does not serve the slot is enough.
+    let seed = (owner_at_start + 1) % 3;
+    let url = format!("redis+cluster://127.0.0.1:{}", nodes[seed].port);
+    let start = |id: &'static str| member(&url, id, CFG);
+    let (a, ga) = start("test/a").await;
+    // A fresh store on a Redis up for less than a ttl waits out the ttl.
+    testkit::eventually(Duration::from_millis(3 * CFG.ttl_ms), "a leads", || {
+        ga.is_leader()
+    })
+    .await;
+    // A fresh store: its first history's epoch comes from the clock.
+    let first = ga.leader_term().expect("a's term");
+    let (b, gb) = start("test/b").await;
+    let lease = cli(
+        &nodes[owner_at_start],
+        &["GET", "{lh}:g:{test/group}:lease"],
+    );
+    assert!(
+        lease.starts_with("test/a#"),
+        "the lease on the slot's owner: {lease:?}"
+    );
+    let keys = cli(
+        &nodes[owner_at_start],
+        &["CLUSTER", "COUNTKEYSINSLOT", &slot],
+    );
+    assert!(
+        keys.parse::<u64>().unwrap() >= 5,
+        "keys in the slot: {keys}"
+    );
+    for other in (0..3).filter(|i| *i != owner_at_start) {
+        assert_eq!(
+            cli(&nodes[other], &["DBSIZE"]),
+            "0",
+            "keys outside the slot's owner"
+        );
+    }
+
+    // The replica takes the slot over.
+    let failover = Instant::now();
+    assert_eq!(cli(&nodes[3], &["CLUSTER", "FAILOVER"]), "OK");
+    slowly(
+        Duration::from_secs(20),
+        "the replica serves the slot",
+        || owner(&nodes, &slot) == 3,
+    )
+    .await;
+    // The leader renews on the new owner and keeps its term.
+    // A renewal there makes its time to live go up; a copy replicated from
+    // the old owner only counts down.
+    let mut last = i64::MAX;
+    slowly(Duration::from_secs(10), "a renews on the new owner", || {
+        let pttl = cli(&nodes[3], &["PTTL", "{lh}:g:{test/group}:lease"])
+            .parse::<i64>()
+            .unwrap_or(-2);
+        let rose = pttl > last;
+        last = pttl;
+        rose
+    })
+    .await;
+    assert_eq!(
+        ga.leader_term(),
+        Some(first),
+        "a lost its lease in the failover"
+    );
+    assert!(!gb.is_leader());
+    eprintln!(
+        "a renewed on the new owner {:?} after the failover began",
+        failover.elapsed()
+    );
+
+    a.close().await.unwrap();
+    testkit::eventually(Duration::from_millis(3 * CFG.ttl_ms), "b leads", || {
+        gb.is_leader()
+    })
+    .await;
+    assert!(gb.leader_term() > Some(first), "{:?}", gb.leader_term());
+    b.close().await.unwrap();
+}
+
+/// The lossy failover of a slot: the owner's replica link is cut, the
+/// leader steps down so the next claim's term is written while the link is
+/// down, the owner is SIGKILLed 150 ms later, its replica takes the slot
+/// over (`CLUSTER FAILOVER TAKEOVER`, as an operator does for a dead
+/// primary) and the killed node is restarted on its own directory, where it
+/// rejoins as a replica. Every term any node leads under goes to a fenced
+/// sink: none may come from two holders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lossy_slot_failover_never_gives_a_term_two_holders() {
+    const FAST: ElectionConfig = ElectionConfig {
+        ttl_ms: 1000,
+        renew_interval_ms: 300,
+        retry_interval_ms: 200,
+    };
+    let (mut nodes, slot, owner_at_start) = cluster_with_a_replica_of_the_slot().await;
+    let seed = (owner_at_start + 1) % 3;
+    let url = format!("redis+cluster://127.0.0.1:{}", nodes[seed].port);
+    let start = |id: &'static str| member(&url, id, FAST);
+    let mut sink = testkit::fenced::FencedSink::default();
+    let mut members = vec![start("test/a").await, start("test/b").await];
+    let offer = |sink: &mut testkit::fenced::FencedSink,
+                 members: &[(Node, leasehold_engine::Group)]| {
+        for (n, g) in members {
+            if let Some(term) = g.leader_term() {
+                sink.write(n.id(), term);
+            }
+        }
+    };
+    let limit = Instant::now() + Duration::from_secs(10);
+    while !members.iter().any(|(_, g)| g.is_leader()) {
+        assert!(Instant::now() < limit, "no first leader");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    offer(&mut sink, &members);
+    cli(
+        &nodes[owner_at_start],
+        &["CONFIG", "SET", "repl-timeout", "60"],
+    );
+    cli(
+        &nodes[owner_at_start],
+        &["CLIENT", "KILL", "TYPE", "replica"],
+    );
+    let leader = members
+        .iter()
+        .position(|(_, g)| g.is_leader())
+        .expect("a leader");
+    members[leader].0.step_down(GROUP).await.expect("step down");
+    let cut = Instant::now();
+    while cut.elapsed() < Duration::from_millis(150) {
+        offer(&mut sink, &members);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    nodes[owner_at_start].kill();
+    assert_eq!(cli(&nodes[3], &["CLUSTER", "FAILOVER", "TAKEOVER"]), "OK");
+    // Sampled every 2 ms from here on, while the slot moves.
+    let mut took_over = false;
+    let moved = Instant::now();
+    let mut restarted = false;
+    members.push(start("test/c").await);
+    let mut led_after = None;
+    while moved.elapsed() < Duration::from_secs(20) {
+        offer(&mut sink, &members);
+        if !took_over && owner(&nodes[3..], &slot) == 0 {
+            took_over = true;
+        }
+        if took_over && !restarted && moved.elapsed() > Duration::from_millis(500) {
+            nodes[owner_at_start]
+                .restart_on_own_data(&[])
+                .expect("the killed node restarts on its own directory");
+            restarted = true;
+        }
+        if restarted && led_after.is_none() && members.iter().any(|(_, g)| g.is_leader()) {
+            led_after = Some(moved.elapsed());
+        }
+        if led_after.is_some_and(|t| moved.elapsed() > t + Duration::from_secs(2)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    assert!(took_over, "the replica did not take the slot over");
+    let led = led_after.expect("a leader after the failover");
+    eprintln!("one leader {led:?} after the takeover; sink: {sink:?}");
+    assert_eq!(sink.duplicates, 0, "a term had two holders: {sink:?}");
+    assert_eq!(sink.stale, 0, "a term went back: {sink:?}");
+    for (n, _) in members {
+        n.close().await.unwrap();
+    }
+}

@@ -1,0 +1,921 @@
+//! Messaging against a real redis-server: inboxes, topics and patterns,
+//! retained messages, limits (docs/behaviour.md N7, X11), and the message
+//! side of the node rules N3-N9.
+
+use leasehold_testkit as testkit;
+
+use std::time::Duration;
+
+use leasehold_engine::test_hooks;
+use leasehold_engine::{
+    Delivery, Error, Event, InboxConfig, Message, Node, NodeConfig, NodeOptions, Overflow,
+    PublishOptions, Store, TopicError,
+};
+use testkit::proxy::Proxy;
+use testkit::{next_event, node, RedisServer};
+
+const WAIT: Duration = Duration::from_secs(3);
+
+async fn node_with(redis_url: &str, id: &str, config: NodeConfig, inbox: InboxConfig) -> Node {
+    let store = Store::connect(redis_url, "lh").unwrap();
+    let options = NodeOptions {
+        inbox,
+        ..Default::default()
+    };
+    Node::start_with(store, id, config, options).await.unwrap()
+}
+
+/// A node registered straight in Redis, with no process reading its inbox:
+/// what publishers do to a full inbox can be counted exactly.
+async fn silent_node(redis: &RedisServer, id: &str, inbox_max: u64, subscription: &str) -> Store {
+    let store = redis.store();
+    let metadata = [("inbox_max".to_owned(), inbox_max.to_string())];
+    test_hooks::register_node(&store, id, "silent", 60_000, &metadata)
+        .await
+        .unwrap();
+    test_hooks::subscribe_node(&store, id, subscription, inbox_max)
+        .await
+        .unwrap();
+    store
+}
+
+async fn next(inbox: &mut leasehold_engine::Inbox) -> Delivery {
+    tokio::time::timeout(WAIT, inbox.recv())
+        .await
+        .expect("a delivery in time")
+        .expect("inbox open")
+}
+
+async fn next_msg(inbox: &mut leasehold_engine::Inbox) -> Message {
+    match next(inbox).await {
+        Delivery::Message(m) => m,
+        other => panic!("expected a message, got {other:?}"),
+    }
+}
+
+async fn nothing_for(inbox: &mut leasehold_engine::Inbox, d: Duration) {
+    if let Ok(got) = tokio::time::timeout(d, inbox.recv()).await {
+        panic!("expected nothing, got {got:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_receive_what_is_published_with_sender_and_id() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "test/a").await;
+    let b = node(&redis, "test/b").await;
+    let mut inbox = a.inbox().unwrap();
+    assert!(a.inbox().is_none(), "the inbox is taken once");
+    a.subscribe("orders.created").await.unwrap();
+    let first = b.publish("orders.created", b"one").await.unwrap();
+    let second = b.publish("orders.created", b"two").await.unwrap();
+    assert_eq!(first.reached, 1);
+    assert!(second.id > first.id);
+    let m = next_msg(&mut inbox).await;
+    assert_eq!(
+        m,
+        Message {
+            id: first.id,
+            topic: Some("orders.created".into()),
+            from: "test/b".into(),
+            payload: b"one".to_vec(),
+            retained: false
+        }
+    );
+    assert_eq!(next_msg(&mut inbox).await.payload, b"two");
+    assert_eq!(b.publish("orders.deleted", b"x").await.unwrap().reached, 0);
+    a.unsubscribe("orders.created").await.unwrap();
+    assert_eq!(
+        b.publish("orders.created", b"three").await.unwrap().reached,
+        0
+    );
+    nothing_for(&mut inbox, Duration::from_millis(200)).await;
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wildcards_match_one_segment_or_the_rest() {
+    let redis = RedisServer::start();
+    let star = node(&redis, "test/star").await;
+    let rest = node(&redis, "test/rest").await;
+    let p = node(&redis, "test/pub").await;
+    star.subscribe("orders.*.created").await.unwrap();
+    rest.subscribe("orders.>").await.unwrap();
+    rest.subscribe("orders.eu.created").await.unwrap(); // and the topic itself: still one copy
+    let mut star_in = star.inbox().unwrap();
+    let mut rest_in = rest.inbox().unwrap();
+    assert_eq!(
+        p.publish("orders.eu.created", b"1").await.unwrap().reached,
+        2
+    );
+    assert_eq!(p.publish("orders.eu", b"2").await.unwrap().reached, 1);
+    assert_eq!(
+        p.publish("orders.eu.west.created", b"3")
+            .await
+            .unwrap()
+            .reached,
+        1
+    );
+    assert_eq!(p.publish("orders", b"4").await.unwrap().reached, 0);
+    assert_eq!(
+        p.publish("invoices.eu.created", b"5")
+            .await
+            .unwrap()
+            .reached,
+        0
+    );
+    assert_eq!(next_msg(&mut star_in).await.payload, b"1");
+    nothing_for(&mut star_in, Duration::from_millis(200)).await;
+    for expected in [b"1", b"2", b"3"] {
+        assert_eq!(next_msg(&mut rest_in).await.payload, expected);
+    }
+    nothing_for(&mut rest_in, Duration::from_millis(200)).await;
+    for n in [star, rest, p] {
+        n.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn invalid_topics_and_patterns_are_refused_and_nothing_is_written() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "test/a").await;
+    for bad in ["", "orders..created", "orders created", "orders:eu"] {
+        let err = a.subscribe(bad).await.unwrap_err();
+        assert!(
+            matches!(err, Error::Topic(TopicError::InvalidTopic { .. })),
+            "{bad:?}: {err}"
+        );
+        let err = a.publish(bad, b"x").await.unwrap_err();
+        assert!(
+            matches!(err, Error::Topic(TopicError::InvalidTopic { .. })),
+            "{bad:?}: {err}"
+        );
+    }
+    for bad in ["orders.>.created", "orders.cre*", "orders.*x"] {
+        let err = a.subscribe(bad).await.unwrap_err();
+        assert!(
+            matches!(err, Error::Topic(TopicError::InvalidPattern { .. })),
+            "{bad:?}: {err}"
+        );
+        assert!(err.to_string().contains(bad), "{err}");
+    }
+    let err = a.publish("orders.*", b"x").await.unwrap_err().to_string();
+    assert!(err.contains("wildcards are for subscriptions"), "{err}");
+    let err = a.send("not a node", b"x").await.unwrap_err().to_string();
+    assert!(err.contains("node id \"not a node\""), "{err}");
+    assert!(a.subscriptions().is_empty());
+    assert_eq!(redis.cli(&["KEYS", "lh:topic:*"]), "");
+    a.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payload_at_the_limit_passes_and_one_byte_over_is_refused() {
+    let redis = RedisServer::start();
+    let inbox = InboxConfig {
+        max_message_size: 1024,
+        ..Default::default()
+    };
+    let a = node_with(&redis.url(), "test/a", testkit::node_config(), inbox).await;
+    a.subscribe("t").await.unwrap();
+    let mut rx = a.inbox().unwrap();
+    assert_eq!(a.publish("t", &[7u8; 1024]).await.unwrap().reached, 1);
+    assert_eq!(next_msg(&mut rx).await.payload.len(), 1024);
+    let err = a.publish("t", &[7u8; 1025]).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::DataTooLarge {
+                size: 1025,
+                max: 1024
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("max_message_size = 1024"), "{err}");
+    let err = a.send("test/a", &[0u8; 1025]).await.unwrap_err();
+    assert!(matches!(err, Error::DataTooLarge { .. }));
+    nothing_for(&mut rx, Duration::from_millis(200)).await;
+    assert_eq!(redis.cli(&["GET", "lh:msgseq"]), "1", "nothing was written");
+    a.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn messages_from_each_publisher_arrive_in_order_under_concurrent_publishers() {
+    let redis = RedisServer::start();
+    let sub = node(&redis, "test/sub").await;
+    sub.subscribe("seq").await.unwrap();
+    let mut rx = sub.inbox().unwrap();
+    const PER: u32 = 300;
+    let mut publishers = Vec::new();
+    for p in 0..3 {
+        let n = node(&redis, &format!("test/p{p}")).await;
+        publishers.push(tokio::spawn(async move {
+            for i in 0..PER {
+                n.publish("seq", &i.to_be_bytes()).await.unwrap();
+            }
+            n
+        }));
+    }
+    let mut last: std::collections::HashMap<String, i64> = Default::default();
+    for _ in 0..3 * PER {
+        let m = next_msg(&mut rx).await;
+        let i = u32::from_be_bytes(m.payload.try_into().unwrap()) as i64;
+        let prev = last.insert(m.from.clone(), i).unwrap_or(-1);
+        assert_eq!(i, prev + 1, "from {}: {i} after {prev}", m.from);
+    }
+    for p in publishers {
+        p.await.unwrap().close().await.unwrap();
+    }
+    sub.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fan_out_reaches_100_subscribers_in_order() {
+    let redis = RedisServer::start();
+    let config = NodeConfig::with_lease(10_000);
+    let mut subs = Vec::new();
+    for i in 0..100 {
+        let n = node_with(
+            &redis.url(),
+            &format!("test/s{i:03}"),
+            config,
+            InboxConfig::default(),
+        )
+        .await;
+        n.subscribe("fan.out").await.unwrap();
+        let rx = n.inbox().unwrap();
+        subs.push((n, rx));
+    }
+    let p = node_with(&redis.url(), "test/pub", config, InboxConfig::default()).await;
+    for i in 0..10u8 {
+        assert_eq!(p.publish("fan.out", &[i]).await.unwrap().reached, 100);
+    }
+    for (_, rx) in subs.iter_mut() {
+        for i in 0..10u8 {
+            assert_eq!(next_msg(rx).await.payload, [i]);
+        }
+    }
+    for (n, _) in subs {
+        n.close().await.unwrap();
+    }
+    p.close().await.unwrap();
+}
+
+/// A retain ttl Redis would refuse is refused with a typed error before
+/// anything is queued; the good messages around it are written, and message
+/// ids only ever increase (none is handed out twice).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_out_of_range_retain_ttl_is_refused_before_anything_is_written() {
+    let redis = RedisServer::start();
+    let store = silent_node(&redis, "test/silent", 1000, "t").await;
+    let p = node(&redis, "test/pub").await;
+    let first = p.publish("t", b"first").await.unwrap().id;
+    let forever_and_more = Duration::from_secs(u64::MAX);
+    let publishes = (0..9).map(|i| {
+        let p = &p;
+        async move {
+            if i == 4 {
+                p.publish_retained("t", b"bad", Some(forever_and_more))
+                    .await
+            } else {
+                p.publish("t", &[i]).await
+            }
+        }
+    });
+    let results = futures::future::join_all(publishes).await;
+    let err = results[4].as_ref().unwrap_err();
+    assert!(
+        matches!(err, Error::Config(leasehold_engine::ConfigError::OutOfBounds { option, .. }) if option.contains("retain ttl")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("from 1 to"), "{err}");
+    let mut ids: Vec<u64> = results
+        .iter()
+        .filter_map(|r| r.as_ref().ok().map(|p| p.id))
+        .collect();
+    assert_eq!(ids.len(), 8, "{results:?}");
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), 8, "an id was handed out twice: {results:?}");
+    assert!(ids[0] > first);
+    assert_eq!(redis.cli(&["EXISTS", "lh:topic:t:retained"]), "0");
+    assert_eq!(store.inbox_state("test/silent").await.unwrap(), (9, 0));
+    let next = p.publish("t", b"next").await.unwrap().id;
+    assert!(next > ids[7], "id {next} after {}", ids[7]);
+    p.close().await.unwrap();
+}
+
+/// A retained message handed to a new subscriber whose inbox is full drops
+/// the oldest unread message like any publish does, and counts it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retained_messages_into_a_full_inbox_count_their_drops() {
+    let redis = RedisServer::start();
+    let store = silent_node(&redis, "test/silent", 3, "t").await;
+    let p = node(&redis, "test/pub").await;
+    for i in 0..3u8 {
+        p.publish("t", &[i]).await.unwrap();
+    }
+    p.publish_retained("r.one", b"1", None).await.unwrap();
+    p.publish_retained("r.two", b"2", None).await.unwrap();
+    assert_eq!(store.inbox_state("test/silent").await.unwrap(), (3, 0));
+    let delivered = test_hooks::subscribe_node(&store, "test/silent", "r.*", 3)
+        .await
+        .unwrap();
+    assert_eq!(delivered, 2);
+    assert_eq!(
+        store.inbox_state("test/silent").await.unwrap(),
+        (3, 2),
+        "two retained messages into a full inbox: two dropped, both counted"
+    );
+    p.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_inbox_drops_its_oldest_messages_and_counts_each_drop() {
+    let redis = RedisServer::start();
+    let store = silent_node(&redis, "test/silent", 10, "t").await;
+    let p = node(&redis, "test/pub").await;
+    for i in 0..10u8 {
+        p.publish("t", &[i]).await.unwrap();
+    }
+    assert_eq!(
+        store.inbox_state("test/silent").await.unwrap(),
+        (10, 0),
+        "at the limit: nothing dropped"
+    );
+    for i in 10..15u8 {
+        p.publish("t", &[i]).await.unwrap();
+    }
+    assert_eq!(
+        store.inbox_state("test/silent").await.unwrap(),
+        (10, 5),
+        "five over: five dropped"
+    );
+    // The oldest went: the backlog starts at the sixth message.
+    let first = redis.cli(&[
+        "XRANGE",
+        "lh:node:test/silent:inbox",
+        "-",
+        "+",
+        "COUNT",
+        "1",
+    ]);
+    assert!(first.lines().any(|l| l.as_bytes() == [5u8]), "{first:?}");
+    let listed = store.list_nodes().await.unwrap();
+    let silent = listed.iter().find(|n| n.id == "test/silent").unwrap();
+    assert_eq!((silent.backlog, silent.dropped), (10, 5));
+    p.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_backlog_refuses_the_publish_instead_of_dropping() {
+    let redis = RedisServer::start();
+    let store = silent_node(&redis, "test/silent", 3, "t").await;
+    let p = node(&redis, "test/pub").await;
+    let bounded = PublishOptions {
+        overflow: Overflow::Refuse,
+        ..Default::default()
+    };
+    for _ in 0..3 {
+        p.publish_with("t", b"x", bounded).await.unwrap();
+    }
+    let seq = redis.cli(&["GET", "lh:msgseq"]);
+    let err = p.publish_with("t", b"x", bounded).await.unwrap_err();
+    assert!(
+        matches!(&err, Error::InboxFull(node) if node == "test/silent"),
+        "{err}"
+    );
+    assert_eq!(store.inbox_state("test/silent").await.unwrap(), (3, 0));
+    assert_eq!(redis.cli(&["GET", "lh:msgseq"]), seq, "nothing was written");
+    p.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lag_is_reported_just_past_the_threshold() {
+    let redis = RedisServer::start();
+    let inbox = InboxConfig {
+        lag_threshold: 100,
+        ..InboxConfig::with_max_length(1_000)
+    };
+    let a = node_with(&redis.url(), "test/slow", testkit::node_config(), inbox).await;
+    a.subscribe("t").await.unwrap();
+    let mut events = a.events();
+    let mut rx = a.inbox().unwrap();
+    let p = node(&redis, "test/pub").await;
+    for i in 0..100u32 {
+        p.publish("t", &i.to_be_bytes()).await.unwrap();
+    }
+    // At the threshold: no lag, over several checks.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    while let Ok(e) = events.try_recv() {
+        assert!(!matches!(e, Event::Lag { .. }), "{e:?} at the threshold");
+    }
+    p.publish("t", b"one more").await.unwrap();
+    let lag = next_event(&mut events, Duration::from_millis(500), |e| {
+        matches!(e, Event::Lag { .. })
+    })
+    .await;
+    assert_eq!(
+        lag,
+        Event::Lag {
+            node: "test/slow".into(),
+            backlog: 101
+        }
+    );
+    for _ in 0..101 {
+        next_msg(&mut rx).await;
+    }
+    a.close().await.unwrap();
+    p.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retained_messages_go_to_new_subscribers_first() {
+    let redis = RedisServer::start();
+    let p = node(&redis, "test/pub").await;
+    p.publish_retained("config.db", b"v1", None).await.unwrap();
+    p.publish_retained("config.db", b"v2", None).await.unwrap();
+    p.publish_retained("config.cache", b"c1", Some(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(400)).await; // config.cache's retained message expires
+    let a = node(&redis, "test/a").await;
+    let mut rx = a.inbox().unwrap();
+    a.subscribe("config.db").await.unwrap();
+    p.publish("config.db", b"v3").await.unwrap();
+    let m = next_msg(&mut rx).await;
+    assert_eq!(
+        (m.payload.as_slice(), m.retained, m.from.as_str()),
+        (&b"v2"[..], true, "test/pub")
+    );
+    let m = next_msg(&mut rx).await;
+    assert_eq!((m.payload.as_slice(), m.retained), (&b"v3"[..], false));
+    // A pattern gets every live retained message it covers; the expired one is gone.
+    let b = node(&redis, "test/b").await;
+    let mut rx_b = b.inbox().unwrap();
+    b.subscribe("config.>").await.unwrap();
+    let m = next_msg(&mut rx_b).await;
+    assert_eq!(
+        (m.topic.as_deref(), m.payload.as_slice(), m.retained),
+        (Some("config.db"), &b"v2"[..], true)
+    );
+    nothing_for(&mut rx_b, Duration::from_millis(200)).await;
+    // Subscribing again to what it has does not replay.
+    a.subscribe("config.db").await.unwrap();
+    nothing_for(&mut rx, Duration::from_millis(200)).await;
+    for n in [a, b, p] {
+        n.close().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_messages_reach_one_live_node() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "test/a").await;
+    let b = node(&redis, "test/b").await;
+    let mut rx = a.inbox().unwrap();
+    let sent = b.send("test/a", b"step down").await.unwrap();
+    assert_eq!(sent.reached, 1);
+    let m = next_msg(&mut rx).await;
+    assert_eq!(
+        (m.topic, m.from.as_str(), m.payload.as_slice()),
+        (None, "test/b", &b"step down"[..])
+    );
+    let err = b.send("test/nobody", b"x").await.unwrap_err();
+    assert!(
+        matches!(&err, Error::NodeNotRegistered(n) if n == "test/nobody"),
+        "{err}"
+    );
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// docs/behaviour.md N3: messages
+/// published meanwhile wait in the inbox and are delivered on reconnection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_disconnect_delivers_messages_published_meanwhile() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(redis.port).await;
+    let config = NodeConfig {
+        lease_duration_ms: 2_000,
+        heartbeat_interval_ms: 300,
+        sweep_interval_ms: 2_000,
+    };
+    let a = node_with(&proxy.url(), "test/a", config, InboxConfig::default()).await;
+    a.subscribe("t").await.unwrap();
+    let mut rx = a.inbox().unwrap();
+    let p = node(&redis, "test/pub").await;
+    proxy.pause();
+    for i in 0..5u8 {
+        assert_eq!(
+            p.publish("t", &[i]).await.unwrap().reached,
+            1,
+            "a is still live"
+        );
+    }
+    nothing_for(&mut rx, Duration::from_millis(300)).await;
+    proxy.resume();
+    for i in 0..5u8 {
+        let d = next(&mut rx).await;
+        assert_eq!(
+            d,
+            Delivery::Message(Message {
+                id: d_id(&d),
+                topic: Some("t".into()),
+                from: "test/pub".into(),
+                payload: vec![i],
+                retained: false
+            })
+        );
+    }
+    a.close().await.unwrap();
+    p.close().await.unwrap();
+}
+
+fn d_id(d: &Delivery) -> u64 {
+    match d {
+        Delivery::Message(m) => m.id,
+        Delivery::Recovered => 0,
+    }
+}
+
+/// docs/behaviour.md N4, N9: swept, then Recovered comes before any newer message, the
+/// subscriptions are restored, retained messages are not replayed, and what
+/// was published while it was gone is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paused_longer_than_lease_loses_what_was_published_meanwhile_then_recovers() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(redis.port).await;
+    let a = node_with(
+        &proxy.url(),
+        "test/a",
+        testkit::node_config(),
+        InboxConfig::default(),
+    )
+    .await;
+    let p = node(&redis, "test/pub").await;
+    p.publish_retained("t", b"retained", None).await.unwrap();
+    a.subscribe("t").await.unwrap();
+    let mut rx = a.inbox().unwrap();
+    assert_eq!(next_msg(&mut rx).await.payload, b"retained");
+    p.publish("t", b"before").await.unwrap();
+    assert_eq!(next_msg(&mut rx).await.payload, b"before");
+    let mut p_events = p.events();
+    proxy.pause();
+    next_event(
+        &mut p_events,
+        Duration::from_millis(600 + 400),
+        |e| matches!(e, Event::Swept { nodes, .. } if nodes == &["test/a"]),
+    )
+    .await;
+    assert_eq!(p.publish("t", b"while gone").await.unwrap().reached, 0);
+    proxy.resume();
+    assert_eq!(next(&mut rx).await, Delivery::Recovered);
+    assert_eq!(
+        p.store().subscriptions("test/a").await.unwrap(),
+        vec!["t".to_owned()]
+    );
+    assert_eq!(p.publish("t", b"after").await.unwrap().reached, 1);
+    let m = next_msg(&mut rx).await;
+    assert_eq!(
+        (m.payload.as_slice(), m.retained),
+        (&b"after"[..], false),
+        "no replay, nothing from while it was gone"
+    );
+    nothing_for(&mut rx, Duration::from_millis(200)).await;
+    a.close().await.unwrap();
+    p.close().await.unwrap();
+}
+
+/// docs/behaviour.md N5, N6, for messaging: a crashed
+/// node's subscriptions go with its sweep, a closed node's at once, and a
+/// publish to either writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishing_to_a_swept_or_closed_node_writes_nothing() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "test/a").await;
+    let b = node(&redis, "test/b").await;
+    let p = node(&redis, "test/pub").await;
+    a.subscribe("t").await.unwrap();
+    b.subscribe("t.>").await.unwrap();
+    assert_eq!(p.publish("t", b"x").await.unwrap().reached, 1);
+    drop(a); // crash: swept by b's or p's sweeper, whichever comes first
+    testkit::eventually(Duration::from_millis(600 + 400), "a swept", || {
+        redis.cli(&["ZSCORE", "lh:nodes", "test/a"]).is_empty()
+    })
+    .await;
+    assert_eq!(p.publish("t", b"x").await.unwrap().reached, 0);
+    assert_eq!(
+        redis.cli(&[
+            "EXISTS",
+            "lh:node:test/a:inbox",
+            "lh:node:test/a:subs",
+            "lh:topic:t:subs"
+        ]),
+        "0"
+    );
+    b.close().await.unwrap();
+    assert_eq!(p.publish("t.x", b"x").await.unwrap().reached, 0);
+    assert_eq!(
+        redis.cli(&["SMEMBERS", "lh:patterns"]),
+        "",
+        "the pattern index forgets unused patterns"
+    );
+    let err = p.send("test/b", b"x").await.unwrap_err();
+    assert!(matches!(err, Error::NodeNotRegistered(_)));
+    p.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn introspection_lists_nodes_subscriptions_and_group_sizes() {
+    let redis = RedisServer::start();
+    let a = node(&redis, "test/a").await;
+    let b = node(&redis, "test/b").await;
+    a.join("test/g1", testkit::fast()).unwrap();
+    a.join("test/g2", testkit::fast()).unwrap();
+    b.join("test/g1", testkit::fast()).unwrap();
+    a.subscribe("x.y").await.unwrap();
+    a.subscribe("x.*").await.unwrap();
+    let store = a.store().clone();
+    testkit::eventually(WAIT, "groups registered", || {
+        redis.cli(&["HGET", "lh:node:test/a", "groups"]) == "test/g1,test/g2"
+            && redis.cli(&["HGET", "lh:node:test/b", "groups"]) == "test/g1"
+    })
+    .await;
+    let nodes = store.list_nodes().await.unwrap();
+    let ids: Vec<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
+    assert_eq!(ids.len(), 2);
+    assert!(ids.contains(&"test/a") && ids.contains(&"test/b"));
+    let now: u64 = redis
+        .cli(&["TIME"])
+        .lines()
+        .next()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap()
+        * 1000;
+    for n in &nodes {
+        assert!(
+            n.live && n.lease_until_ms > now && n.registered_at_ms <= n.last_heartbeat_ms,
+            "{n:?}"
+        );
+        assert_eq!((n.backlog, n.dropped), (0, 0));
+    }
+    assert_eq!(
+        store.subscriptions("test/a").await.unwrap(),
+        vec!["x.*".to_owned(), "x.y".to_owned()]
+    );
+    let counts = store.nodes_per_group().await.unwrap();
+    assert_eq!(counts.get("test/g1"), Some(&2));
+    assert_eq!(counts.get("test/g2"), Some(&1));
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
+/// Many publishes in flight from one node travel in shared batches; each
+/// message still gets its own outcome: with a bounded backlog of 50, exactly
+/// 50 of 200 concurrent publishes land and the rest are refused, and direct
+/// sends to a missing node fail alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_publishes_from_one_node_keep_their_own_outcomes() {
+    let redis = RedisServer::start();
+    let store = silent_node(&redis, "test/silent", 50, "t").await;
+    let p = std::sync::Arc::new(node(&redis, "test/pub").await);
+    let bounded = PublishOptions {
+        overflow: Overflow::Refuse,
+        ..Default::default()
+    };
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200u32 {
+        let p = p.clone();
+        tasks.spawn(async move {
+            if i % 20 == 0 {
+                (i, p.send("test/nobody", b"x").await)
+            } else {
+                (i, p.publish_with("t", &i.to_be_bytes(), bounded).await)
+            }
+        });
+    }
+    let (mut landed, mut refused, mut missing) = (0, 0, 0);
+    let mut ids = std::collections::HashSet::new();
+    while let Some(done) = tasks.join_next().await {
+        match done.unwrap() {
+            (_, Ok(published)) => {
+                assert_eq!(published.reached, 1);
+                assert!(ids.insert(published.id), "ids are unique");
+                landed += 1;
+            }
+            (_, Err(Error::InboxFull(node))) => {
+                assert_eq!(node, "test/silent");
+                refused += 1;
+            }
+            (i, Err(Error::NodeNotRegistered(_))) => {
+                assert_eq!(i % 20, 0);
+                missing += 1;
+            }
+            (_, Err(e)) => panic!("{e}"),
+        }
+    }
+    assert_eq!((landed, refused, missing), (50, 140, 10));
+    assert_eq!(store.inbox_state("test/silent").await.unwrap(), (50, 0));
+    std::sync::Arc::try_unwrap(p)
+        .unwrap()
+        .close()
+        .await
+        .unwrap();
+}
+
+/// docs/behaviour.md N8: publish and subscribe fail with a
+/// store error (no panic, nothing half-done locally), and work again once
+/// Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_and_subscribe_fail_while_redis_is_unreachable() {
+    let mut redis = RedisServer::start();
+    let a = node(&redis, "test/a").await;
+    redis.kill();
+    let err = a.publish("t", b"x").await.unwrap_err();
+    assert!(matches!(err, Error::Store(_)), "{err}");
+    let err = a.subscribe("t").await.unwrap_err();
+    assert!(matches!(err, Error::Store(_)), "{err}");
+    assert!(
+        a.subscriptions().is_empty(),
+        "a failed subscribe is not kept"
+    );
+    redis.restart();
+    testkit::eventually(Duration::from_secs(5), "registered again", || {
+        !redis.cli(&["ZSCORE", "lh:nodes", "test/a"]).is_empty()
+    })
+    .await;
+    a.subscribe("t").await.unwrap();
+    let mut rx = a.inbox().unwrap();
+    assert_eq!(a.publish("t", b"back").await.unwrap().reached, 1);
+    // Redis came back empty: the node registered again, and says so first.
+    assert_eq!(next(&mut rx).await, Delivery::Recovered);
+    assert_eq!(next_msg(&mut rx).await.payload, b"back");
+    a.close().await.unwrap();
+}
+
+/// An application that stops draining its inbox still steps down when the
+/// controller asks: engine commands travel in a stream of their own, which
+/// the reader keeps reading while the application's buffer is full, and
+/// which the inbox limit never trims.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_down_is_not_held_up_by_an_undrained_inbox() {
+    let redis = RedisServer::start();
+    let cfg = testkit::fast();
+    let stalled = node_with(
+        &redis.url(),
+        "test/stalled",
+        testkit::node_config(),
+        InboxConfig::with_max_length(50),
+    )
+    .await;
+    // Taken and never read: the application has stopped draining.
+    let _inbox = stalled.inbox().unwrap();
+    let group = stalled.join("test/group", cfg).unwrap();
+    testkit::eventually(Duration::from_secs(3), "it leads", || group.is_leader()).await;
+    let controller = node(&redis, "test/controller").await;
+    // More than the reader's buffer and the inbox's limit together.
+    let n = leasehold_engine::config::INBOX_BUFFER as u64 + 50 + 20;
+    for i in 0..n {
+        controller
+            .send("test/stalled", format!("m{i}").as_bytes())
+            .await
+            .unwrap();
+    }
+    testkit::eventually_async(Duration::from_secs(3), "the buffer filled up", || async {
+        let (backlog, dropped) = redis.store().inbox_state("test/stalled").await.unwrap();
+        backlog == 50 && dropped > 0
+    })
+    .await;
+    controller
+        .ask_to_step_down("test/stalled", "test/group")
+        .await
+        .unwrap();
+    // Read within one stalled read (100 ms), plus a retry interval of margin.
+    testkit::eventually(
+        Duration::from_millis(100) + cfg.retry_interval() * 2,
+        "the stalled node stepped down",
+        || testkit::role(&group) == leasehold_engine::Role::Abstaining,
+    )
+    .await;
+    stalled.close().await.unwrap();
+    controller.close().await.unwrap();
+}
+
+/// A node registered by an older version (its hash has no `commands=stream`)
+/// reads commands from its inbox only: it still gets them there, and a
+/// current node gets them in its command stream, not its inbox.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commands_reach_older_nodes_through_their_inbox() {
+    let redis = RedisServer::start();
+    let store = redis.store();
+    test_hooks::register_node(&store, "test/old", "old", 60_000, &[])
+        .await
+        .unwrap();
+    let current = node(&redis, "test/new").await;
+    let controller = node(&redis, "test/controller").await;
+    controller
+        .ask_to_step_down("test/old", "test/group")
+        .await
+        .unwrap();
+    assert_eq!(redis.cli(&["XLEN", "lh:node:test/old:inbox"]), "1");
+    assert_eq!(redis.cli(&["EXISTS", "lh:node:test/old:commands"]), "0");
+    let entry = redis.cli(&["XRANGE", "lh:node:test/old:inbox", "-", "+"]);
+    assert!(
+        entry.contains("command") && entry.contains("stepDown"),
+        "{entry}"
+    );
+    // A current node's command goes to its command stream (which its
+    // reader takes and trims); nothing lands in its inbox.
+    controller
+        .ask_to_step_down("test/new", "test/group")
+        .await
+        .unwrap();
+    assert_eq!(redis.cli(&["XLEN", "lh:node:test/new:inbox"]), "0");
+    assert_eq!(
+        redis.cli(&["HGET", "lh:node:test/new", "commands"]),
+        "stream"
+    );
+    current.close().await.unwrap();
+    controller.close().await.unwrap();
+}
+
+/// A batch keeps its order, refuses itself whole when one message is
+/// invalid, and otherwise gives each message its own outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_is_checked_whole_and_each_message_has_its_own_outcome() {
+    use leasehold_engine::{Outbound, To};
+    let redis = RedisServer::start();
+    let inbox = InboxConfig {
+        max_message_size: 1024,
+        ..Default::default()
+    };
+    let a = node_with(&redis.url(), "test/a", testkit::node_config(), inbox).await;
+    a.subscribe("t.>").await.unwrap();
+    let mut rx = a.inbox().unwrap();
+    let topic = |t: &str, payload: &[u8]| Outbound {
+        to: To::Topic(t.into(), PublishOptions::default()),
+        payload: payload.to_vec(),
+    };
+    let to_node = |n: &str, payload: &[u8]| Outbound {
+        to: To::Node(n.into()),
+        payload: payload.to_vec(),
+    };
+
+    // One invalid message anywhere: nothing of the batch is written.
+    for (bad, index) in [
+        (topic("t..x", b"x"), 1),
+        (topic("t.x", &[0u8; 1025]), 1),
+        (to_node("", b"x"), 1),
+    ] {
+        let err = a
+            .publish_all(vec![topic("t.a", b"ok"), bad, topic("t.b", b"ok")])
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, Error::InBatch { index: i, .. } if *i == index),
+            "{err}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("message 1 of the batch (counting from 0): "),
+            "{err}"
+        );
+    }
+    nothing_for(&mut rx, Duration::from_millis(200)).await;
+    assert_eq!(redis.cli(&["GET", "lh:msgseq"]), "", "nothing was written");
+
+    // 300 messages (more than one publisher batch) arrive in order; a send
+    // to a node that is not live fails alone.
+    let mut batch: Vec<Outbound> = (0..300u32)
+        .map(|i| topic("t.n", &i.to_be_bytes()))
+        .collect();
+    batch.insert(150, to_node("test/gone", b"x"));
+    batch.push(to_node("test/a", b"direct"));
+    let results = a.publish_all(batch).await.unwrap();
+    assert_eq!(results.len(), 302);
+    assert!(
+        matches!(&results[150], Err(Error::NodeNotRegistered(n)) if n == "test/gone"),
+        "{:?}",
+        results[150]
+    );
+    let ids: Vec<u64> = results
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 150)
+        .map(|(_, r)| r.as_ref().unwrap().id)
+        .collect();
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "ids rise in batch order"
+    );
+    for i in 0..300u32 {
+        let m = next_msg(&mut rx).await;
+        assert_eq!(m.payload, i.to_be_bytes(), "message {i} in order");
+    }
+    let m = next_msg(&mut rx).await;
+    assert_eq!((m.topic, m.payload), (None, b"direct".to_vec()));
+    a.close().await.unwrap();
+}

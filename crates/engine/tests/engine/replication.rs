@@ -1,0 +1,330 @@
+//! A Redis primary with a replica, both started by the test; the replica
+//! follows the primary through a proxy, so the test can stall replication
+//! (the replica lags) and then promote the replica, as a failover does.
+//! Lease writes count only once the replica has them.
+
+use leasehold_testkit as testkit;
+
+use std::time::{Duration, Instant};
+
+use leasehold_engine::ElectionConfig;
+use leasehold_engine::{Group, Node, Store};
+use testkit::proxy::Proxy;
+use testkit::{eventually, node_config, RedisServer};
+
+const GROUP: &str = "test/group";
+
+/// A call timeout (the retry interval) of 300 ms, so a WAIT on a busy
+/// machine is not mistaken for a lagging replica.
+const CFG: ElectionConfig = ElectionConfig {
+    ttl_ms: 1500,
+    renew_interval_ms: 400,
+    retry_interval_ms: 300,
+};
+
+fn store_at(redis: &RedisServer) -> Store {
+    Store::connect(&redis.url(), "lh").expect("store")
+}
+
+/// A replica of `primary`, linked through a proxy; returns once the primary
+/// counts it and it is in sync.
+async fn replica_of(primary: &RedisServer) -> (RedisServer, Proxy) {
+    let replica = RedisServer::start();
+    // Sync at once (the default waits 5 s for more replicas to join).
+    primary.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+    let link = Proxy::start(primary.port).await;
+    replica.cli(&["REPLICAOF", "127.0.0.1", &link.port.to_string()]);
+    eventually(Duration::from_secs(10), "the replica is in sync", || {
+        primary
+            .cli(&["INFO", "replication"])
+            .contains("connected_slaves:1")
+            && replica
+                .cli(&["INFO", "replication"])
+                .contains("master_link_status:up")
+    })
+    .await;
+    (replica, link)
+}
+
+async fn leader(redis: &RedisServer, id: &str) -> (Node, Group) {
+    let n = Node::start(store_at(redis), id, node_config())
+        .await
+        .expect("node");
+    let g = n.join(GROUP, CFG).expect("join");
+    (n, g)
+}
+
+/// The reproduction of the issue: A leads and releases under term 1
+/// (replicated); replication stalls; B claims on the primary; the replica
+/// is promoted without B's claim, and C claims on it. Before, B and C both
+/// led under term 2. Now B's claim is never confirmed, so B never leads:
+/// term 2 has one holder (and C's term, of a new history, is above it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_lagging_replica_never_hands_out_a_term_twice() {
+    let primary = RedisServer::start();
+    let (replica, link) = replica_of(&primary).await;
+    let (a, ga) = leader(&primary, "test/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    assert_eq!(ga.leader_term(), Some(1));
+    a.close().await.unwrap();
+    eventually(Duration::from_secs(3), "term 1 replicated", || {
+        replica.cli(&["GET", "lh:g:{test/group}:term"]) == "1"
+    })
+    .await;
+
+    // Replication stalls: the replica gets nothing more.
+    link.pause();
+    let (b, gb) = leader(&primary, "test/b").await;
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(1500) {
+        assert_eq!(
+            gb.leader_term(),
+            None,
+            "b leads on a claim its replica never got"
+        );
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+
+    // Failover: the replica is promoted without b's claim.
+    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    let (c, gc) = leader(&replica, "test/c").await;
+    eventually(Duration::from_secs(3), "c leads on the new primary", || {
+        gc.is_leader()
+    })
+    .await;
+    // The promoted replica is a new history: its first term opens a new
+    // epoch, above every term of the old one (term.rs).
+    let term = gc.leader_term().expect("c's term");
+    assert!(
+        term > 2 && leasehold_engine::term::count(term) == 1,
+        "c's term {term} is not the first of a new epoch"
+    );
+    assert_eq!(gb.leader_term(), None, "b leads too");
+    c.close().await.unwrap();
+    drop(b);
+    link.resume();
+}
+
+/// With a healthy replica, claims and renewals are confirmed: a leader
+/// keeps leading through many renewals. When replication stalls, its next
+/// renewal is unconfirmed and it stops leading, as on any store error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewal_the_replica_does_not_confirm_demotes_the_leader() {
+    let primary = RedisServer::start();
+    let (_replica, link) = replica_of(&primary).await;
+    let cfg = CFG;
+    let (a, ga) = leader(&primary, "test/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_millis(4 * cfg.ttl_ms) {
+        assert_eq!(
+            ga.leader_term(),
+            Some(1),
+            "a confirmed leader lost its lease"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    link.pause();
+    // The next renewal (one renew interval) fails its WAIT, bounded by the
+    // call timeout; two retry intervals of margin.
+    eventually(
+        Duration::from_millis(cfg.renew_interval_ms + 3 * cfg.retry_interval_ms),
+        "a stopped leading",
+        || !ga.is_leader(),
+    )
+    .await;
+    link.resume();
+    // Replication back: a leads again.
+    eventually(Duration::from_secs(3), "a leads again", || ga.is_leader()).await;
+    a.close().await.unwrap();
+}
+
+/// A store's history: a promoted replica has a new replication id, so the
+/// store counts as born again there. Here replicas are not waited for, so
+/// b leads under term 2 on a claim the replica never got; after the
+/// failover b's connection follows the new primary (as a Sentinel client's
+/// would). Before, c got term 2 there at once, a second holder of term 2.
+/// Now no lease is handed out for one ttl, b's claims meanwhile lift the
+/// counter to the term it remembers, and the next leader's term is above 2.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_replica_is_a_store_born_again() {
+    use leasehold_engine::ReplicaAcks;
+    let primary = RedisServer::start();
+    let (replica, link) = replica_of(&primary).await;
+    let unconfirmed = |url: &str| {
+        Store::connect(url, "lh")
+            .unwrap()
+            .with_replica_acks(ReplicaAcks::Off, Duration::from_millis(250))
+    };
+    let (a, ga) = leader(&primary, "test/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    a.close().await.unwrap();
+    // (The claim that made term 1 also recorded the primary's replication
+    // id; a script's writes replicate together.)
+    eventually(Duration::from_secs(3), "term 1 replicated", || {
+        replica.cli(&["GET", "lh:g:{test/group}:term"]) == "1"
+    })
+    .await;
+
+    link.pause();
+    let b_route = Proxy::start(primary.port).await;
+    let b = Node::start(unconfirmed(&b_route.url()), "test/b", node_config())
+        .await
+        .unwrap();
+    let gb = b.join(GROUP, CFG).unwrap();
+    eventually(Duration::from_secs(3), "b leads on the old primary", || {
+        gb.leader_term() == Some(2)
+    })
+    .await;
+
+    // Failover: the replica is promoted; b's connection moves to it.
+    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    let promoted = Instant::now();
+    b_route.retarget(replica.port);
+    b_route.cut();
+    let c = Node::start(unconfirmed(&replica.url()), "test/c", node_config())
+        .await
+        .unwrap();
+    let gc = c.join(GROUP, CFG).unwrap();
+    // Nobody leads under a new lease for one ttl after the promotion was
+    // seen; then someone does, above term 2.
+    let mut new_term = None;
+    while promoted.elapsed() < Duration::from_millis(3 * CFG.ttl_ms) {
+        for g in [&gb, &gc] {
+            if let Some(term) = g.leader_term().filter(|t| *t != 2) {
+                new_term.get_or_insert((term, promoted.elapsed()));
+            }
+        }
+        assert_ne!(gc.leader_term(), Some(2), "c leads under b's term 2");
+        if new_term.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let (term, after) = new_term.expect("a leader on the new primary");
+    assert!(term > 2, "term {term} after the failover");
+    assert!(
+        after >= Duration::from_millis(CFG.ttl_ms - 2 * CFG.retry_interval_ms),
+        "a lease {after:?} after the promotion, within its ttl"
+    );
+    drop(b);
+    c.close().await.unwrap();
+}
+
+/// A primary that loses its replica (here the replica is promoted, as in a
+/// failover the node has not followed yet) is believed only after the
+/// replica-loss grace (5 s): until then the leader's renewals wait for the
+/// replica that left, are not confirmed, and it stops leading. Before,
+/// the primary's "no replica" confirmed every write within a second.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_that_lost_its_replica_is_believed_only_after_a_grace() {
+    let primary = RedisServer::start();
+    let (replica, _link) = replica_of(&primary).await;
+    let (a, ga) = leader(&primary, "test/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    let lost = Instant::now();
+    eventually(
+        Duration::from_secs(3),
+        "the primary counts no replica",
+        || {
+            primary
+                .cli(&["INFO", "replication"])
+                .contains("connected_slaves:0")
+        },
+    )
+    .await;
+    // The count is re-read once a second, so the replica was last seen at
+    // most 1 s before it left: no confirmation for 4 s at least; 500 ms of
+    // margin.
+    eventually(
+        Duration::from_millis(CFG.renew_interval_ms + 1000 + 3 * CFG.retry_interval_ms),
+        "a stops leading",
+        || !ga.is_leader(),
+    )
+    .await;
+    while lost.elapsed() < Duration::from_millis(3500) {
+        assert!(
+            !ga.is_leader(),
+            "a led again {:?} after the replica left",
+            lost.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Then the loss is believed, and a leads again on its lone primary.
+    eventually(Duration::from_secs(5), "a leads again", || ga.is_leader()).await;
+    a.close().await.unwrap();
+}
+
+/// A failover that leaves the old primary a primary (never demoted, as a
+/// Sentinel that has not yet converted it leaves it), and a later one that
+/// goes back to it: its data is a branch the history left behind, and
+/// nothing on that server changed, so it cannot tell. b leads on the
+/// promoted replica and dies with it; c then claims on the old primary.
+/// Before, both led under term 2 (the old primary's counter was 1). Now b's
+/// term opens a new epoch on the promoted replica, so c's term, of the old
+/// branch, is below it: a fenced resource refuses c as stale (and a
+/// claimant that saw b's term lifts the branch above it) but never sees
+/// one term from two holders. Replicas are not waited for here: this is
+/// the store's own defence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_left_behind_by_a_failover_never_repeats_a_term_when_found_again() {
+    use leasehold_engine::ReplicaAcks;
+    let old = RedisServer::start();
+    let (promoted, link) = replica_of(&old).await;
+    let route = Proxy::start(old.port).await;
+    let member = |id: &'static str| {
+        let store = Store::connect(&route.url(), "lh")
+            .unwrap()
+            .with_replica_acks(ReplicaAcks::Off, Duration::from_millis(250));
+        async move {
+            let n = Node::start(store, id, node_config()).await.unwrap();
+            let g = n.join(GROUP, CFG).unwrap();
+            (n, g)
+        }
+    };
+    let mut sink = testkit::fenced::FencedSink::default();
+    let (a, ga) = member("test/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    assert!(sink.write("a", ga.leader_term().unwrap()));
+    a.close().await.unwrap();
+    eventually(Duration::from_secs(3), "term 1 replicated", || {
+        promoted.cli(&["GET", "lh:g:{test/group}:term"]) == "1"
+    })
+    .await;
+
+    // Failover: the replica is promoted, the old primary stays a primary.
+    link.pause();
+    promoted.cli(&["REPLICAOF", "NO", "ONE"]);
+    route.retarget(promoted.port);
+    route.cut();
+    let (b, gb) = member("test/b").await;
+    eventually(
+        Duration::from_millis(CFG.ttl_ms.max(leasehold_engine::TERM_EPOCH_HOLD_MS) + 2000),
+        "b leads on the promoted replica",
+        || gb.is_leader(),
+    )
+    .await;
+    let lost = gb.leader_term().unwrap();
+    assert!(sink.write("b", lost));
+    // b dies with the promoted replica; the route goes back to the old one.
+    drop(gb);
+    drop(b);
+    route.retarget(old.port);
+    route.cut();
+    let (c, gc) = member("test/c").await;
+    eventually(Duration::from_secs(5), "c leads on the old primary", || {
+        gc.is_leader()
+    })
+    .await;
+    let term = gc.leader_term().unwrap();
+    sink.write("c", term);
+    assert_eq!(
+        sink.duplicates,
+        0,
+        "c led under term {term}, first used by {:?}",
+        sink.holder(term)
+    );
+    c.close().await.unwrap();
+    link.resume();
+}

@@ -1,0 +1,196 @@
+//! No two nodes ever lead the same group: random interleavings of crashes,
+//! restarts with the same id, step-downs, leaves, graceful closes, Redis
+//! pauses and per-node network partitions (longer and shorter than the ttl),
+//! while a monitor samples every node's `leader_term()` every millisecond.
+//!
+//! Each run prints its seed; `LEASEHOLD_SEED=N` replays one, and
+//! `LEASEHOLD_SPLIT_BRAIN_STEPS` makes runs longer.
+
+use leasehold_testkit as testkit;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use leasehold_engine::{ElectionConfig, Group, Node, Store};
+use testkit::proxy::Proxy;
+use testkit::RedisServer;
+
+const GROUP: &str = "test/split";
+const SLOTS: usize = 4;
+
+struct Slot {
+    id: String,
+    proxy: Proxy,
+    node: Option<Node>,
+}
+
+type Watched = Arc<Mutex<Vec<Option<Group>>>>;
+
+/// Two shapes of timing: a short retry interval (a hung renewal demotes the
+/// leader after one retry interval), and one longer than the ttl (only the
+/// local lease view demotes it), so both safety mechanisms are exercised.
+fn cfg(long_retry: bool) -> ElectionConfig {
+    ElectionConfig {
+        ttl_ms: 300,
+        renew_interval_ms: 100,
+        retry_interval_ms: if long_retry { 400 } else { 50 },
+    }
+}
+
+async fn start(slot: &mut Slot, watched: &Watched, i: usize, config: ElectionConfig) {
+    let store = Store::connect(&slot.proxy.url(), "lh").unwrap();
+    let node = Node::start(store, &slot.id, testkit::node_config())
+        .await
+        .unwrap();
+    let group = node.join(GROUP, config).unwrap();
+    watched.lock().unwrap()[i] = Some(group);
+    slot.node = Some(node);
+}
+
+/// Samples every millisecond; returns the number of samples, or the first violation.
+fn monitor(
+    watched: Watched,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Result<u64, String>> {
+    std::thread::spawn(move || {
+        let mut samples = 0;
+        let mut highest = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let leaders: Vec<(usize, u64)> = watched
+                .lock()
+                .unwrap()
+                .iter()
+                .enumerate()
+                .filter_map(|(i, g)| g.as_ref().and_then(|g| g.leader_term()).map(|t| (i, t)))
+                .collect();
+            if leaders.len() > 1 {
+                return Err(format!("two leaders at once: {leaders:?}"));
+            }
+            if let Some(&(i, term)) = leaders.first() {
+                if term < highest {
+                    return Err(format!(
+                        "slot {i} leads under term {term} after term {highest}"
+                    ));
+                }
+                highest = term;
+            }
+            samples += 1;
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(samples)
+    })
+}
+
+async fn run(seed: u64, steps: usize) {
+    // Odd seeds use a retry interval longer than the ttl.
+    let config = cfg(seed % 2 == 1);
+    println!("split-brain run: LEASEHOLD_SEED={seed} {config:?}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let redis = RedisServer::start();
+    let watched: Watched = Arc::new(Mutex::new((0..SLOTS).map(|_| None).collect()));
+    let mut slots = Vec::new();
+    for i in 0..SLOTS {
+        slots.push(Slot {
+            id: format!("test/n{i}"),
+            proxy: Proxy::start(redis.port).await,
+            node: None,
+        });
+    }
+    for (i, slot) in slots.iter_mut().enumerate() {
+        start(slot, &watched, i, config).await;
+    }
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let checker = monitor(watched.clone(), stop.clone());
+    let mut log = Vec::new();
+    for _ in 0..steps {
+        let i = rng.usize(..SLOTS);
+        let action = rng.u8(..8);
+        let slot = &mut slots[i];
+        match (action, slot.node.is_some()) {
+            (0, true) => {
+                // Crash: a dead process does not act, so stop watching it first.
+                watched.lock().unwrap()[i] = None;
+                drop(slot.node.take());
+                log.push(format!("crash {i}"));
+            }
+            (1, true) => {
+                let _ = slot.node.as_ref().unwrap().step_down(GROUP).await;
+                log.push(format!("step-down {i}"));
+            }
+            (2, true) => {
+                watched.lock().unwrap()[i] = None;
+                let _ = slot.node.take().unwrap().close().await;
+                log.push(format!("close {i}"));
+            }
+            (3, true) => {
+                let node = slot.node.as_ref().unwrap();
+                let _ = node.leave(GROUP).await;
+                watched.lock().unwrap()[i] = node.join(GROUP, config).ok();
+                log.push(format!("leave+join {i}"));
+            }
+            (4, _) | (5, _) => {
+                // Partition one node, sometimes for longer than the ttl.
+                let ms = rng.u64(20..600);
+                slot.proxy.pause();
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                slots[i].proxy.resume();
+                log.push(format!("partition {i} {ms}ms"));
+            }
+            (6, _) => {
+                let ms = rng.u64(20..400);
+                redis.pause();
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                redis.resume();
+                log.push(format!("redis pause {ms}ms"));
+            }
+            (_, false) => {
+                start(slot, &watched, i, config).await;
+                log.push(format!("restart {i}"));
+            }
+            _ => log.push("idle".into()),
+        }
+        tokio::time::sleep(Duration::from_millis(rng.u64(0..150))).await;
+        if checker.is_finished() {
+            break;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let verdict = checker.join().unwrap();
+    match verdict {
+        Ok(samples) => assert!(samples > 100, "the monitor hardly ran ({samples} samples)"),
+        Err(violation) => panic!("seed {seed}: {violation}\nsteps: {log:?}"),
+    }
+    // After the faults stop, exactly one leader within ttl + retry + margin.
+    for (i, slot) in slots.iter_mut().enumerate() {
+        if slot.node.is_none() {
+            start(slot, &watched, i, config).await;
+        }
+    }
+    let groups: Vec<Group> = watched.lock().unwrap().iter().flatten().cloned().collect();
+    let refs: Vec<&Group> = groups.iter().collect();
+    testkit::one_leader(&refs, config.ttl() * 2 + config.retry_interval() * 3).await;
+    for slot in slots.iter_mut() {
+        if let Some(node) = slot.node.take() {
+            let _ = node.close().await;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_two_nodes_ever_lead_the_same_group() {
+    let steps = std::env::var("LEASEHOLD_SPLIT_BRAIN_STEPS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    match std::env::var("LEASEHOLD_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+    {
+        Some(seed) => run(seed, steps).await,
+        None => {
+            let seed = fastrand::u64(..);
+            run(seed & !1, steps).await;
+            run(seed | 1, steps).await;
+        }
+    }
+}

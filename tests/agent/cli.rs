@@ -1,0 +1,241 @@
+//! The operator's commands (`leasehold nodes`, `groups`, `publish`,
+//! `subscribe`, `step-down`) as processes against a real redis-server, with
+//! library nodes in this test as the workload.
+
+use leasehold_testkit as testkit;
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use leasehold_engine::{Group, Node};
+use serde_json::Value;
+use testkit::{fast, node, one_leader, RedisServer};
+
+fn leasehold(redis: &RedisServer, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+    command
+        .args(args)
+        .args(["--redis-url", &redis.url(), "--prefix", "lh"])
+        .env_remove("LEASEHOLD_REDIS_URL");
+    command
+}
+
+/// Runs to the end; stdout, or a panic with stderr.
+fn run(redis: &RedisServer, args: &[&str]) -> String {
+    let out = leasehold(redis, args).output().expect("run leasehold");
+    assert!(
+        out.status.success(),
+        "leasehold {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn json(redis: &RedisServer, args: &[&str]) -> Value {
+    let mut all = args.to_vec();
+    all.extend(["-o", "json"]);
+    serde_json::from_str(&run(redis, &all)).expect("JSON output")
+}
+
+/// Nodes `ns/a` and `ns/b` in group `ns/web`, and which of them leads.
+async fn two_members_of_web(redis: &RedisServer) -> (Vec<(Node, Group)>, usize) {
+    let mut members = Vec::new();
+    for id in ["ns/a", "ns/b"] {
+        let n = node(redis, id).await;
+        let g = n.join("ns/web", fast()).unwrap();
+        members.push((n, g));
+    }
+    let leader = one_leader(&[&members[0].1, &members[1].1], Duration::from_secs(3)).await;
+    (members, leader)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_and_groups_list_the_registry_and_the_leases() {
+    let redis = RedisServer::start();
+    let (_members, leader) = two_members_of_web(&redis).await;
+    let leader_id = ["ns/a", "ns/b"][leader];
+
+    let nodes = json(&redis, &["nodes"]);
+    let listed: Vec<&str> = nodes["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(listed.len(), 2, "{nodes}");
+    for n in nodes["nodes"].as_array().unwrap() {
+        assert_eq!(n["live"], true);
+        assert_eq!(n["groups"], serde_json::json!(["ns/web"]));
+        assert!(n["leaseLeftMs"].as_u64().unwrap() <= 600, "{n}");
+        assert_eq!(n["backlog"], 0);
+    }
+    let table = run(&redis, &["nodes"]);
+    assert!(table.starts_with("NODE "), "{table}");
+    assert!(
+        table.contains("LEASE LEFT") && table.contains("ns/a") && table.contains("ns/b"),
+        "{table}"
+    );
+
+    let groups = json(&redis, &["groups"]);
+    let web = &groups["groups"][0];
+    assert_eq!(
+        (web["group"].as_str(), web["leader"].as_str()),
+        (Some("ns/web"), Some(leader_id)),
+        "{groups}"
+    );
+    assert!(web["term"].as_u64().unwrap() >= 1);
+    assert_eq!(web["members"].as_array().unwrap().len(), 2);
+    let table = run(&redis, &["groups"]);
+    assert!(
+        table.starts_with("GROUP ") && table.contains(leader_id),
+        "{table}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publish_sends_an_argument_or_standard_input_to_subscribers() {
+    let redis = RedisServer::start();
+    let listener = node(&redis, "ns/listener").await;
+    listener.subscribe("alerts.*").await.unwrap();
+    let mut inbox = listener.inbox().unwrap();
+    let answer = json(&redis, &["publish", "alerts.disk", "disk full"]);
+    assert_eq!(answer["reached"], 1, "{answer}");
+    let mut child = leasehold(&redis, &["publish", "alerts.cpu", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&[0xff, 0x01])
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    let first = tokio::time::timeout(Duration::from_secs(2), inbox.next_message())
+        .await
+        .unwrap()
+        .unwrap();
+    let second = tokio::time::timeout(Duration::from_secs(2), inbox.next_message())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (first.topic.as_deref(), first.payload.as_slice()),
+        (Some("alerts.disk"), &b"disk full"[..])
+    );
+    assert_eq!(
+        (second.topic.as_deref(), second.payload.as_slice()),
+        (Some("alerts.cpu"), &[0xff, 0x01][..])
+    );
+    // The command's own node is gone once it ended.
+    let nodes = redis.store().list_nodes().await.unwrap();
+    assert!(nodes.iter().all(|n| !n.id.starts_with("cli/")), "{nodes:?}");
+    // Bad input names what is wrong.
+    let out = leasehold(&redis, &["publish", "a..b", "x"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("a..b"));
+    let too_long = (leasehold_engine::config::MAX_RETAIN_MS + 1).to_string();
+    let out = leasehold(
+        &redis,
+        &[
+            "publish",
+            "a",
+            "x",
+            "--retain",
+            "--retain-ttl-ms",
+            &too_long,
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--retain-ttl-ms")
+            && stderr.contains(&format!(
+                "from 1 to {}",
+                leasehold_engine::config::MAX_RETAIN_MS
+            )),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribe_prints_messages_until_interrupted_and_unregisters() {
+    let redis = RedisServer::start();
+    let publisher = node(&redis, "ns/publisher").await;
+    let mut child = leasehold(&redis, &["subscribe", "orders.>", "-o", "json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let nodes = redis.store().list_nodes().await.unwrap();
+        if nodes.iter().any(|n| n.id.starts_with("cli/")) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the subscriber never registered");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Registered; its subscription follows right after.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    publisher.publish("orders.eu.new", b"one").await.unwrap();
+    publisher.publish("orders.us.new", b"two").await.unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let reader = tokio::task::spawn_blocking(move || {
+        let first = lines.next().unwrap().unwrap();
+        let second = lines.next().unwrap().unwrap();
+        (first, second)
+    });
+    let (first, second) = tokio::time::timeout(Duration::from_secs(5), reader)
+        .await
+        .unwrap()
+        .unwrap();
+    let first: Value = serde_json::from_str(&first).unwrap();
+    let second: Value = serde_json::from_str(&second).unwrap();
+    assert_eq!(
+        (
+            first["type"].as_str(),
+            first["payload"].as_str(),
+            first["from"].as_str()
+        ),
+        (Some("message"), Some("one"), Some("ns/publisher"))
+    );
+    assert_eq!(second["topic"], "orders.us.new");
+    assert!(testkit::send_signal(child.id(), testkit::Signal::SIGINT));
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    let nodes = redis.store().list_nodes().await.unwrap();
+    assert!(
+        nodes.iter().all(|n| !n.id.starts_with("cli/")),
+        "the subscriber's node is still registered: {nodes:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn step_down_hands_the_lease_to_another_member() {
+    let redis = RedisServer::start();
+    let (_members, leader) = two_members_of_web(&redis).await;
+    let (was, next) = [("ns/a", "ns/b"), ("ns/b", "ns/a")][leader];
+    let answer = json(&redis, &["step-down", "ns/web"]);
+    assert_eq!(answer["asked"], was, "{answer}");
+    assert_eq!(answer["leader"], next, "{answer}");
+    assert!(
+        answer["newTerm"].as_u64().unwrap() > answer["term"].as_u64().unwrap(),
+        "{answer}"
+    );
+    let out = leasehold(&redis, &["step-down", "ns/nobody"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("has no leader"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

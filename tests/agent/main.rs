@@ -1,0 +1,8 @@
+//! The `leasehold` binary as a user runs it: the agent's processes and
+//! local API (leadership and messaging), the operator commands, and the
+//! demo. One test binary; a module per subject.
+
+mod agent;
+mod agent_messaging;
+mod cli;
+mod demo;

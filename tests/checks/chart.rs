@@ -1,0 +1,689 @@
+//! The Helm chart: `helm lint` and `helm template` with the default values
+//! and with each option set, and the rendered YAML checked for the RBAC and
+//! security settings the chart promises.
+//!
+//! `helm` comes from `LEASEHOLD_HELM` or `PATH`. `.ci/run` fetches a pinned
+//! one and sets `CI`; under `CI` a missing helm fails these tests, elsewhere
+//! they say they were skipped. The checks that need no helm always run.
+
+use leasehold_testkit as testkit;
+
+use std::path::Path;
+use std::process::Command;
+
+use serde::Deserialize;
+use serde_yaml::Value;
+use testkit::helm_or_skip;
+
+const CHART: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/charts/leasehold");
+
+/// `helm template` with `--set` values; Ok(rendered) or Err(stderr).
+fn template(helm: &Path, sets: &[&str]) -> Result<String, String> {
+    template_for(helm, None, sets)
+}
+
+/// `helm template` as for a cluster of `kube_version`.
+fn template_for(helm: &Path, kube_version: Option<&str>, sets: &[&str]) -> Result<String, String> {
+    template_on(helm, kube_version, &[], sets)
+}
+
+/// `helm template` as for a cluster of `kube_version` whose API server also
+/// serves `api_versions` (`--api-versions`, e.g. `group/version/Kind`).
+fn template_on(
+    helm: &Path,
+    kube_version: Option<&str>,
+    api_versions: &[&str],
+    sets: &[&str],
+) -> Result<String, String> {
+    let mut cmd = Command::new(helm);
+    cmd.args(["template", "rel", CHART, "--namespace", "ops"]);
+    if let Some(v) = kube_version {
+        cmd.args(["--kube-version", v]);
+    }
+    for a in api_versions {
+        cmd.args(["--api-versions", a]);
+    }
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().expect("run helm");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn docs(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| Value::deserialize(d).expect("helm rendered valid YAML"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    docs.iter().filter(|d| d["kind"] == kind).collect()
+}
+
+fn one<'a>(docs: &'a [Value], k: &str) -> &'a Value {
+    let found = kind(docs, k);
+    assert_eq!(found.len(), 1, "expected one {k}, found {}", found.len());
+    found[0]
+}
+
+fn controller(docs: &[Value]) -> &Value {
+    kind(docs, "Deployment")
+        .into_iter()
+        .find(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "controller")
+        .expect("the controller Deployment")
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_sequence()
+        .map(|s| {
+            s.iter()
+                .filter_map(|x| x.as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn env<'a>(container: &'a Value, name: &str) -> Option<&'a Value> {
+    container["env"]
+        .as_sequence()?
+        .iter()
+        .find(|e| e["name"] == name)
+}
+
+/// The rules the controller needs, and nothing more: `(group, resource, verbs)`.
+fn expected_rules() -> Vec<(String, String, Vec<String>)> {
+    let r = |g: &str, res: &str, verbs: &[&str]| {
+        (
+            g.to_owned(),
+            res.to_owned(),
+            verbs.iter().map(|v| v.to_string()).collect(),
+        )
+    };
+    vec![
+        r("leasehold.dev", "leadergroups", &["get", "list", "watch"]),
+        r("leasehold.dev", "leadergroups/status", &["get", "patch"]),
+        r("", "pods", &["get", "list", "watch", "patch"]),
+        r("events.k8s.io", "events", &["create", "patch"]),
+    ]
+}
+
+fn rules(role: &Value) -> Vec<(String, String, Vec<String>)> {
+    let mut out = Vec::new();
+    for rule in role["rules"].as_sequence().expect("rules") {
+        for g in strings(&rule["apiGroups"]) {
+            for res in strings(&rule["resources"]) {
+                out.push((g.clone(), res, strings(&rule["verbs"])));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn lint_passes_with_the_defaults_and_with_each_option_set() {
+    let Some(helm) = helm_or_skip("lint") else {
+        return;
+    };
+    let variants: &[&[&str]] = &[
+        &[],
+        &["redis.deploy=true"],
+        &["watchNamespace=team-a"],
+        &["metrics.serviceMonitor.enabled=true"],
+        &["podDisruptionBudget.enabled=false"],
+        &["redis.existingSecret=redis-auth", "redis.caSecret=redis-ca"],
+        &[
+            r"redis.url=redis+sentinel://s1:26379\,s2:26379/mymaster",
+            "redis.sentinelSecret=sentinel-pw",
+        ],
+        &[r"redis.url=rediss+cluster://n1:6379\,n2:6379"],
+        &["replicaCount=1", "podAntiAffinity=hard"],
+        &["rbac.create=false", "serviceAccount.create=false"],
+        &["admissionPolicy.enabled=false"],
+        &["admissionPolicy.allowedLabelKeys={leasehold.dev/role,example.com/leader}"],
+    ];
+    for sets in variants {
+        let mut cmd = Command::new(&helm);
+        cmd.args(["lint", CHART, "--strict"]);
+        for s in *sets {
+            cmd.args(["--set", s]);
+        }
+        let out = cmd.output().expect("run helm lint");
+        assert!(
+            out.status.success(),
+            "helm lint {sets:?} failed:\n{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let rendered = template(&helm, sets).unwrap_or_else(|e| panic!("{sets:?}: {e}"));
+        eprintln!("helm template {sets:?}: {} bytes", rendered.len());
+    }
+}
+
+#[test]
+fn the_default_install_is_least_privilege_and_locked_down() {
+    let Some(helm) = helm_or_skip("defaults") else {
+        return;
+    };
+    let docs = docs(&template(&helm, &[]).unwrap());
+
+    // RBAC: cluster-wide by default, exactly the needed rules.
+    let role = one(&docs, "ClusterRole");
+    assert_eq!(rules(role), expected_rules());
+    let binding = one(&docs, "ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0]["kind"], "ServiceAccount");
+    assert_eq!(binding["subjects"][0]["namespace"], "ops");
+    assert!(kind(&docs, "Role").is_empty());
+    let sa = one(&docs, "ServiceAccount");
+    assert_eq!(binding["subjects"][0]["name"], sa["metadata"]["name"]);
+
+    // The controller: 2 replicas spread over nodes, probes, locked down.
+    let deploy = controller(&docs);
+    let spec = &deploy["spec"]["template"]["spec"];
+    assert_eq!(deploy["spec"]["replicas"], 2);
+    assert!(
+        !spec["affinity"]["podAntiAffinity"].is_null(),
+        "anti-affinity"
+    );
+    assert_eq!(spec["serviceAccountName"], sa["metadata"]["name"]);
+    assert_eq!(spec["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        spec["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = &spec["containers"][0];
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["allowPrivilegeEscalation"], false);
+    assert_eq!(
+        strings(&c["securityContext"]["capabilities"]["drop"]),
+        ["ALL"]
+    );
+    assert_eq!(strings(&c["args"])[0], "controller");
+    assert!(env(c, "POD_NAME").is_some() && env(c, "POD_NAMESPACE").is_some());
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
+        "redis://redis:6379"
+    );
+    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_none());
+
+    // Metrics Service and PDB by default; no ServiceMonitor, no Redis.
+    let svc = one(&docs, "Service");
+    assert_eq!(svc["spec"]["ports"][0]["name"], "http-metrics");
+    assert_eq!(one(&docs, "PodDisruptionBudget")["spec"]["minAvailable"], 1);
+    assert!(kind(&docs, "ServiceMonitor").is_empty());
+    assert_eq!(kind(&docs, "Deployment").len(), 1);
+    // Nothing asks for secrets or for every verb.
+    for r in kind(&docs, "ClusterRole") {
+        for (_, res, verbs) in rules(r) {
+            assert_ne!(res, "secrets");
+            assert!(!verbs.contains(&"*".to_owned()));
+        }
+    }
+}
+
+#[test]
+fn namespaced_mode_uses_a_role_in_that_namespace_only() {
+    let Some(helm) = helm_or_skip("namespaced") else {
+        return;
+    };
+    let docs = docs(&template(&helm, &["watchNamespace=team-a"]).unwrap());
+    assert!(kind(&docs, "ClusterRole").is_empty());
+    assert!(kind(&docs, "ClusterRoleBinding").is_empty());
+    let role = one(&docs, "Role");
+    assert_eq!(role["metadata"]["namespace"], "team-a");
+    assert_eq!(rules(role), expected_rules());
+    let binding = one(&docs, "RoleBinding");
+    assert_eq!(binding["metadata"]["namespace"], "team-a");
+    assert_eq!(binding["subjects"][0]["namespace"], "ops");
+    let args = strings(&controller(&docs)["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(
+        args.contains(&"--watch-namespace=team-a".to_owned()),
+        "{args:?}"
+    );
+}
+
+#[test]
+fn each_option_renders_what_it_says() {
+    let Some(helm) = helm_or_skip("options") else {
+        return;
+    };
+    // A throwaway Redis, clearly marked, and the controller pointed at it.
+    let docs_ = docs(&template(&helm, &["redis.deploy=true"]).unwrap());
+    let redis = kind(&docs_, "Deployment")
+        .into_iter()
+        .find(|d| d["metadata"]["labels"]["app.kubernetes.io/component"] == "redis")
+        .expect("a Redis Deployment");
+    assert!(redis["metadata"]["annotations"]["leasehold.dev/not-for-production"].is_string());
+    let rc = &redis["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(rc["securityContext"]["readOnlyRootFilesystem"], true);
+    let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
+        "redis://rel-leasehold-redis.ops.svc:6379"
+    );
+
+    // The password from a Secret, as a file, never as an env value.
+    let docs_ = docs(&template(&helm, &["redis.existingSecret=redis-auth"]).unwrap());
+    let spec = &controller(&docs_)["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    let file = env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").unwrap()["value"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(file.starts_with(c["volumeMounts"][0]["mountPath"].as_str().unwrap()));
+    assert_eq!(spec["volumes"][0]["secret"]["secretName"], "redis-auth");
+    assert!(kind(&docs_, "Secret").is_empty());
+
+    // Lease writes wait for every replica by default, or the count given.
+    let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_REPLICA_ACKS").unwrap()["value"],
+        "all"
+    );
+    let docs_ = docs(&template(&helm, &["redis.replicaAcks=2"]).unwrap());
+    let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_REPLICA_ACKS").unwrap()["value"],
+        "2"
+    );
+
+    // ServiceMonitor on demand; no PDB for one replica or when disabled.
+    let docs_ = docs(&template(&helm, &["metrics.serviceMonitor.enabled=true"]).unwrap());
+    let sm = one(&docs_, "ServiceMonitor");
+    assert_eq!(sm["spec"]["endpoints"][0]["port"], "http-metrics");
+    let docs_ = docs(&template(&helm, &["replicaCount=1"]).unwrap());
+    assert!(kind(&docs_, "PodDisruptionBudget").is_empty());
+    let docs_ = docs(&template(&helm, &["podDisruptionBudget.enabled=false"]).unwrap());
+    assert!(kind(&docs_, "PodDisruptionBudget").is_empty());
+
+    // Hard anti-affinity is required, not preferred.
+    let docs_ = docs(&template(&helm, &["podAntiAffinity=hard"]).unwrap());
+    let aa = &controller(&docs_)["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
+    assert!(aa["requiredDuringSchedulingIgnoredDuringExecution"].is_sequence());
+
+    // Without RBAC and ServiceAccount, none rendered; the pods use the named one.
+    let docs_ = docs(
+        &template(
+            &helm,
+            &[
+                "rbac.create=false",
+                "serviceAccount.create=false",
+                "serviceAccount.name=mine",
+            ],
+        )
+        .unwrap(),
+    );
+    assert!(kind(&docs_, "ClusterRole").is_empty() && kind(&docs_, "ServiceAccount").is_empty());
+    assert_eq!(
+        controller(&docs_)["spec"]["template"]["spec"]["serviceAccountName"],
+        "mine"
+    );
+}
+
+#[test]
+fn bad_values_are_refused_with_the_key_named() {
+    let Some(helm) = helm_or_skip("bad values") else {
+        return;
+    };
+    let cases: &[(&[&str], &str)] = &[
+        (&["replicaCount=0"], "replicaCount"),
+        (&["redis.urll=redis://x"], "urll"),
+        (&["redis.url=http://x"], "redis.url"),
+        (&["redis.url=redis+foo://x"], "redis.url"),
+        (
+            &["redis.sentinelSecret=sentinel-pw"],
+            "redis.sentinelSecret",
+        ),
+        (&["podAntiAffinity=sometimes"], "podAntiAffinity"),
+        (&["redis.url="], "set redis.url"),
+        (&["watchNamespace=Team_A"], "watchNamespace"),
+        (&["redis.replicaAcks=many"], "redis.replicaAcks"),
+        (&["redis.replicaAcks=0"], "redis.replicaAcks"),
+        (
+            &["admissionPolicy.enabled=maybe"],
+            "admissionPolicy.enabled",
+        ),
+        (
+            &["admissionPolicy.allowedLabelKeys={Not A Key}"],
+            "admissionPolicy.allowedLabelKeys",
+        ),
+        (
+            &["admissionPolicy.allowedLabelKeys=leasehold.dev/role"],
+            "admissionPolicy.allowedLabelKeys",
+        ),
+        (
+            &["admissionPolicy.allowedLabelKeys=null"],
+            "allowedLabelKeys is required",
+        ),
+        (
+            &[
+                "metrics.service.enabled=false",
+                "metrics.serviceMonitor.enabled=true",
+            ],
+            "metrics.service.enabled",
+        ),
+    ];
+    for (sets, expected) in cases {
+        let err = template(&helm, sets).expect_err(&format!("{sets:?} was accepted"));
+        assert!(
+            err.contains(expected),
+            "{sets:?}: {expected:?} not in {err}"
+        );
+    }
+    // Every URL form the binary takes is let through (a comma in --set
+    // separates values, hence the backslash).
+    for url in [
+        "rediss://h:6380/2",
+        r"redis+sentinel://s1:26379\,s2:26379/mymaster",
+        "rediss+sentinel://s1/mymaster/1",
+        r"redis+cluster://n1:6379\,n2:6379",
+        "rediss+cluster://n1",
+    ] {
+        let set = format!("redis.url={url}");
+        template(&helm, &[set.as_str()]).unwrap_or_else(|e| panic!("{url}: {e}"));
+    }
+}
+
+#[test]
+fn the_sentinels_password_is_a_file_from_its_own_secret() {
+    let Some(helm) = helm_or_skip("sentinel password") else {
+        return;
+    };
+    let sentinel = [
+        r"redis.url=redis+sentinel://s1:26379\,s2:26379/mymaster",
+        "redis.sentinelSecret=sentinel-pw",
+    ];
+    let docs_ = docs(&template(&helm, &sentinel).unwrap());
+    let spec = &controller(&docs_)["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
+        "redis+sentinel://s1:26379,s2:26379/mymaster"
+    );
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE").unwrap()["value"],
+        "/etc/leasehold/redis-sentinel-password/password"
+    );
+    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_none());
+    let mount = c["volumeMounts"]
+        .as_sequence()
+        .expect("volumeMounts")
+        .iter()
+        .find(|m| m["mountPath"] == "/etc/leasehold/redis-sentinel-password")
+        .expect("the sentinels' password mounted");
+    assert_eq!(mount["readOnly"], true);
+    let volume = spec["volumes"]
+        .as_sequence()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == mount["name"])
+        .expect("the mount's volume");
+    assert_eq!(volume["secret"]["secretName"], "sentinel-pw");
+    assert_eq!(volume["secret"]["items"][0]["key"], "password");
+    assert_eq!(volume["secret"]["items"][0]["path"], "password");
+    assert!(kind(&docs_, "Secret").is_empty());
+
+    // With the primary's password too: two files from two Secrets.
+    let sets = [&sentinel[..], &["redis.existingSecret=redis-auth"][..]].concat();
+    let docs_ = docs(&template(&helm, &sets).unwrap());
+    let spec = &controller(&docs_)["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_some());
+    assert!(env(c, "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE").is_some());
+    assert_eq!(c["volumeMounts"].as_sequence().unwrap().len(), 2);
+    let secrets: Vec<&str> = spec["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|v| v["secret"]["secretName"].as_str().unwrap())
+        .collect();
+    assert_eq!(secrets, ["redis-auth", "sentinel-pw"]);
+}
+
+#[test]
+fn the_chart_carries_the_generated_crd() {
+    let chart = std::fs::read_to_string(format!("{CHART}/crds/leadergroups.yaml")).unwrap();
+    let generated = leasehold_kube::crd::crd_yaml().unwrap();
+    assert!(
+        chart == generated,
+        "charts/leasehold/crds/leadergroups.yaml is stale: run `cargo run -- crdgen > charts/leasehold/crds/leadergroups.yaml`"
+    );
+}
+
+/// Objects handed to Kubernetes as they are: their inner keys are
+/// Kubernetes' own fields, commented as a whole.
+const VERBATIM: [&str; 3] = ["podSecurityContext", "securityContext", "resources"];
+
+#[test]
+fn every_value_is_commented() {
+    let values = std::fs::read_to_string(format!("{CHART}/values.yaml")).unwrap();
+    let mut previous = "";
+    // (indent, key) of the keys enclosing the current line.
+    let mut ancestors: Vec<(usize, String)> = Vec::new();
+    let mut uncommented = Vec::new();
+    for line in values.lines() {
+        let t = line.trim_start();
+        if t.is_empty() {
+            continue;
+        }
+        let indent = line.len() - t.len();
+        let key = (!t.starts_with('#') && !t.starts_with('-'))
+            .then(|| t.split_once(':').map(|(k, _)| k))
+            .flatten()
+            .filter(|k| k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+        if let Some(key) = key {
+            ancestors.retain(|(i, _)| *i < indent);
+            let verbatim = ancestors
+                .iter()
+                .any(|(_, a)| VERBATIM.contains(&a.as_str()));
+            if !verbatim && !previous.trim_start().starts_with('#') {
+                uncommented.push(line);
+            }
+            ancestors.push((indent, key.to_owned()));
+        }
+        previous = line;
+    }
+    assert!(
+        uncommented.is_empty(),
+        "values.yaml keys without a comment above them: {uncommented:#?}"
+    );
+}
+
+/// Every Kubernetes version the chart's kubeVersion admits gets objects it
+/// serves: 1.20 has no policy/v1, so the PodDisruptionBudget is v1beta1
+/// there and v1 from 1.21 on.
+#[test]
+fn the_chart_renders_for_every_kubernetes_version_it_admits() {
+    let Some(helm) = helm_or_skip("the_chart_renders_for_every_kubernetes_version_it_admits")
+    else {
+        return;
+    };
+    for (version, pdb) in [
+        ("1.20.0", "policy/v1beta1"),
+        ("1.21.0", "policy/v1"),
+        ("1.33.0", "policy/v1"),
+    ] {
+        let docs = docs(&template_for(&helm, Some(version), &[]).unwrap());
+        assert_eq!(
+            one(&docs, "PodDisruptionBudget")["apiVersion"],
+            pdb,
+            "Kubernetes {version}"
+        );
+    }
+    let refused = template_for(&helm, Some("1.19.0"), &[]).unwrap_err();
+    assert!(refused.contains("kubeVersion"), "{refused}");
+}
+
+/// What `--api-versions` names for a cluster serving the GA admission policy
+/// API (Kubernetes 1.30 on), and the beta one (1.28-1.29, when turned on).
+const VAP_V1: &str = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy";
+const VAP_V1BETA1: &str = "admissionregistration.k8s.io/v1beta1/ValidatingAdmissionPolicy";
+
+fn admission_policy(docs: &[Value]) -> (&Value, &Value) {
+    (
+        one(docs, "ValidatingAdmissionPolicy"),
+        one(docs, "ValidatingAdmissionPolicyBinding"),
+    )
+}
+
+/// The CEL expression of the policy's variable `name`.
+fn variable<'a>(policy: &'a Value, name: &str) -> &'a str {
+    policy["spec"]["variables"]
+        .as_sequence()
+        .expect("variables")
+        .iter()
+        .find(|v| v["name"] == name)
+        .unwrap_or_else(|| panic!("no variable {name}"))["expression"]
+        .as_str()
+        .unwrap()
+}
+
+#[test]
+fn the_admission_policy_holds_the_controller_to_the_role_label() {
+    let Some(helm) = helm_or_skip("admission policy") else {
+        return;
+    };
+    let docs_ = docs(&template_on(&helm, None, &[VAP_V1], &[]).unwrap());
+    let (policy, binding) = admission_policy(&docs_);
+    let sa = one(&docs_, "ServiceAccount");
+    for o in [policy, binding] {
+        assert_eq!(o["apiVersion"], "admissionregistration.k8s.io/v1");
+        assert!(o["metadata"]["namespace"].is_null(), "cluster-scoped");
+    }
+    let spec = &policy["spec"];
+    assert_eq!(spec["failurePolicy"], "Fail");
+    // Pod updates (a patch is an UPDATE) by the controller's ServiceAccount only.
+    let rules = spec["matchConstraints"]["resourceRules"]
+        .as_sequence()
+        .unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(strings(&rules[0]["apiGroups"]), [""]);
+    assert_eq!(strings(&rules[0]["resources"]), ["pods"]);
+    assert_eq!(strings(&rules[0]["operations"]), ["UPDATE"]);
+    let conditions = spec["matchConditions"].as_sequence().unwrap();
+    assert_eq!(conditions.len(), 1);
+    assert_eq!(
+        conditions[0]["expression"].as_str().unwrap(),
+        format!(
+            "request.userInfo.username == 'system:serviceaccount:ops:{}'",
+            sa["metadata"]["name"].as_str().unwrap()
+        )
+    );
+    // Only the role label may change; the rest of metadata is compared
+    // except what the API server itself rewrites.
+    assert_eq!(
+        variable(policy, "allowedLabelKeys"),
+        r#"["leasehold.dev/role"]"#
+    );
+    assert_eq!(
+        variable(policy, "metadataNotCompared"),
+        "['labels', 'resourceVersion', 'managedFields', 'generation']"
+    );
+    let validations = spec["validations"].as_sequence().unwrap();
+    assert_eq!(validations.len(), 3);
+    for v in validations {
+        assert!(v["message"].is_string(), "{v:?}");
+        assert_eq!(v["reason"], "Forbidden");
+    }
+    let cel: Vec<&str> = validations
+        .iter()
+        .map(|v| v["expression"].as_str().unwrap())
+        .collect();
+    assert!(cel[0].contains("oldObject"), "{}", cel[0]);
+    assert!(
+        cel[1].contains("variables.metadataNotCompared"),
+        "{}",
+        cel[1]
+    );
+    assert!(cel[2].contains("variables.allowedLabelKeys"), "{}", cel[2]);
+    // Bound to the policy, refusing, cluster-wide.
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(strings(&binding["spec"]["validationActions"]), ["Deny"]);
+    assert!(binding["spec"]["matchResources"].is_null());
+
+    // More keys for LeaderGroups with their own roleLabel; a named account.
+    let docs_ = docs(
+        &template_on(
+            &helm,
+            None,
+            &[VAP_V1],
+            &[
+                "admissionPolicy.allowedLabelKeys={leasehold.dev/role,example.com/leader}",
+                "serviceAccount.name=mine",
+            ],
+        )
+        .unwrap(),
+    );
+    let (policy, _) = admission_policy(&docs_);
+    assert_eq!(
+        variable(policy, "allowedLabelKeys"),
+        r#"["leasehold.dev/role","example.com/leader"]"#
+    );
+    assert_eq!(
+        policy["spec"]["matchConditions"][0]["expression"],
+        "request.userInfo.username == 'system:serviceaccount:ops:mine'"
+    );
+
+    // v1beta1 where only that is served (1.28-1.29); v1 wins when both are.
+    for (served, expected) in [
+        (&[VAP_V1BETA1][..], "admissionregistration.k8s.io/v1beta1"),
+        (
+            &[VAP_V1BETA1, VAP_V1][..],
+            "admissionregistration.k8s.io/v1",
+        ),
+    ] {
+        let docs_ = docs(&template_on(&helm, Some("1.29.0"), served, &[]).unwrap());
+        let (policy, binding) = admission_policy(&docs_);
+        assert_eq!(policy["apiVersion"], expected, "{served:?}");
+        assert_eq!(binding["apiVersion"], expected, "{served:?}");
+    }
+}
+
+#[test]
+fn no_admission_policy_without_the_api_or_when_disabled() {
+    let Some(helm) = helm_or_skip("no admission policy") else {
+        return;
+    };
+    let none = |rendered: Result<String, String>| {
+        let docs = docs(&rendered.unwrap());
+        assert!(kind(&docs, "ValidatingAdmissionPolicy").is_empty());
+        assert!(kind(&docs, "ValidatingAdmissionPolicyBinding").is_empty());
+        // The rest of the chart is there all the same.
+        one(&docs, "ClusterRole");
+    };
+    // An API server without the API (1.27): nothing, and no error.
+    none(template_for(&helm, Some("1.27.0"), &[]));
+    // Turned off, on a cluster that has it.
+    none(template_on(
+        &helm,
+        None,
+        &[VAP_V1],
+        &["admissionPolicy.enabled=false"],
+    ));
+}
+
+#[test]
+fn namespaced_mode_scopes_the_admission_policy_to_that_namespace() {
+    let Some(helm) = helm_or_skip("namespaced admission policy") else {
+        return;
+    };
+    let docs = docs(&template_on(&helm, None, &[VAP_V1], &["watchNamespace=team-a"]).unwrap());
+    let (policy, binding) = admission_policy(&docs);
+    assert!(policy["metadata"]["namespace"].is_null());
+    assert_eq!(
+        binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
+            ["kubernetes.io/metadata.name"],
+        "team-a"
+    );
+    // The account is still the one in the release namespace.
+    assert_eq!(
+        policy["spec"]["matchConditions"][0]["expression"],
+        "request.userInfo.username == 'system:serviceaccount:ops:rel-leasehold'"
+    );
+}

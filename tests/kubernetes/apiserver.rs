@@ -1,0 +1,1004 @@
+//! The controller against a real API server (etcd + kube-apiserver 1.20 from
+//! `scripts/kubernetes/build.sh apiserver`, see `support/kube_api.rs`), as
+//! the `leasehold controller` process holding the chart's ServiceAccount
+//! token, so it has the chart's RBAC and nothing more. Pods are API objects
+//! (no kubelet); each member pod has a real `leasehold agent` process named
+//! after it, electing on a real redis-server.
+//!
+//! A watch of the namespace's pods follows every label change in the order
+//! the API server made them: at no point may two pods carry the leader
+//! label. Each test starts its own API server (about ten seconds).
+
+use leasehold_testkit as testkit;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::runtime::{watcher, WatchStreamExt};
+use kube::{Api, CustomResourceExt};
+use leasehold_kube::crd::{LeaderGroup, DEFAULT_ROLE_LABEL};
+use serde_json::{json, Value};
+use testkit::agent::Agent;
+use testkit::kube_api::{ApiServer, User, CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT};
+use testkit::{eventually_async, free_port, RedisServer, Signal};
+
+const NS: &str = "shop";
+/// The group's timings: ttl 1000, renew 300, retry 200 ms.
+const TTL: Duration = Duration::from_millis(1000);
+const RETRY: Duration = Duration::from_millis(200);
+
+/// How long a leader change may take to show as labels: the old lease's
+/// ttl (a SIGKILLed leader), a claim on the next retry tick, then the
+/// engine event, a reconcile and the label patches; two retry intervals and
+/// a second of margin for the API server on a busy machine.
+fn label_bound() -> Duration {
+    TTL + 2 * RETRY + Duration::from_secs(2)
+}
+
+/// The pods' role labels as the API server changed them, from one watch.
+#[derive(Default)]
+struct LabelState {
+    roles: BTreeMap<String, String>,
+    /// Every state with two or more leaders, described.
+    two_leaders: Vec<String>,
+    changes: usize,
+}
+
+struct LabelWatch {
+    state: Arc<Mutex<LabelState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for LabelWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl LabelWatch {
+    fn start(client: kube::Client) -> Self {
+        let state = Arc::new(Mutex::new(LabelState::default()));
+        let api: Api<Pod> = Api::namespaced(client, NS);
+        let shared = state.clone();
+        let task = tokio::spawn(async move {
+            let mut relist: Option<BTreeMap<String, String>> = None;
+            // Backing off as the controller does: a watch without it retries in
+            // a busy loop while the API server is down.
+            let mut events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(event) = events.next().await {
+                let Ok(event) = event else { continue };
+                let mut s = shared.lock().unwrap();
+                match event {
+                    watcher::Event::Init => relist = Some(BTreeMap::new()),
+                    watcher::Event::InitApply(pod) => {
+                        if let (Some(r), Some(role)) = (relist.as_mut(), role_of(&pod)) {
+                            r.insert(pod.metadata.name.clone().unwrap_or_default(), role);
+                        }
+                    }
+                    watcher::Event::InitDone => {
+                        if let Some(r) = relist.take() {
+                            s.roles = r;
+                        }
+                    }
+                    watcher::Event::Apply(pod) => {
+                        let name = pod.metadata.name.clone().unwrap_or_default();
+                        match role_of(&pod) {
+                            Some(role) => s.roles.insert(name, role),
+                            None => s.roles.remove(&name),
+                        };
+                    }
+                    watcher::Event::Delete(pod) => {
+                        s.roles
+                            .remove(&pod.metadata.name.clone().unwrap_or_default());
+                    }
+                }
+                s.changes += 1;
+                let leaders: Vec<&String> = s
+                    .roles
+                    .iter()
+                    .filter(|(_, r)| *r == "leader")
+                    .map(|(n, _)| n)
+                    .collect();
+                if leaders.len() > 1 {
+                    let what = format!("{leaders:?}");
+                    s.two_leaders.push(what);
+                }
+            }
+        });
+        Self { state, task }
+    }
+
+    fn leader(&self) -> Option<String> {
+        let s = self.state.lock().unwrap();
+        s.roles
+            .iter()
+            .find(|(_, r)| *r == "leader")
+            .map(|(n, _)| n.clone())
+    }
+
+    fn roles(&self) -> BTreeMap<String, String> {
+        self.state.lock().unwrap().roles.clone()
+    }
+
+    /// Waits for a leader label on a pod other than `not`; returns it.
+    async fn next_leader(&self, not: Option<&str>, limit: Duration) -> (String, Duration) {
+        let start = Instant::now();
+        loop {
+            if let Some(l) = self.leader().filter(|l| Some(l.as_str()) != not) {
+                return (l, start.elapsed());
+            }
+            assert!(
+                start.elapsed() < limit,
+                "no leader label other than {not:?} within {limit:?}; labels: {:?}",
+                self.roles()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn assert_never_two_leaders(&self) {
+        let s = self.state.lock().unwrap();
+        assert!(
+            s.two_leaders.is_empty(),
+            "two pods carried the leader label at once: {:?}",
+            s.two_leaders
+        );
+        assert!(s.changes > 0, "the label watch saw nothing");
+    }
+}
+
+fn role_of(pod: &Pod) -> Option<String> {
+    pod.metadata
+        .labels
+        .as_ref()?
+        .get(DEFAULT_ROLE_LABEL)
+        .cloned()
+}
+
+/// `leasehold controller` as a process, with the chart's ServiceAccount's
+/// kubeconfig; its log goes to a file the test reads.
+struct Controller {
+    name: String,
+    child: Option<Child>,
+    log: PathBuf,
+    port: u16,
+}
+
+impl Controller {
+    fn start(api: &ApiServer, redis: &RedisServer, name: &str) -> Self {
+        let port = free_port();
+        let log = api.dir.join(format!("{name}.log"));
+        let file = std::fs::File::create(&log).unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+            .args(["controller", "--redis-url", &redis.url(), "--prefix", "lh"])
+            .args(["--listen", &format!("127.0.0.1:{port}")])
+            .args([
+                "--replica-ttl-ms",
+                "1000",
+                "--replica-renew-interval-ms",
+                "300",
+            ])
+            .args(["--replica-retry-interval-ms", "100"])
+            .env("KUBECONFIG", api.kubeconfig(User::Controller))
+            .env("POD_NAME", name)
+            .env("POD_NAMESPACE", CONTROLLER_NAMESPACE)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().unwrap())
+            .stderr(file)
+            .spawn()
+            .expect("spawn leasehold controller");
+        Self {
+            name: name.into(),
+            child: Some(child),
+            log,
+            port,
+        }
+    }
+
+    async fn active(&self) -> bool {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+        let (code, body) = testkit::http_status(addr, "GET", "/metrics").await;
+        code == 200
+            && body
+                .lines()
+                .any(|l| l.starts_with("leasehold_controller_active") && l.ends_with(" 1"))
+    }
+
+    fn signal(&mut self, sig: Signal) {
+        let child = self.child.as_ref().expect("running");
+        assert!(
+            testkit::send_signal(child.id(), sig),
+            "{sig} to {}",
+            self.name
+        );
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Lines of its log where the API server refused it for want of RBAC.
+    fn forbidden(&self) -> Vec<String> {
+        self.log()
+            .lines()
+            .filter(|l| l.to_ascii_lowercase().contains("forbidden"))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        if std::thread::panicking() {
+            let log = self.log();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            eprintln!(
+                "--- {} log (last lines, newest first):\n{}",
+                self.name,
+                tail.join("\n")
+            );
+        }
+    }
+}
+
+/// An API server with the CRD, the chart's RBAC, namespace `shop` with pods
+/// `web-0..n` (labels `app=web`), and a redis-server.
+struct Testbed {
+    api: ApiServer,
+    admin: kube::Client,
+    redis: RedisServer,
+    agents: BTreeMap<String, Agent>,
+}
+
+impl Testbed {
+    async fn start(test: &str, pods: usize) -> Option<Self> {
+        let helm = testkit::helm_or_skip(test)?;
+        let api = ApiServer::start(test).await?;
+        let admin = api.client(User::Admin).await;
+        install_crd(&admin).await;
+        for ns in [NS, CONTROLLER_NAMESPACE] {
+            let ns: Namespace =
+                serde_json::from_value(json!({ "metadata": { "name": ns } })).unwrap();
+            Api::<Namespace>::all(admin.clone())
+                .create(&PostParams::default(), &ns)
+                .await
+                .expect("create namespace");
+        }
+        apply_chart_rbac(&helm, &admin).await;
+        let bed = Self {
+            api,
+            admin,
+            redis: RedisServer::start(),
+            agents: BTreeMap::new(),
+        };
+        for i in 0..pods {
+            bed.create_pod(&format!("web-{i}")).await;
+        }
+        Some(bed)
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.admin.clone(), NS)
+    }
+
+    fn groups(&self) -> Api<LeaderGroup> {
+        Api::namespaced(self.admin.clone(), NS)
+    }
+
+    async fn create_pod(&self, name: &str) {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": { "name": name, "labels": { "app": "web" } },
+            "spec": { "containers": [{ "name": "app", "image": "leasehold-test:none" }] }
+        }))
+        .unwrap();
+        self.pods()
+            .create(&PostParams::default(), &pod)
+            .await
+            .expect("create pod");
+    }
+
+    async fn create_group(&self, name: &str, spec: Value) -> Result<LeaderGroup, kube::Error> {
+        let group: LeaderGroup = serde_json::from_value(json!({
+            "apiVersion": "leasehold.dev/v1alpha1", "kind": "LeaderGroup",
+            "metadata": { "name": name },
+            "spec": spec,
+        }))
+        .unwrap();
+        self.groups().create(&PostParams::default(), &group).await
+    }
+
+    /// The group `web` every test uses: pods `app=web`, ttl 1000/300/200.
+    async fn create_web_group(&self) {
+        self.create_group(
+            "web",
+            json!({ "selector": { "matchLabels": { "app": "web" } },
+                    "ttlMs": 1000, "renewIntervalMs": 300, "retryIntervalMs": 200 }),
+        )
+        .await
+        .expect("create LeaderGroup web");
+    }
+
+    /// The usual start: group `web`, an agent for each of `pods`, the
+    /// controller; returns it and the first leader the watch saw labelled.
+    async fn elect(&mut self, pods: &[&str], watch: &LabelWatch) -> (Controller, String) {
+        self.create_web_group().await;
+        for pod in pods {
+            self.start_agent(pod).await;
+        }
+        let controller = Controller::start(&self.api, &self.redis, "leasehold-0");
+        let (leader, took) = watch.next_leader(None, Duration::from_secs(20)).await;
+        println!("first leader label: {leader} after {took:?}");
+        (controller, leader)
+    }
+
+    /// Starts the agent of pod `pod` (a new process; one already running
+    /// for it is killed first).
+    async fn start_agent(&mut self, pod: &str) {
+        self.agents.remove(pod);
+        let port = free_port();
+        let args: Vec<String> = [
+            "agent",
+            "--redis-url",
+            &self.redis.url(),
+            "--prefix",
+            "lh",
+            "--namespace",
+            NS,
+            "--pod-name",
+            pod,
+            "--group",
+            "web",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--ttl-ms",
+            "1000",
+            "--renew-interval-ms",
+            "300",
+            "--retry-interval-ms",
+            "200",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let agent = Agent::start(&format!("{NS}/{pod}"), port, args).await;
+        self.agents.insert(pod.to_owned(), agent);
+    }
+
+    fn agent(&self, pod: &str) -> &Agent {
+        self.agents.get(pod).expect("an agent for the pod")
+    }
+
+    async fn status(&self, group: &str) -> Value {
+        let g = self.groups().get(group).await.expect("get group");
+        serde_json::to_value(g.status).unwrap_or(Value::Null)
+    }
+
+    async fn condition(&self, group: &str, type_: &str) -> Option<(String, String, String)> {
+        let status = self.status(group).await;
+        let c = status["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == type_)?
+            .clone();
+        Some((
+            c["status"].as_str()?.to_owned(),
+            c["reason"].as_str()?.to_owned(),
+            c["message"].as_str().unwrap_or("").to_owned(),
+        ))
+    }
+
+    /// The note of the newest Event about LeaderGroup `group`.
+    async fn latest_event_note(&self, group: &str) -> Option<String> {
+        let events: Api<Event> = Api::namespaced(self.admin.clone(), NS);
+        let list = events.list(&ListParams::default()).await.ok()?;
+        list.items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(group)
+                    && e.regarding.as_ref().and_then(|r| r.kind.as_deref()) == Some("LeaderGroup")
+            })
+            .max_by_key(|e| e.event_time.as_ref().map(|t| t.0))
+            .and_then(|e| e.note)
+    }
+}
+
+async fn install_crd(admin: &kube::Client) {
+    let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    crds.create(&PostParams::default(), &LeaderGroup::crd())
+        .await
+        .expect("create the LeaderGroup CRD");
+    eventually_async(Duration::from_secs(10), "the CRD is established", || {
+        let crds = crds.clone();
+        async move {
+            let Ok(crd) = crds.get("leadergroups.leasehold.dev").await else {
+                return false;
+            };
+            crd.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "Established" && c.status == "True")
+        }
+    })
+    .await;
+}
+
+/// The chart's ServiceAccount, ClusterRole and ClusterRoleBinding, as
+/// `helm template` renders them for release `leasehold` in
+/// `leasehold-system`, created as they are.
+async fn apply_chart_rbac(helm: &std::path::Path, admin: &kube::Client) {
+    let out = Command::new(helm)
+        .args([
+            "template",
+            "leasehold",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/charts/leasehold"),
+        ])
+        .args(["--namespace", CONTROLLER_NAMESPACE])
+        .args(["--show-only", "templates/rbac.yaml"])
+        .args(["--show-only", "templates/serviceaccount.yaml"])
+        .output()
+        .expect("run helm");
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let mut kinds = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let value: Value = serde::Deserialize::deserialize(doc).unwrap();
+        if value.is_null() {
+            continue;
+        }
+        let kind = value["kind"].as_str().unwrap_or("").to_owned();
+        let pp = PostParams::default();
+        match kind.as_str() {
+            "ServiceAccount" => {
+                assert_eq!(value["metadata"]["name"], CONTROLLER_SERVICE_ACCOUNT);
+                let sa: ServiceAccount = serde_json::from_value(value).unwrap();
+                Api::<ServiceAccount>::namespaced(admin.clone(), CONTROLLER_NAMESPACE)
+                    .create(&pp, &sa)
+                    .await
+                    .map(drop)
+            }
+            "ClusterRole" => Api::<ClusterRole>::all(admin.clone())
+                .create(&pp, &serde_json::from_value(value).unwrap())
+                .await
+                .map(drop),
+            "ClusterRoleBinding" => Api::<ClusterRoleBinding>::all(admin.clone())
+                .create(&pp, &serde_json::from_value(value).unwrap())
+                .await
+                .map(drop),
+            other => panic!("unexpected {other} in the chart's RBAC"),
+        }
+        .unwrap_or_else(|e| panic!("create the chart's {kind}: {e}"));
+        kinds.push(kind);
+    }
+    kinds.sort();
+    assert_eq!(
+        kinds,
+        ["ClusterRole", "ClusterRoleBinding", "ServiceAccount"]
+    );
+}
+
+/// `kubectl` as a user runs it, or `None` outside CI when there is none.
+fn kubectl(api: &ApiServer, args: &[&str]) -> Option<String> {
+    let out = match Command::new("kubectl")
+        .args(args)
+        .env("KUBECONFIG", api.kubeconfig(User::Admin))
+        .output()
+    {
+        Ok(out) => out,
+        Err(_) if std::env::var_os("CI").is_none() => {
+            testkit::skipped("kubectl", "no kubectl on the PATH (scripts/test builds it)");
+            return None;
+        }
+        Err(e) => panic!("kubectl: {e} (scripts/kubernetes/build.sh installs it)"),
+    };
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8(out.stdout).unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_label_follows_kills_terminations_and_step_downs() {
+    let Some(mut bed) = Testbed::start("apiserver: labels follow the leader", 3).await else {
+        return;
+    };
+    let watch = LabelWatch::start(bed.admin.clone());
+    // First election, reflected: one leader, two followers, the status.
+    let (controller, first) = bed.elect(&["web-0", "web-1", "web-2"], &watch).await;
+    eventually_async(Duration::from_secs(5), "two followers labelled", || async {
+        watch.roles().values().filter(|r| *r == "follower").count() == 2
+    })
+    .await;
+    eventually_async(Duration::from_secs(5), "status names the leader", || {
+        let bed = &bed;
+        let first = first.clone();
+        async move {
+            let s = bed.status("web").await;
+            s["leader"] == first.as_str() && s["term"].as_i64() >= Some(1) && s["liveMembers"] == 3
+        }
+    })
+    .await;
+    let (ready, reason, _) = bed
+        .condition("web", "Ready")
+        .await
+        .expect("Ready condition");
+    assert_eq!((ready.as_str(), reason.as_str()), ("True", "Ready"));
+
+    // What `kubectl get lg -o wide` shows: the columns, the leader, and an
+    // expiry as a timestamp (a `date` column would print `<invalid>`).
+    if let Some(table) = kubectl(&bed.api, &["get", "lg", "-n", NS, "-o", "wide"]) {
+        println!("{table}");
+        let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
+        assert_eq!(header, ["NAME", "LEADER", "TERM", "LIVE", "AGE", "EXPIRES"]);
+        let row = table.lines().nth(1).expect("a row for web");
+        assert!(row.starts_with("web ") && row.contains(&first), "{row}");
+        assert!(!row.contains("<invalid>"), "{row}");
+        assert!(
+            row.split_whitespace().last().unwrap().ends_with('Z'),
+            "{row}"
+        );
+    }
+    let term_of = |s: &Value| s["term"].as_i64().unwrap_or(0);
+    let note = bed.latest_event_note("web").await.expect("an Event on web");
+    assert!(note.contains(&first), "latest event: {note}");
+
+    // SIGKILL: the old lease runs out, another pod is labelled.
+    let mut leader = first;
+    let mut term = term_of(&bed.status("web").await);
+    for how in [Signal::SIGKILL, Signal::SIGTERM] {
+        bed.agent(&leader).signal(how);
+        let (next, took) = watch.next_leader(Some(&leader), label_bound()).await;
+        println!("{how}: label moved {leader} -> {next} in {took:?}");
+        if how == Signal::SIGTERM {
+            // A terminated agent releases its lease: no ttl to wait for.
+            assert!(took < 2 * RETRY + Duration::from_secs(2), "{took:?}");
+        }
+        eventually_async(Duration::from_secs(5), "status and events follow", || {
+            let bed = &bed;
+            let next = next.clone();
+            async move {
+                let s = bed.status("web").await;
+                let note = bed.latest_event_note("web").await.unwrap_or_default();
+                s["leader"] == next.as_str() && term_of(&s) > term && note.contains(&next)
+            }
+        })
+        .await;
+        let status = bed.status("web").await;
+        let new_term = term_of(&status);
+        let note = bed.latest_event_note("web").await.unwrap();
+        assert!(
+            note.contains(&format!("term {new_term}")),
+            "the latest Event tells the current term {new_term}: {note}"
+        );
+        term = new_term;
+        bed.start_agent(&leader).await; // the pod's container restarts
+        leader = next;
+    }
+
+    // A step-down asked on the LeaderGroup.
+    bed.groups()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({ "metadata": { "annotations": { "leasehold.dev/step-down": "1" } } }),
+            ),
+        )
+        .await
+        .expect("annotate");
+    let (next, took) = watch.next_leader(Some(&leader), label_bound()).await;
+    println!("step-down: label moved {leader} -> {next} in {took:?}");
+    assert!(took < 2 * RETRY + Duration::from_secs(2), "{took:?}");
+
+    eventually_async(Duration::from_secs(5), "two followers again", || async {
+        watch.roles().values().filter(|r| *r == "follower").count() == 2
+    })
+    .await;
+    watch.assert_never_two_leaders();
+    assert_eq!(controller.forbidden(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_specs_are_refused_or_reported_and_label_nothing() {
+    let Some(bed) = Testbed::start("apiserver: bad specs", 2).await else {
+        return;
+    };
+    let controller = Controller::start(&bed.api, &bed.redis, "leasehold-0");
+
+    // Out of the schema's range: refused by the API server, naming the field.
+    let err = bed
+        .create_group(
+            "zero-ttl",
+            json!({ "selector": { "matchLabels": { "app": "web" } }, "ttlMs": 0 }),
+        )
+        .await
+        .expect_err("ttlMs 0 is refused");
+    let text = err.to_string();
+    assert!(text.contains("spec.ttlMs"), "{text}");
+    assert!(bed.groups().get_opt("zero-ttl").await.unwrap().is_none());
+
+    // What 1.20 cannot check (it has no CEL rules): the controller reports
+    // it as SpecValid=False and labels nothing for that group.
+    bed.create_group(
+        "slow-renew",
+        json!({ "selector": { "matchLabels": { "app": "web" } },
+                "ttlMs": 1000, "renewIntervalMs": 1000, "retryIntervalMs": 200 }),
+    )
+    .await
+    .expect("accepted by 1.20");
+    bed.create_group(
+        "self-label",
+        json!({ "selector": { "matchLabels": { "app": "web" } }, "roleLabel": "app" }),
+    )
+    .await
+    .expect("accepted by 1.20");
+    for (group, reason, field) in [
+        ("slow-renew", "InvalidTimings", "renewIntervalMs"),
+        ("self-label", "InvalidRoleLabel", "app"),
+    ] {
+        eventually_async(
+            Duration::from_secs(20),
+            &format!("{group}: SpecValid=False {reason}"),
+            || async {
+                matches!(bed.condition(group, "SpecValid").await,
+                    Some((s, r, _)) if s == "False" && r == reason)
+            },
+        )
+        .await;
+        let (_, _, message) = bed.condition(group, "SpecValid").await.unwrap();
+        assert!(message.contains(field), "{group}: {message}");
+        let (ready, _, _) = bed.condition(group, "Ready").await.unwrap();
+        assert_eq!(ready, "False", "{group}");
+    }
+    let labelled: Vec<String> = bed
+        .pods()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|p| role_of(p).is_some())
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    assert!(labelled.is_empty(), "labelled: {labelled:?}");
+    assert_eq!(controller.forbidden(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_deleted_and_recreated_and_a_deleted_group_leave_no_stale_label() {
+    let Some(mut bed) = Testbed::start("apiserver: deletions", 3).await else {
+        return;
+    };
+    let watch = LabelWatch::start(bed.admin.clone());
+    let (controller, leader) = bed.elect(&["web-0", "web-1", "web-2"], &watch).await;
+
+    // A follower's pod deleted and re-created under the same name (a
+    // StatefulSet's way): the new pod gets its label back.
+    let follower = ["web-0", "web-1", "web-2"]
+        .into_iter()
+        .find(|p| *p != leader)
+        .unwrap()
+        .to_owned();
+    bed.agents.remove(&follower);
+    bed.pods()
+        .delete(&follower, &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete pod");
+    eventually_async(Duration::from_secs(10), "the pod is gone", || async {
+        bed.pods().get_opt(&follower).await.unwrap().is_none()
+    })
+    .await;
+    bed.create_pod(&follower).await;
+    bed.start_agent(&follower).await;
+    eventually_async(
+        Duration::from_secs(10),
+        "the new pod is a follower",
+        || async { watch.roles().get(&follower).map(String::as_str) == Some("follower") },
+    )
+    .await;
+
+    // The leader's pod deleted: its agent dies with it, another leads.
+    bed.agents.remove(&leader);
+    bed.pods()
+        .delete(&leader, &DeleteParams::default().grace_period(0))
+        .await
+        .expect("delete pod");
+    let (next, took) = watch.next_leader(Some(&leader), label_bound()).await;
+    println!("leader pod deleted: {leader} -> {next} in {took:?}");
+    bed.create_pod(&leader).await;
+    bed.start_agent(&leader).await;
+    eventually_async(
+        Duration::from_secs(10),
+        "the re-created pod follows",
+        || async { watch.roles().get(&leader).map(String::as_str) == Some("follower") },
+    )
+    .await;
+
+    // The LeaderGroup deleted: every role label goes, the leader's too.
+    bed.groups()
+        .delete("web", &DeleteParams::default())
+        .await
+        .expect("delete group");
+    eventually_async(Duration::from_secs(10), "no role label is left", || async {
+        watch.roles().is_empty()
+    })
+    .await;
+    let still: Vec<Option<String>> = bed
+        .pods()
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .map(role_of)
+        .collect();
+    assert!(still.iter().all(Option::is_none), "{still:?}");
+    watch.assert_never_two_leaders();
+    assert_eq!(controller.forbidden(), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controller_rides_out_an_api_server_restart() {
+    let Some(mut bed) = Testbed::start("apiserver: restart", 3).await else {
+        return;
+    };
+    bed.create_web_group().await;
+    for pod in ["web-0", "web-1", "web-2"] {
+        bed.start_agent(pod).await;
+    }
+    let controller = Controller::start(&bed.api, &bed.redis, "leasehold-0");
+    let watch = LabelWatch::start(bed.admin.clone());
+    let (leader, _) = watch.next_leader(None, Duration::from_secs(20)).await;
+    drop(watch);
+
+    // The API server goes away for 3 s; meanwhile the leader dies and the
+    // election moves on in Redis. Once the server is back, the labels catch up.
+    let down = Duration::from_secs(3);
+    assert_eq!(controller.forbidden(), Vec::<String>::new());
+    let before = controller.forbidden().len();
+    bed.api.kill();
+    bed.agents.remove(&leader);
+    tokio::time::sleep(down).await;
+    bed.api
+        .start_again()
+        .await
+        .expect("kube-apiserver restarts");
+    let back = Instant::now();
+    let admin = bed.api.client(User::Admin).await;
+    let watch = LabelWatch::start(admin);
+    // The controller's watches back off up to a few seconds while the
+    // server is down; its label patches retry after 1 s.
+    let (next, _) = watch
+        .next_leader(Some(&leader), Duration::from_secs(15))
+        .await;
+    println!(
+        "after the restart: {leader} -> {next} {:?} after the server was ready",
+        back.elapsed()
+    );
+    eventually_async(
+        Duration::from_secs(10),
+        "the dead leader's label is gone",
+        || async { !watch.roles().contains_key(&leader) },
+    )
+    .await;
+    watch.assert_never_two_leaders();
+    assert!(
+        !controller.log().contains("panicked"),
+        "the controller panicked:\n{}",
+        controller.log()
+    );
+    // A restarted API server answers 403 until its RBAC caches are filled,
+    // after /readyz already says ok: such refusals are retried within
+    // seconds (not at the 30 s resync), which the bound above holds.
+    let after = controller.forbidden().len() - before;
+    println!("403s from the restarted API server: {after}");
+}
+
+/// The one replica that says it is active, waiting up to `limit` for
+/// exactly one to say so.
+async fn one_active(replicas: &[Controller], limit: Duration) -> usize {
+    let start = Instant::now();
+    loop {
+        let mut on = Vec::new();
+        for (i, r) in replicas.iter().enumerate() {
+            if r.active().await {
+                on.push(i);
+            }
+        }
+        if let [one] = on[..] {
+            return one;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "not one active replica within {limit:?}: {on:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_controller_replicas_hand_over() {
+    let Some(mut bed) = Testbed::start("apiserver: two replicas", 2).await else {
+        return;
+    };
+    let watch = LabelWatch::start(bed.admin.clone());
+    bed.create_web_group().await;
+    for pod in ["web-0", "web-1"] {
+        bed.start_agent(pod).await;
+    }
+    let mut replicas = [
+        Controller::start(&bed.api, &bed.redis, "leasehold-0"),
+        Controller::start(&bed.api, &bed.redis, "leasehold-1"),
+    ];
+    let (mut leader, _) = watch.next_leader(None, Duration::from_secs(20)).await;
+
+    for how in [Signal::SIGKILL, Signal::SIGTERM] {
+        let active = one_active(&replicas, Duration::from_secs(10)).await;
+        replicas[active].signal(how);
+        // The standby takes over the controllers' election (ttl 1000 ms
+        // after a SIGKILL), and the next leader change shows as labels.
+        bed.agents.remove(&leader);
+        let (next, took) = watch
+            .next_leader(Some(&leader), Duration::from_secs(1) + label_bound())
+            .await;
+        println!("replica {active} {how}: label {leader} -> {next} {took:?} later");
+        bed.start_agent(&leader).await;
+        // The stopped replica comes back, as its pod would be restarted.
+        let name = replicas[active].name.clone();
+        let old = std::mem::replace(
+            &mut replicas[active],
+            Controller::start(&bed.api, &bed.redis, &name),
+        );
+        assert_eq!(old.forbidden(), Vec::<String>::new());
+        leader = next;
+    }
+    watch.assert_never_two_leaders();
+    for r in &replicas {
+        assert_eq!(r.forbidden(), Vec::<String>::new());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_label_patch_is_retried_within_seconds() {
+    let Some(mut bed) = Testbed::start("apiserver: refused patches", 2).await else {
+        return;
+    };
+    let watch = LabelWatch::start(bed.admin.clone());
+    let (controller, leader) = bed.elect(&["web-0", "web-1"], &watch).await;
+
+    // The binding goes (as it does for a moment on a restarted API server,
+    // whose RBAC caches are not filled yet), the leader dies: the next
+    // label patches are refused with 403.
+    let bindings: Api<ClusterRoleBinding> = Api::all(bed.admin.clone());
+    let mut binding = bindings
+        .get("leasehold")
+        .await
+        .expect("the chart's binding");
+    bindings
+        .delete("leasehold", &DeleteParams::default())
+        .await
+        .expect("delete the binding");
+    bed.agents.remove(&leader);
+    eventually_async(Duration::from_secs(10), "a refused label patch", || async {
+        controller
+            .forbidden()
+            .iter()
+            .any(|l| l.contains("refused a label patch"))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    binding.metadata.resource_version = None;
+    binding.metadata.uid = None;
+    bindings
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("the binding again");
+    let back = Instant::now();
+    // Refusals are retried after 1, 2, 4, 8 s...: the retry after the
+    // binding is back comes within 4 s of it, plus a reconcile.
+    let (next, _) = watch
+        .next_leader(Some(&leader), Duration::from_secs(6))
+        .await;
+    println!(
+        "label {leader} -> {next} {:?} after the binding was back",
+        back.elapsed()
+    );
+    watch.assert_never_two_leaders();
+}
+
+/// The controller's own requests since `mark`, as `verb resource` counts.
+fn controller_requests(api: &ApiServer, mark: u64) -> BTreeMap<String, usize> {
+    let user = User::Controller.username();
+    let mut counted = BTreeMap::new();
+    for r in api.audit_since(mark) {
+        if r.user.username == user {
+            *counted.entry(r.what()).or_insert(0) += 1;
+        }
+    }
+    counted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_change_costs_four_requests_and_a_new_member_is_labelled_at_once() {
+    let Some(mut bed) = Testbed::start("apiserver: requests per change", 3).await else {
+        return;
+    };
+    let watch = LabelWatch::start(bed.admin.clone());
+    bed.create_web_group().await;
+    for pod in ["web-0", "web-1"] {
+        bed.start_agent(pod).await;
+    }
+    let _controller = Controller::start(&bed.api, &bed.redis, "leasehold-0");
+    let (mut leader, _) = watch.next_leader(None, Duration::from_secs(20)).await;
+    eventually_async(Duration::from_secs(5), "one follower", || async {
+        watch.roles().len() == 2
+    })
+    .await;
+
+    // A member whose pod has been there all along joins: nothing about the
+    // pod changes, and the resync is 30 s away; its agent's first claim
+    // tells the controller.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    bed.start_agent("web-2").await;
+    let took = eventually_async(
+        Duration::from_secs(2),
+        "web-2 labelled follower",
+        || async { watch.roles().get("web-2").map(String::as_str) == Some("follower") },
+    )
+    .await;
+    println!("web-2 follower label {took:?} after its agent answered");
+
+    // Each change of leader: the old leader's label, the new leader's, the
+    // status and one Event, nothing more.
+    for round in 0..4 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mark = bed.api.audit_mark();
+        let (code, body) =
+            testkit::agent::post(bed.agent(&leader).port, "/v1/groups/web/step-down").await;
+        assert_eq!(code, 200, "step-down: {body}");
+        let (next, _) = watch.next_leader(Some(&leader), label_bound()).await;
+        // The status and the Event come right after the labels.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let counted = controller_requests(&bed.api, mark);
+        println!("change {round}, {leader} -> {next}: {counted:?}");
+        let expected: BTreeMap<String, usize> = [
+            ("create events", 1),
+            ("patch leadergroups/status", 1),
+            ("patch pods", 2),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), v))
+        .collect();
+        assert_eq!(counted, expected, "change {round}: {leader} -> {next}");
+        let note = bed.latest_event_note("web").await.unwrap_or_default();
+        assert!(
+            note.contains(&format!("pod {next} leads"))
+                && note.contains(&format!("after node {NS}/{leader}")),
+            "{note}"
+        );
+        leader = next;
+    }
+    watch.assert_never_two_leaders();
+}
