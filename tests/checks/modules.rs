@@ -1,5 +1,5 @@
 //! No module circles, in any crate: the module graph of each crate's `src`
-//! (one node per file), read from the source, has no cycle. `tests/layers.rs`
+//! (one node per file), read from the source, has no cycle. `tests/checks/layers.rs`
 //! holds the layers between crates; this holds them inside each one, so a
 //! module can be read, and moved, with what it names and nothing that names
 //! it back.

@@ -941,7 +941,7 @@ async fn on_a_fresh_store_the_first_leader_is_labelled_within_seconds() {
 }
 
 /// The pod cache is a watch, and a watch can lag: for 15 s after an API
-/// server restart in tests/apiserver.rs, where a leader label the
+/// server restart in tests/kubernetes/apiserver.rs, where a leader label the
 /// controller had just given never reached its cache. Here the mock's
 /// cache never shows any label: the leader label given to a must still be
 /// taken away before b gets it.

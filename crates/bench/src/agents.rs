@@ -93,6 +93,23 @@ pub async fn wait_agreed(
     }
 }
 
+/// `n` agents `agent-0`, `agent-1`... campaigning for [`GROUP`].
+pub async fn start_many(
+    url: &str,
+    prefix: &str,
+    n: usize,
+    timings: ElectionConfig,
+    node_lease_ms: u64,
+) -> anyhow::Result<Vec<Agent>> {
+    let mut agents = Vec::with_capacity(n);
+    for i in 0..n {
+        let name = format!("agent-{i}");
+        let groups = [GROUP.to_owned()];
+        agents.push(start(url, prefix, &name, &groups, timings, node_lease_ms).await?);
+    }
+    Ok(agents)
+}
+
 /// Waits up to `limit` for `agent` to exit (after a signal).
 pub async fn ended(agent: &mut Agent, limit: Duration) -> anyhow::Result<()> {
     match agent.exited_within(limit).await {

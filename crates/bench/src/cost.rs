@@ -9,31 +9,15 @@
 //! run inside the scripts.
 
 use leasehold_testkit::Signal;
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
 
 use super::agents::AgentProcess;
 use super::args::BenchArgs;
+use super::commandstats::{self, deltas};
 use super::report::progress;
 use super::report::Row;
-
-async fn command_calls(url: &str) -> anyhow::Result<HashMap<String, u64>> {
-    super::messaging::command_calls(url).await
-}
-
-/// Client calls and all commands between two `INFO commandstats` readings.
-fn deltas(before: &HashMap<String, u64>, after: &HashMap<String, u64>) -> (u64, u64) {
-    let delta =
-        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
-    let client: u64 = ["evalsha", "eval", "xread", "publish"]
-        .iter()
-        .map(|c| delta(c))
-        .sum();
-    let all: u64 = after.keys().map(|k| delta(k)).sum::<u64>() - delta("info");
-    (client, all)
-}
 
 /// Waits until `agent` reports `role` in every one of its `n` groups.
 async fn wait_roles(
@@ -69,11 +53,11 @@ async fn measure(
     agent: &AgentProcess,
     window: Duration,
 ) -> anyhow::Result<(f64, f64, f64)> {
-    let before = command_calls(url).await?;
+    let before = commandstats::calls(url).await?;
     let cpu_before = agent.cpu_time().unwrap_or_default();
     let start = Instant::now();
     tokio::time::sleep(window).await;
-    let after = command_calls(url).await?;
+    let after = commandstats::calls(url).await?;
     let cpu = agent
         .cpu_time()
         .unwrap_or_default()
@@ -111,10 +95,10 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         .await
         .map_err(anyhow::Error::msg)?;
         tokio::time::sleep(Duration::from_secs(1)).await;
-        let before = command_calls(url).await?;
+        let before = commandstats::calls(url).await?;
         let start = Instant::now();
         tokio::time::sleep(window).await;
-        let after = command_calls(url).await?;
+        let after = commandstats::calls(url).await?;
         let secs = start.elapsed().as_secs_f64();
         node.close().await.map_err(anyhow::Error::msg)?;
         let (client, all) = deltas(&before, &after);

@@ -213,20 +213,8 @@ pub async fn run(
     // The subscription is made in the background: give it a moment.
     tokio::time::sleep(Duration::from_millis(200)).await;
     progress(&format!("starting {AGENTS} agent processes"));
-    let mut agents = Vec::new();
-    for i in 0..AGENTS {
-        agents.push(
-            super::agents::start(
-                url,
-                &prefix,
-                &format!("agent-{i}"),
-                &[GROUP.to_owned()],
-                timings,
-                args.node_lease_ms(),
-            )
-            .await?,
-        );
-    }
+    let agents =
+        super::agents::start_many(url, &prefix, AGENTS, timings, args.node_lease_ms()).await?;
     let mut bench = Bench {
         args,
         timings,

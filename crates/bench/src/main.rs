@@ -29,6 +29,7 @@
 
 mod agents;
 mod args;
+mod commandstats;
 mod controller;
 mod cost;
 mod failover;

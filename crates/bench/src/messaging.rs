@@ -1,7 +1,6 @@
 //! Messaging figures: latency, throughput, fan-out, and idle cost.
 
 use leasehold_testkit::Signal;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -9,6 +8,7 @@ use anyhow::{anyhow, bail, Context as _};
 use leasehold_engine::{InboxConfig, Node, NodeConfig, NodeOptions, Store};
 
 use super::args::BenchArgs;
+use super::commandstats;
 use super::report::{ms, percentile, prefix, progress, Row};
 
 async fn start(
@@ -399,37 +399,6 @@ async fn agent_throughput(
     Ok(n as f64 / took.as_secs_f64())
 }
 
-/// `INFO commandstats` as command -> calls.
-pub(super) async fn command_calls(url: &str) -> anyhow::Result<HashMap<String, u64>> {
-    // A RedisError's message is its cause's: taken flat.
-    let client = redis::Client::open(url).map_err(anyhow::Error::msg)?;
-    let mut conn = client
-        .get_multiplexed_async_connection()
-        .await
-        .map_err(anyhow::Error::msg)?;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut conn)
-        .await
-        .map_err(anyhow::Error::msg)?;
-    let mut calls = HashMap::new();
-    for line in info.lines() {
-        let Some(rest) = line.strip_prefix("cmdstat_") else {
-            continue;
-        };
-        let Some((name, stats)) = rest.split_once(':') else {
-            continue;
-        };
-        let n = stats
-            .split(',')
-            .find_map(|kv| kv.strip_prefix("calls="))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        calls.insert(name.to_owned(), n);
-    }
-    Ok(calls)
-}
-
 /// Redis calls per second of idle nodes: client calls (EVALSHA, XREAD, ...)
 /// and all commands including those run inside scripts.
 pub async fn idle(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
@@ -453,17 +422,11 @@ pub async fn idle(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     }
     // Let start-up traffic settle before measuring.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let before = command_calls(url).await?;
+    let before = commandstats::calls(url).await?;
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
-    let after = command_calls(url).await?;
-    let delta =
-        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    let after = commandstats::calls(url).await?;
     // What the nodes send: scripts, blocking inbox reads, event publishes.
-    let client_side: u64 = ["evalsha", "eval", "xread", "publish"]
-        .iter()
-        .map(|c| delta(c))
-        .sum();
-    let total: u64 = after.keys().map(|k| delta(k)).sum::<u64>() - delta("info");
+    let (client_side, total) = commandstats::deltas(&before, &after);
     let per = |n: u64| n as f64 / args.idle_seconds as f64 / args.idle_nodes as f64;
     for node in nodes {
         node.close().await.map_err(anyhow::Error::msg)?;

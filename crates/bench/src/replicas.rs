@@ -61,11 +61,10 @@ async fn measure(
     }
     claims.sort();
     let hold = Duration::from_millis(timings.renew_interval_ms * 10);
-    let before = super::messaging::command_calls(url).await?;
+    let before = super::commandstats::calls(url).await?;
     tokio::time::sleep(hold).await;
-    let after = super::messaging::command_calls(url).await?;
-    let delta =
-        |name: &str| after.get(name).copied().unwrap_or(0) - before.get(name).copied().unwrap_or(0);
+    let after = super::commandstats::calls(url).await?;
+    let delta = |name: &str| super::commandstats::delta(&before, &after, name);
     let figures = Figures {
         claims,
         scripts: delta("evalsha") + delta("eval"),

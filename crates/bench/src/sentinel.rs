@@ -275,20 +275,8 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         let mut d = Deployment::start().await?;
         d.min_replicas(min_replicas)?;
         let prefix = super::report::prefix();
-        let mut agents = Vec::new();
-        for i in 0..3 {
-            agents.push(
-                super::agents::start(
-                    &d.url(),
-                    &prefix,
-                    &format!("agent-{i}"),
-                    &[GROUP.to_owned()],
-                    timings,
-                    args.node_lease_ms(),
-                )
-                .await?,
-            );
-        }
+        let agents =
+            super::agents::start_many(&d.url(), &prefix, 3, timings, args.node_lease_ms()).await?;
         let first = d.primary().context("sentinel: no primary named")?;
         one_leader_on(&agents, &d.servers[first], &prefix, Duration::from_secs(30)).await?;
         let mut trials = Vec::new();

@@ -3,7 +3,7 @@
 //! away, or refuses the watch for a moment after a restart, it can lag by
 //! many seconds. A plan made from a cache that misses a leader label this
 //! controller gave would give the label to the next leader without taking
-//! it from the last: two pods labelled leader (seen in tests/apiserver.rs:
+//! it from the last: two pods labelled leader (seen in tests/kubernetes/apiserver.rs:
 //! for 15 s after an API server restart). So every label write is laid over
 //! the cache until the cache has caught up with it.
 //!

@@ -355,29 +355,33 @@ pub(super) struct PatternQuery {
 /// `POST /v1/subscriptions?pattern=P`. Kept by the node across its
 /// recoveries, as every subscription is.
 pub(super) async fn subscribe(
-    State(state): State<Arc<AgentState>>,
-    Params(query): Params<PatternQuery>,
+    state: State<Arc<AgentState>>,
+    params: Params<PatternQuery>,
 ) -> Result<Response, Refusal> {
-    let pattern = required(query.pattern, "pattern", "topic or pattern")?;
-    state
-        .node
-        .subscribe(&pattern)
-        .await
-        .map_err(|e| refusal(&e))?;
-    Ok(subscriptions(State(state)).await)
+    change_subscription(state, params, true).await
 }
 
 /// `DELETE /v1/subscriptions?pattern=P`.
 pub(super) async fn unsubscribe(
+    state: State<Arc<AgentState>>,
+    params: Params<PatternQuery>,
+) -> Result<Response, Refusal> {
+    change_subscription(state, params, false).await
+}
+
+/// Subscribes (`on`) or unsubscribes, and answers the subscriptions now.
+async fn change_subscription(
     State(state): State<Arc<AgentState>>,
     Params(query): Params<PatternQuery>,
+    on: bool,
 ) -> Result<Response, Refusal> {
     let pattern = required(query.pattern, "pattern", "topic or pattern")?;
-    state
-        .node
-        .unsubscribe(&pattern)
-        .await
-        .map_err(|e| refusal(&e))?;
+    let changed = if on {
+        state.node.subscribe(&pattern).await
+    } else {
+        state.node.unsubscribe(&pattern).await
+    };
+    changed.map_err(|e| refusal(&e))?;
     Ok(subscriptions(State(state)).await)
 }
 

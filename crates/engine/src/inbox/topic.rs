@@ -4,7 +4,7 @@
 //! `*` for exactly one segment and, as its last segment only, `>` for one or
 //! more remaining segments (`orders.*.created`, `orders.>`). Matching itself
 //! happens in Redis (`scripts/publish.lua`), where publishing picks the
-//! subscribers; `tests/messaging.rs` pins that rule. This module checks
+//! subscribers; `crates/engine/tests/engine/messaging.rs` pins that rule. This module checks
 //! names before anything is written.
 
 use crate::config::MAX_ID_BYTES;

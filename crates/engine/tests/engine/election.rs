@@ -831,7 +831,7 @@ async fn a_restored_term_lifts_the_current_lease_at_its_next_renewal() {
 /// first lease: the birth that holds leases back for one ttl is Redis's own
 /// start, which is what a restart that lost the data resets. It waits only
 /// for its term epoch's hold (`TERM_EPOCH_HOLD_MS`, 1.1 s), since the store
-/// cannot tell a first use from a flushed data set (tests/histories.rs).
+/// cannot tell a first use from a flushed data set (crates/engine/tests/engine/histories.rs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_store_on_a_running_redis_does_not_wait_a_ttl() {
     let redis = RedisServer::start();

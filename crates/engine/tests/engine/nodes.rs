@@ -1,5 +1,5 @@
 //! The node registry against a real redis-server: one test per node rule of
-//! docs/behaviour.md N1-N10 (their inbox side is in tests/messaging.rs), plus
+//! docs/behaviour.md N1-N10 (their inbox side is in crates/engine/tests/engine/messaging.rs), plus
 //! incarnations and the Redis clock.
 
 use leasehold_testkit as testkit;

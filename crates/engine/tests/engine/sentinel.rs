@@ -91,6 +91,98 @@ fn cut_off_old_primary(d: &mut Deployment) -> Instant {
     Instant::now()
 }
 
+/// A forced failover (`SENTINEL FAILOVER`): the replica has every
+/// confirmed write, so the leader goes on leading under its term on the
+/// new primary, and when it leaves, the next leader gets a higher term
+/// there, one ttl after the new primary was first claimed on. The ttl is
+/// longer here than elsewhere: writes stop for a moment in a failover
+/// (between the promotion and the sentinels naming the new primary, about
+/// a second), and a lease shorter than that would lapse, safely but
+/// without showing that the leader is followed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_follow_a_forced_failover() {
+    const CFG: ElectionConfig = ElectionConfig {
+        ttl_ms: 5000,
+        renew_interval_ms: 1000,
+        retry_interval_ms: 300,
+    };
+    let d = Deployment::start(1, DOWN_AFTER_MS).await;
+    let mut tally = Tally::default();
+    let store = Store::connect(&d.url(), "lh").unwrap();
+    let (a, ga) = member_of(store, "test/a", CFG).await;
+    tally
+        .until(&[&ga], Duration::from_secs(5), "a leads", || ga.is_leader())
+        .await;
+    let (b, gb) = member_with(&d.url(), "test/b", CFG).await;
+    let groups = [&ga, &gb];
+    tally
+        .until(&groups, Duration::from_secs(2), "b follows a", || {
+            matches!(testkit::role(&gb), Role::Follower { ref leader, .. } if leader == "test/a")
+        })
+        .await;
+
+    d.sentinels[0]
+        .cli(&["SENTINEL", "FAILOVER", testkit::sentinel::MASTER])
+        .unwrap();
+    let mut new = None;
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(20),
+            "the sentinels name the replica",
+            || {
+                new = d.primary().filter(|p| *p == 1);
+                new.is_some()
+            },
+        )
+        .await;
+    // a renews on the new primary (a's route asks the sentinels again at
+    // least once a second): the lease there is refreshed.
+    // A renewal there makes its time to live go up; a copy replicated
+    // from the old primary only counts down.
+    let mut last = i64::MAX;
+    let renewed_there = || {
+        let pttl = d.servers[1]
+            .cli(&["PTTL", "lh:g:{test/group}:lease"])
+            .parse::<i64>()
+            .unwrap_or(-2);
+        let rose = pttl > last;
+        last = pttl;
+        rose
+    };
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(5),
+            "a renews on the new primary",
+            renewed_there,
+        )
+        .await;
+    assert_eq!(
+        ga.leader_term(),
+        Some(1),
+        "a lost its lease in the failover"
+    );
+
+    a.close().await.unwrap();
+    tally
+        .until(
+            &[&gb],
+            Duration::from_millis(4 * CFG.ttl_ms),
+            "b leads",
+            || gb.is_leader(),
+        )
+        .await;
+    assert!(gb.leader_term() > Some(1), "{:?}", gb.leader_term());
+    let lease = d.servers[1].cli(&["GET", "lh:g:{test/group}:lease"]);
+    assert!(
+        lease.starts_with("test/b#"),
+        "lease on the new primary: {lease}"
+    );
+    tally.assert_clean();
+    b.close().await.unwrap();
+}
+
 /// The primary is killed while its replica lags (replication stalled):
 /// the leader's renewals are no longer confirmed, so it stops leading; a
 /// claim made on the old primary meanwhile is not confirmed either. The
