@@ -281,12 +281,9 @@ async fn a_recovery_is_signalled_to_the_client_before_newer_messages() {
 
 /// Resident memory of a process, KiB.
 fn rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmRSS")
+    let (resident, _) = testkit::procfs::memory_kib(pid);
+    assert!(resident > 0, "no VmRSS for {pid}");
+    resident
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,42 +1,30 @@
-//! What `/proc` says of a process the bench runs: its CPU time so far and
-//! its memory. (The agent's own process-table reading, for exec mode, is
-//! `leasehold_agent`'s and stays apart: the product does not carry the
-//! bench's.)
+//! What `/proc` says of a process the bench or a test runs: its CPU time
+//! so far and its memory, read by the `procfs` crate.
 
 use std::time::Duration;
 
+use procfs::process::Process;
+
 /// User plus system CPU time process `pid` has used so far.
 pub fn cpu_time(pid: u32) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // After the command name, which is in parentheses: state is field 3,
-    // utime 14 and stime 15.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    let stat = Process::new(pid as i32).ok()?.stat().ok()?;
+    let ticks = stat.utime + stat.stime;
     Some(Duration::from_micros(
-        ticks * 1_000_000 / clock_ticks_per_second(),
+        ticks * 1_000_000 / procfs::ticks_per_second().max(1),
     ))
 }
 
-/// (resident, peak resident) memory of process `pid`, in MiB (0 where
+/// (resident, peak resident) memory of process `pid`, in KiB (0 where
 /// `/proc` does not say).
-pub fn memory_mib(pid: u32) -> (f64, f64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let kib = |key: &str| {
-        status
-            .lines()
-            .find(|l| l.starts_with(key))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (kib("VmRSS:") / 1024.0, kib("VmHWM:") / 1024.0)
+pub fn memory_kib(pid: u32) -> (u64, u64) {
+    let status = Process::new(pid as i32).and_then(|p| p.status());
+    status.map_or((0, 0), |s| {
+        (s.vmrss.unwrap_or_default(), s.vmhwm.unwrap_or_default())
+    })
 }
 
-/// The kernel's clock ticks per second, the unit of `/proc/PID/stat`'s
-/// CPU times (100 where it cannot be read).
-fn clock_ticks_per_second() -> u64 {
-    nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-        .ok()
-        .flatten()
-        .map_or(100, |hz| hz.max(1) as u64)
+/// [`memory_kib`] in MiB.
+pub fn memory_mib(pid: u32) -> (f64, f64) {
+    let (resident, peak) = memory_kib(pid);
+    (resident as f64 / 1024.0, peak as f64 / 1024.0)
 }

@@ -1,6 +1,7 @@
-//! The process table, read from `/proc`: which processes a given process is
-//! the parent of, and which of them are zombies. A scan of `/proc/*/stat`
-//! rather than `/proc/PID/task/TID/children`, which not every kernel has.
+//! The process table: which processes a given process is the parent of,
+//! and which of them are zombies, from every process's `/proc/PID/stat`
+//! (read by the `procfs` crate) rather than `/proc/PID/task/TID/children`,
+//! which not every kernel has.
 
 /// A process whose parent is the one asked about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -10,33 +11,26 @@ pub struct Child {
     pub zombie: bool,
 }
 
-/// The children of `parent`, as far as `/proc` shows them now.
+/// The children of `parent`, as far as `/proc` shows them now (a process
+/// that ends while it is read is left out). None elsewhere than on Linux.
+#[cfg(target_os = "linux")]
 pub fn children(parent: i32) -> Vec<Child> {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
+    let Ok(processes) = procfs::process::all_processes() else {
         return Vec::new();
     };
-    entries
-        .filter_map(|entry| {
-            let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-            let (state, ppid) = parse_stat(&stat)?;
-            (ppid == parent).then_some(Child {
-                pid,
-                zombie: state == 'Z',
-            })
+    processes
+        .filter_map(|process| process.ok()?.stat().ok())
+        .filter(|stat| stat.ppid == parent)
+        .map(|stat| Child {
+            pid: stat.pid,
+            zombie: stat.state == 'Z',
         })
         .collect()
 }
 
-/// `(state, ppid)` from a `/proc/PID/stat` line. The command name in
-/// parentheses may hold spaces and parentheses itself, so the fields are
-/// read after its last `)`.
-fn parse_stat(stat: &str) -> Option<(char, i32)> {
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    let state = fields.next()?.chars().next()?;
-    let ppid = fields.next()?.parse().ok()?;
-    Some((state, ppid))
+#[cfg(not(target_os = "linux"))]
+pub fn children(_parent: i32) -> Vec<Child> {
+    Vec::new()
 }
 
 #[cfg(test)]
@@ -44,19 +38,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn stat_lines_are_read_after_the_command_name() {
-        assert_eq!(parse_stat("42 (sh) S 7 42 42 0 -1 4194560"), Some(('S', 7)));
-        assert_eq!(
-            parse_stat("43 (a (weird) name) Z 1 43 43 0"),
-            Some(('Z', 1))
-        );
-        assert_eq!(parse_stat("garbage"), None);
-    }
-
-    #[test]
     fn this_test_is_a_child_of_its_parent() {
         let me = std::process::id() as i32;
-        // SAFETY: plain syscall.
         let parent = std::os::unix::process::parent_id() as i32;
         assert!(children(parent).iter().any(|c| c.pid == me && !c.zombie));
     }
