@@ -31,7 +31,10 @@ pub enum LostReason {
 }
 
 impl LostReason {
-    /// Every reason, for metrics that list each one from the start.
+    /// Every reason, for metrics that list each one from the start. Written
+    /// out rather than derived: the engine names no metrics crate (its
+    /// labels are made in the daemon), and a derive (strum) would repeat
+    /// each name beside serde's.
     pub const ALL: [Self; 5] = [
         Self::Shutdown,
         Self::StepDown,

@@ -1,6 +1,10 @@
 //! Script and command replies read into the engine's types: the shapes the
 //! scripts in `scripts/` return, checked, with a [`StoreError::Reply`] for
-//! anything else.
+//! anything else. Read by position on purpose, for now: a script answers an
+//! array whose first element says which outcome it is and whose other
+//! elements depend on it, which redis-rs's tuple `FromRedisValue` (one
+//! fixed shape) does not read. Typed outcomes per script belong to the
+//! Redis side of the store interface (issue 24), which replaces these.
 
 use redis::Value;
 
