@@ -19,7 +19,7 @@ COPY src ./src
 # Cache mounts keep the registry and the dependencies' build between builds.
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked --target "$(uname -m)-unknown-linux-musl" --bin leasehold \
+    cargo build --release --locked --target "$(uname -m)-unknown-linux-musl" -p leasehold --bin leasehold \
  && cp "target/$(uname -m)-unknown-linux-musl/release/leasehold" /leasehold
 
 FROM scratch

@@ -23,7 +23,7 @@ sock="$2"
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/../.." && pwd)"
 leasehold_bin="${LEASEHOLD_BIN:-$root/target/release/leasehold}"
-[ -x "$leasehold_bin" ] || { echo "error: $leasehold_bin missing (cargo build --release)" >&2; exit 1; }
+[ -x "$leasehold_bin" ] || { echo "error: $leasehold_bin missing (cargo build --release -p leasehold)" >&2; exit 1; }
 mkdir -p "$work"
 # Debug symbols stay out of the images (a test build carries 70 MB of them).
 strip --strip-debug -o "$work/leasehold" "$leasehold_bin"

@@ -91,6 +91,10 @@ async fn three_agents_agree_on_one_leader_and_the_api_says_so() {
     assert_eq!(code, 404);
     let (code, _) = get(agents[l].port, "/v1/groups/jobs/step-down").await;
     assert_eq!(code, 405, "step-down needs POST");
+    // A group it does not campaign for is unknown whatever the method.
+    let (code, body) = testkit::agent::post(agents[l].port, "/v1/groups/other/leader").await;
+    assert_eq!(code, 404, "{body}");
+    assert!(body.contains("does not campaign"), "{body}");
     assert_eq!(get(agents[l].port, "/readyz").await.0, 200);
     let (code, metrics) = get(agents[l].port, "/metrics").await;
     assert_eq!(code, 200);

@@ -493,6 +493,15 @@ async fn bad_messaging_requests_are_refused_with_the_field_named() {
             "{method} {path}: {body} does not name {words:?}"
         );
     }
+    // HEAD is not GET: it is refused at once, and starts no long-poll.
+    let started = Instant::now();
+    let (code, _) = request(a.port, "HEAD", "/v1/inbox?wait=5000").await;
+    assert_eq!(code, 405);
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     // A browser page may not read the inbox or publish.
     let (code, body) = testkit::http::request_with(
         addr(a.port),

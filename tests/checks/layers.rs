@@ -72,3 +72,73 @@ fn the_agent_and_the_controller_do_not_depend_on_each_other() {
         &["leasehold-kube", "leasehold-agent", "kube", "k8s-openapi"],
     );
 }
+
+/// The dependency names of a manifest's normal tables only (`[dependencies]`
+/// and `[target.'...'.dependencies]`): what ships.
+fn normal_dependencies(manifest: &str) -> BTreeSet<String> {
+    normal_lines(manifest)
+        .iter()
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, _)| name.trim().trim_end_matches(".workspace").to_owned())
+        .collect()
+}
+
+/// The lines of a manifest's normal dependency tables, comments left out.
+fn normal_lines(manifest: &str) -> Vec<String> {
+    let text = std::fs::read_to_string(manifest).unwrap_or_else(|e| panic!("{manifest}: {e}"));
+    let mut lines = Vec::new();
+    let mut in_deps = false;
+    for line in text.lines().map(str::trim) {
+        if line.starts_with('[') {
+            // `[workspace.dependencies]` only pins versions for the members.
+            in_deps = line.ends_with("dependencies]")
+                && !line.ends_with("dev-dependencies]")
+                && !line.starts_with("[workspace");
+            continue;
+        }
+        if in_deps && line.contains('=') && !line.starts_with('#') {
+            lines.push(line.to_owned());
+        }
+    }
+    lines
+}
+
+/// `cargo tree -p leasehold -e normal` shows no fixture: the product's
+/// crates name the testkit, the bench and tower-test as dev-dependencies
+/// at most.
+#[test]
+fn the_product_depends_on_no_test_fixture() {
+    let product = [
+        "Cargo.toml",
+        "crates/engine/Cargo.toml",
+        "crates/daemon/Cargo.toml",
+        "crates/kube/Cargo.toml",
+        "crates/agent/Cargo.toml",
+    ];
+    assert!(normal_dependencies("Cargo.toml").contains("leasehold-agent"));
+    assert!(
+        !normal_dependencies("crates/engine/Cargo.toml").contains("leasehold-testkit")
+            && dependencies("crates/engine/Cargo.toml").contains("leasehold-testkit"),
+        "the check tells dev-dependencies apart"
+    );
+    for manifest in product {
+        let deps = normal_dependencies(manifest);
+        let found: Vec<&str> = ["leasehold-testkit", "leasehold-bench", "tower-test"]
+            .into_iter()
+            .filter(|f| deps.contains(*f))
+            .collect();
+        assert!(found.is_empty(), "{manifest} ships {found:?}");
+    }
+    // Nor the engine's test hooks: no normal dependency turns them on (the
+    // bench's build would give them to the product's crates it builds).
+    for manifest in product
+        .iter()
+        .chain(&["crates/testkit/Cargo.toml", "crates/bench/Cargo.toml"])
+    {
+        let hooks: Vec<String> = normal_lines(manifest)
+            .into_iter()
+            .filter(|line| line.contains("test-hooks"))
+            .collect();
+        assert!(hooks.is_empty(), "{manifest} turns on {hooks:?}");
+    }
+}

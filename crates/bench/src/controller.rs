@@ -1,6 +1,7 @@
 //! `--scenario controller`: the controller against a real API server (the
-//! project's throwaway one, `leasehold::local_kube`), as the `leasehold
-//! controller` process it runs in production, with the chart's
+//! testkit's throwaway one, `leasehold_testkit::kube`), as the controller
+//! process it runs in production (this binary's hidden `controller`
+//! subcommand, the product's `leasehold_kube::run::run`), with the chart's
 //! ServiceAccount identity (bound to cluster-admin here: the bench measures
 //! requests, not RBAC). Members are in-process engine nodes named after
 //! their pods, so the moment a node acquires the lease is known exactly.
@@ -100,7 +101,7 @@ impl Drop for Watch {
     }
 }
 
-/// The `leasehold controller` process and what /proc says of it.
+/// The controller process and what /proc says of it.
 struct ControllerProcess {
     child: Child,
     pid: u32,

@@ -77,12 +77,14 @@ async fn main() -> std::process::ExitCode {
             leasehold_daemon::init_logging("warn");
             run(cli.args).await
         }
+        // No exec mode here (no exec-guard subcommand): the bench's agents
+        // run no command.
         Some(Process::Agent(args)) => {
             leasehold_daemon::init_logging("info");
-            leasehold_agent::run(args)
-                .await
-                .map(drop)
-                .map_err(anyhow::Error::msg)
+            match leasehold_agent::run(args).await {
+                Ok(code) => return std::process::ExitCode::from(code),
+                Err(e) => Err(anyhow::Error::msg(e)),
+            }
         }
         Some(Process::Controller(args)) => {
             leasehold_daemon::init_logging("info");

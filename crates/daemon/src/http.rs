@@ -63,10 +63,6 @@ impl Refusal {
         self.body[key] = value.into();
         self
     }
-
-    pub fn text(&self) -> &str {
-        self.body["error"].as_str().unwrap_or_default()
-    }
 }
 
 impl IntoResponse for Refusal {
@@ -108,18 +104,27 @@ pub fn probes(
     Router::new()
         .route(
             "/healthz",
-            get(|| async { text(StatusCode::OK, "ok\n") }).fallback(use_get),
+            get_only(|| async { text(StatusCode::OK, "ok\n") }),
         )
-        .route(
-            "/readyz",
-            get(move || readiness(store.clone())).fallback(use_get),
-        )
-        .route("/metrics", get(metrics).fallback(use_get))
+        .route("/readyz", get_only(move || readiness(store.clone())))
+        .route("/metrics", get_only(metrics))
 }
 
 /// The 405 of a path served on `GET` only.
 pub async fn use_get() -> Refusal {
     Refusal::new(405, "use GET")
+}
+
+/// A route answered on `GET` only: `HEAD` too is refused (axum would run
+/// the `GET` handler for it, a long-poll's wait included, and drop the
+/// body), as is every other method, with [`use_get`].
+pub fn get_only<H, T, S>(handler: H) -> axum::routing::MethodRouter<S>
+where
+    H: axum::handler::Handler<T, S>,
+    T: 'static,
+    S: Clone + Send + Sync + 'static,
+{
+    get(handler).head(use_get).fallback(use_get)
 }
 
 /// `/readyz` of a process whose work needs Redis: ready while Redis answers
@@ -278,6 +283,7 @@ mod tests {
             assert_eq!(status("GET", path).await, 200, "{path}");
         }
         assert_eq!(status("POST", "/healthz").await, 405);
+        assert_eq!(status("HEAD", "/healthz").await, 405, "HEAD is not GET");
         for path in ["/other", "/"] {
             assert_eq!(status("GET", path).await, 404, "{path}");
         }

@@ -17,19 +17,27 @@ pub const TTL_MS: u64 = 1000;
 pub const RENEW_MS: u64 = 300;
 pub const RETRY_MS: u64 = 200;
 
-/// The `leasehold` binary the integration tests run: `LEASEHOLD_BIN`, or
-/// the one cargo built beside the test binary (`target/<profile>/`).
+/// The `leasehold` binary the integration tests run:
+/// `LEASEHOLD_TEST_BINARY`, or the one cargo built beside the test binary
+/// (`target/<profile>/`, built for the root package's tests); a panic that
+/// says so when there is none.
 pub fn binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("LEASEHOLD_BIN") {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().expect("the test binary's path");
-    // target/<profile>/deps/<test>-<hash> → target/<profile>/leasehold
-    let profile = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    profile.join("leasehold")
+    let path = match std::env::var_os("LEASEHOLD_TEST_BINARY") {
+        Some(path) => PathBuf::from(path),
+        None => {
+            let exe = std::env::current_exe().expect("the test binary's path");
+            // target/<profile>/deps/<test>-<hash> → target/<profile>/leasehold
+            let profile = exe.parent().and_then(Path::parent);
+            profile.expect("target/<profile>").join("leasehold")
+        }
+    };
+    assert!(
+        path.is_file(),
+        "no leasehold binary at {} (cargo builds it for the root package's tests; \
+         or set LEASEHOLD_TEST_BINARY)",
+        path.display()
+    );
+    path
 }
 
 pub struct Agent {

@@ -1,7 +1,7 @@
 //! An HTTP client for the agent's API and the probes, on hyper: one
 //! request, a connection kept open for many, and an event-stream
-//! (`text/event-stream`) reader with its parser. The tests, the bench and
-//! the examples' checks ask agents with it; the product has no use for it.
+//! (`text/event-stream`) reader with its parser. The tests and the bench ask
+//! agents with it; the product has no use for it.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -154,8 +154,8 @@ pub struct ServerEvent {
     pub data: String,
 }
 
-/// A client of an event stream (`text/event-stream`): the tests, the bench
-/// and the CLI read an agent's inbox with it.
+/// A client of an event stream (`text/event-stream`): the tests and the
+/// bench read an agent's inbox with it.
 pub struct EventStream {
     body: Incoming,
     parser: EventParser,

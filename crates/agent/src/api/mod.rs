@@ -9,13 +9,13 @@ mod status;
 
 use std::sync::Arc;
 
-use axum::extract::Request;
+use axum::extract::{Path, Request, State};
 use axum::http::header::ORIGIN;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use leasehold_daemon::http::{self, use_get, Refusal};
+use leasehold_daemon::http::{self, get_only, Refusal};
 
 pub(crate) use state::{AgentState, StepDown};
 pub(crate) use status::role_text;
@@ -49,8 +49,7 @@ pub(crate) fn router(state: Arc<AgentState>, surface: Surface) -> Router {
             )
         });
     }
-    // Refused before the method is looked at: a page may not even learn
-    // which methods these take.
+    // Refused whatever the method (the layer wraps each route's 405 too).
     let messaging = Router::new()
         .route("/v1/publish", post(messaging::publish).fallback(use_post))
         .route(
@@ -63,24 +62,26 @@ pub(crate) fn router(state: Arc<AgentState>, surface: Surface) -> Router {
             get(messaging::subscriptions)
                 .post(messaging::subscribe)
                 .delete(messaging::unsubscribe)
-                .fallback(|| async { Refusal::new(405, "use GET, POST or DELETE") }),
+                .head(use_get_post_delete)
+                .fallback(use_get_post_delete),
         )
-        .route("/v1/inbox", get(messaging::long_poll).fallback(use_get))
-        .route(
-            "/v1/inbox/events",
-            get(messaging::event_stream).fallback(use_get),
-        )
+        .route("/v1/inbox", get_only(messaging::long_poll))
+        .route("/v1/inbox/events", get_only(messaging::event_stream))
         .route_layer(middleware::from_fn(refuse_browsers));
-    Router::new()
-        .route("/v1/status", get(status::status).fallback(use_get))
-        .route(
-            "/v1/groups/{name}/leader",
-            get(status::leader).fallback(use_get),
-        )
+    // A group this agent does not campaign for is a 404 whatever the method.
+    let groups = Router::new()
+        .route("/v1/groups/{name}/leader", get_only(status::leader))
         .route(
             "/v1/groups/{name}/step-down",
             post(status::step_down).fallback(use_post),
         )
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            campaigned_for,
+        ));
+    Router::new()
+        .route("/v1/status", get_only(status::status))
+        .merge(groups)
         .merge(messaging)
         .with_state(state)
         .merge(probes)
@@ -89,6 +90,23 @@ pub(crate) fn router(state: Arc<AgentState>, surface: Surface) -> Router {
 
 async fn use_post() -> Refusal {
     Refusal::new(405, "use POST")
+}
+
+async fn use_get_post_delete() -> Refusal {
+    Refusal::new(405, "use GET, POST or DELETE")
+}
+
+/// Lets a request about a group through only if this agent campaigns for it.
+async fn campaigned_for(
+    State(state): State<Arc<AgentState>>,
+    Path(name): Path<String>,
+    request: Request,
+    next: Next,
+) -> Response {
+    match state.group(&name) {
+        Ok(_) => next.run(request).await,
+        Err(refusal) => refusal.into_response(),
+    }
 }
 
 async fn refuse_browsers(request: Request, next: Next) -> Response {

@@ -38,6 +38,7 @@ mod tests {
     use super::*;
 
     #[test]
+    #[cfg(target_os = "linux")]
     fn this_test_is_a_child_of_its_parent() {
         let me = std::process::id() as i32;
         let parent = std::os::unix::process::parent_id() as i32;
