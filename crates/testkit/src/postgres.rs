@@ -2,8 +2,8 @@
 //! of its own, `postgres` on a free loopback port (and a Unix socket in the
 //! same directory), trust authentication, killed and removed when dropped.
 //! `initdb` and `postgres` refuse to run as root, so when the tests run as
-//! root (CI does) both run as the package's `postgres` user, through
-//! `runuser`, on a directory that user owns.
+//! root (CI does) both run as the package's `postgres` user, on a
+//! directory that user owns.
 //!
 //! Like [`crate::LocalRedis`], it breaks the way production does: SIGKILL
 //! of the whole server (postmaster and backends) and a start again on the
@@ -49,7 +49,12 @@ pub fn missing() -> Option<String> {
                 .into(),
         );
     };
-    if crate::root() && nix::unistd::User::from_name("postgres").ok().flatten().is_none() {
+    if crate::root()
+        && nix::unistd::User::from_name("postgres")
+            .ok()
+            .flatten()
+            .is_none()
+    {
         return Some(format!(
             "runs as root, and {} refuses root: needs the postgres user to run it as",
             bin.join("initdb").display()
@@ -83,8 +88,7 @@ impl LocalPostgres {
         }
         let bin = bin_dir().context("checked")?;
         let port = crate::redis::free_port()?;
-        let dir =
-            std::env::temp_dir().join(format!("leasehold-pg-{}-{port}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("leasehold-pg-{}-{port}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
         let mut server = Self {
@@ -102,7 +106,15 @@ impl LocalPostgres {
             .command(&initdb)
             .arg("-D")
             .arg(&data)
-            .args(["-U", "postgres", "--auth=trust", "--no-locale", "-E", "UTF8", "-N"])
+            .args([
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--no-locale",
+                "-E",
+                "UTF8",
+                "-N",
+            ])
             .stdin(Stdio::null())
             .output()
             .with_context(|| format!("run {}", initdb.display()))?;
@@ -146,15 +158,20 @@ impl LocalPostgres {
         Ok(())
     }
 
-    /// `program`, run as the postgres user when the tests run as root.
+    /// `program`, run as the postgres user when the tests run as root
+    /// (std drops root's supplementary groups with it). The process is this
+    /// launcher's own child, so a kill is reaped here, not left a zombie
+    /// that a restart would take for a running server.
     fn command(&self, program: &Path) -> Command {
-        if crate::root() {
-            let mut c = Command::new("runuser");
-            c.args(["-u", "postgres", "--"]).arg(program);
-            c
-        } else {
-            Command::new(program)
+        let mut command = Command::new(program);
+        if let Some(user) = crate::root()
+            .then(|| nix::unistd::User::from_name("postgres").ok().flatten())
+            .flatten()
+        {
+            use std::os::unix::process::CommandExt;
+            command.uid(user.uid.as_raw()).gid(user.gid.as_raw());
         }
+        command
     }
 
     fn spawn(&mut self) -> anyhow::Result<()> {
@@ -193,13 +210,13 @@ impl LocalPostgres {
                 return Ok(());
             }
             if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                bail!(
-                    "postgres exited at start ({status}): {}",
-                    self.log_tail(10)
-                );
+                bail!("postgres exited at start ({status}): {}", self.log_tail(10));
             }
             if Instant::now() > deadline {
-                bail!("postgres did not take queries on port {} within 10 s", self.port);
+                bail!(
+                    "postgres did not take queries on port {} within 10 s",
+                    self.port
+                );
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -223,7 +240,10 @@ impl LocalPostgres {
             .output()
             .context("run psql")?;
         if !out.status.success() {
-            bail!("psql {sql:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
+            bail!(
+                "psql {sql:?}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
         }
         Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
     }
@@ -244,8 +264,7 @@ impl LocalPostgres {
         pids
     }
 
-    /// The postmaster's pid, from its pid file (under `runuser`, the child
-    /// this launcher holds is runuser's).
+    /// The postmaster's pid, from its pid file.
     pub fn postmaster(&self) -> Option<u32> {
         let pid_file = std::fs::read_to_string(self.data_dir().join("postmaster.pid")).ok()?;
         pid_file.lines().next()?.trim().parse().ok()

@@ -56,7 +56,11 @@ fn a_paused_server_answers_nothing_until_resumed() {
         .unwrap()
         .status;
     assert!(!status.success(), "a paused server answered");
-    assert!(started.elapsed() >= Duration::from_secs(2), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
     pg.resume();
     assert_eq!(pg.psql("SELECT 1").unwrap(), "1");
 }
