@@ -13,6 +13,7 @@
 mod control;
 mod error;
 mod keys;
+pub mod postgres;
 pub(crate) mod messaging;
 mod replication;
 mod reply;

@@ -1,12 +1,14 @@
 //! The engine against real redis-servers (one per test, on free ports):
 //! elections, nodes and inboxes, replication and its histories, split
-//! brain, Sentinel, Cluster and TLS. One test binary; a module per subject.
+//! brain, Sentinel, Cluster and TLS; and the PostgreSQL store as far as it
+//! is built (its start). One test binary; a module per subject.
 
 mod cluster;
 mod election;
 mod histories;
 mod messaging;
 mod nodes;
+mod postgres;
 mod replication;
 mod sentinel;
 mod split_brain;

@@ -1,0 +1,57 @@
+//! The store's history, as PostgreSQL shows it. Terms must never repeat
+//! across a store's histories (docs/guarantees.md); on PostgreSQL a history
+//! ends when the cluster is another (a restored dump, a new cluster: the
+//! system identifier), when a standby is promoted or a point-in-time
+//! recovery forks the WAL (the timeline), when the server restarted, which
+//! may have lost commits made with `synchronous_commit = off` (the
+//! postmaster's start time), or when leasehold's schema was restored into
+//! the same cluster (the oid of its `meta` table). All four are readable
+//! by a user without privileges.
+
+use tokio_postgres::Client;
+
+use super::ident;
+
+/// Where the store's data comes from, as read at one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct History {
+    /// `pg_control_system().system_identifier`.
+    pub system: String,
+    /// The current WAL timeline, from the name of the WAL file in use.
+    pub timeline: u32,
+    /// `pg_postmaster_start_time()`, as text.
+    pub started: String,
+    /// The oid of the schema's `meta` table.
+    pub meta_oid: u32,
+}
+
+impl History {
+    pub(super) async fn read(
+        client: &Client,
+        schema: &str,
+    ) -> Result<Self, tokio_postgres::Error> {
+        let meta = format!("{}.meta", ident(schema));
+        let row = client
+            .query_one(
+                "SELECT (SELECT system_identifier::text FROM pg_control_system()),
+                        substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8),
+                        pg_postmaster_start_time()::text,
+                        to_regclass($1)::oid::bigint",
+                &[&meta],
+            )
+            .await?;
+        let timeline: String = row.get(1);
+        Ok(Self {
+            system: row.get(0),
+            timeline: u32::from_str_radix(&timeline, 16).unwrap_or(0),
+            started: row.get(2),
+            meta_oid: row.get::<_, Option<i64>>(3).unwrap_or(0) as u32,
+        })
+    }
+
+    /// Whether `later` is the same history as this one: anything else is a
+    /// store born again.
+    pub fn continues_in(&self, later: &History) -> bool {
+        self == later
+    }
+}

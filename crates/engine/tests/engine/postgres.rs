@@ -1,0 +1,144 @@
+//! The PostgreSQL store's start, against a real server (the testkit's
+//! throwaway one): the schema is created once and versioned, and a
+//! database that cannot serve (a newer schema, a user without the right to
+//! create the schema, an unknown user) is refused with an error that says
+//! which and what to do, names the host and database but never the
+//! password, and changes nothing. The history it reads changes when the
+//! server restarts.
+
+use leasehold_engine::store::postgres::{PgStartError, PgStore, SCHEMA_VERSION};
+use leasehold_testkit as testkit;
+use testkit::postgres::LocalPostgres;
+
+fn server(test: &str) -> Option<LocalPostgres> {
+    if let Some(why) = testkit::postgres::missing() {
+        testkit::lacks(test, &why);
+        return None;
+    }
+    Some(LocalPostgres::start().expect("postgres starts"))
+}
+
+fn tables(pg: &LocalPostgres, schema: &str) -> String {
+    pg.psql(&format!(
+        "SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE schemaname = '{schema}'"
+    ))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schema_is_created_once_by_processes_starting_together() {
+    let Some(pg) = server("the_schema_is_created_once_by_processes_starting_together") else {
+        return;
+    };
+    let url = pg.url();
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { PgStore::open(&url, "lh").await })
+        })
+        .collect();
+    for open in opens {
+        open.await.unwrap().expect("every process starts");
+    }
+    assert_eq!(
+        tables(&pg, "lh"),
+        "groups,inbox,members,meta,nodes,retained,subscriptions"
+    );
+    assert_eq!(
+        pg.psql("SELECT value FROM lh.meta WHERE key = 'schema_version'")
+            .unwrap(),
+        SCHEMA_VERSION.to_string()
+    );
+    // Every table survives a crash and is replicated.
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'lh' AND c.relpersistence <> 'p'")
+            .unwrap(),
+        "0"
+    );
+    // Another prefix is another schema, apart.
+    PgStore::open(&url, "other-prefix").await.unwrap();
+    assert!(tables(&pg, "other-prefix").contains("groups"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_newer_schema_is_refused_and_left_as_it_is() {
+    let Some(pg) = server("a_newer_schema_is_refused_and_left_as_it_is") else {
+        return;
+    };
+    PgStore::open(&pg.url(), "lh").await.unwrap();
+    let newer = SCHEMA_VERSION + 1;
+    pg.psql(&format!(
+        "UPDATE lh.meta SET value = '{newer}' WHERE key = 'schema_version'"
+    ))
+    .unwrap();
+    let e = PgStore::open(&pg.url(), "lh").await.unwrap_err();
+    assert!(matches!(e, PgStartError::NewerSchema { found, .. } if found == newer), "{e}");
+    let text = e.to_string();
+    for words in [
+        "127.0.0.1:",
+        "database \"postgres\"",
+        &format!("version {newer}"),
+        "newer than this leasehold",
+    ] {
+        assert!(text.contains(words), "{text} does not say {words:?}");
+    }
+    assert_eq!(
+        pg.psql("SELECT value FROM lh.meta WHERE key = 'schema_version'")
+            .unwrap(),
+        newer.to_string(),
+        "the refusal changed the schema"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_who_may_not_create_the_schema_is_told_what_to_grant() {
+    let Some(pg) = server("a_user_who_may_not_create_the_schema_is_told_what_to_grant") else {
+        return;
+    };
+    pg.psql("CREATE ROLE app LOGIN PASSWORD 's3cret'; REVOKE CREATE ON DATABASE postgres FROM PUBLIC")
+        .unwrap();
+    let url = format!("postgres://app:s3cret@127.0.0.1:{}/postgres", pg.port);
+    let e = PgStore::open(&url, "lh").await.unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, PgStartError::Privilege { .. }), "{text}");
+    assert!(text.contains("\"app\"") && text.contains("\"lh\"") && text.contains("grant"), "{text}");
+    assert!(!text.contains("s3cret"), "the password is in {text}");
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM pg_namespace WHERE nspname = 'lh'")
+            .unwrap(),
+        "0"
+    );
+    // A schema an administrator made for it is enough.
+    pg.psql("CREATE SCHEMA lh AUTHORIZATION app").unwrap();
+    PgStore::open(&url, "lh").await.expect("starts in its own schema");
+    // An unknown user is refused as such.
+    let url = format!("postgres://nobody:s3cret@127.0.0.1:{}/postgres", pg.port);
+    let e = PgStore::open(&url, "lh").await.unwrap_err();
+    let text = e.to_string();
+    assert!(matches!(e, PgStartError::Credentials { .. }), "{text}");
+    assert!(text.contains("\"nobody\"") && !text.contains("s3cret"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_changes_when_the_server_restarts_or_the_schema_is_new() {
+    let Some(mut pg) = server("the_history_changes_when_the_server_restarts_or_the_schema_is_new")
+    else {
+        return;
+    };
+    let store = PgStore::open(&pg.url(), "lh").await.unwrap();
+    let first = store.history().clone();
+    assert!(first.timeline >= 1 && first.meta_oid > 0, "{first:?}");
+    assert!(first.continues_in(&store.read_history().await.unwrap()));
+    drop(store);
+    pg.restart_on_own_data().unwrap();
+    let store = PgStore::open(&pg.url(), "lh").await.unwrap();
+    let after_crash = store.history().clone();
+    assert_eq!(after_crash.system, first.system, "the same cluster");
+    assert_ne!(after_crash.started, first.started, "a crash restart is seen");
+    assert!(!first.continues_in(&after_crash));
+    drop(store);
+    // The schema dropped and made again (as a restore of a dump would).
+    pg.psql("DROP SCHEMA lh CASCADE").unwrap();
+    let store = PgStore::open(&pg.url(), "lh").await.unwrap();
+    assert_ne!(store.history().meta_oid, after_crash.meta_oid);
+}
