@@ -13,8 +13,8 @@
 mod control;
 mod error;
 mod keys;
-pub mod postgres;
 pub(crate) mod messaging;
+pub mod postgres;
 mod replication;
 mod reply;
 mod route;

@@ -72,7 +72,10 @@ async fn a_newer_schema_is_refused_and_left_as_it_is() {
     ))
     .unwrap();
     let e = PgStore::open(&pg.url(), "lh").await.unwrap_err();
-    assert!(matches!(e, PgStartError::NewerSchema { found, .. } if found == newer), "{e}");
+    assert!(
+        matches!(e, PgStartError::NewerSchema { found, .. } if found == newer),
+        "{e}"
+    );
     let text = e.to_string();
     for words in [
         "127.0.0.1:",
@@ -95,13 +98,18 @@ async fn a_user_who_may_not_create_the_schema_is_told_what_to_grant() {
     let Some(pg) = server("a_user_who_may_not_create_the_schema_is_told_what_to_grant") else {
         return;
     };
-    pg.psql("CREATE ROLE app LOGIN PASSWORD 's3cret'; REVOKE CREATE ON DATABASE postgres FROM PUBLIC")
-        .unwrap();
+    pg.psql(
+        "CREATE ROLE app LOGIN PASSWORD 's3cret'; REVOKE CREATE ON DATABASE postgres FROM PUBLIC",
+    )
+    .unwrap();
     let url = format!("postgres://app:s3cret@127.0.0.1:{}/postgres", pg.port);
     let e = PgStore::open(&url, "lh").await.unwrap_err();
     let text = e.to_string();
     assert!(matches!(e, PgStartError::Privilege { .. }), "{text}");
-    assert!(text.contains("\"app\"") && text.contains("\"lh\"") && text.contains("grant"), "{text}");
+    assert!(
+        text.contains("\"app\"") && text.contains("\"lh\"") && text.contains("grant"),
+        "{text}"
+    );
     assert!(!text.contains("s3cret"), "the password is in {text}");
     assert_eq!(
         pg.psql("SELECT count(*) FROM pg_namespace WHERE nspname = 'lh'")
@@ -110,13 +118,18 @@ async fn a_user_who_may_not_create_the_schema_is_told_what_to_grant() {
     );
     // A schema an administrator made for it is enough.
     pg.psql("CREATE SCHEMA lh AUTHORIZATION app").unwrap();
-    PgStore::open(&url, "lh").await.expect("starts in its own schema");
+    PgStore::open(&url, "lh")
+        .await
+        .expect("starts in its own schema");
     // An unknown user is refused as such.
     let url = format!("postgres://nobody:s3cret@127.0.0.1:{}/postgres", pg.port);
     let e = PgStore::open(&url, "lh").await.unwrap_err();
     let text = e.to_string();
     assert!(matches!(e, PgStartError::Credentials { .. }), "{text}");
-    assert!(text.contains("\"nobody\"") && !text.contains("s3cret"), "{text}");
+    assert!(
+        text.contains("\"nobody\"") && !text.contains("s3cret"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -134,7 +147,10 @@ async fn the_history_changes_when_the_server_restarts_or_the_schema_is_new() {
     let store = PgStore::open(&pg.url(), "lh").await.unwrap();
     let after_crash = store.history().clone();
     assert_eq!(after_crash.system, first.system, "the same cluster");
-    assert_ne!(after_crash.started, first.started, "a crash restart is seen");
+    assert_ne!(
+        after_crash.started, first.started,
+        "a crash restart is seen"
+    );
     assert!(!first.continues_in(&after_crash));
     drop(store);
     // The schema dropped and made again (as a restore of a dump would).

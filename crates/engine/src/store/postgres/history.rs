@@ -26,10 +26,7 @@ pub struct History {
 }
 
 impl History {
-    pub(super) async fn read(
-        client: &Client,
-        schema: &str,
-    ) -> Result<Self, tokio_postgres::Error> {
+    pub(super) async fn read(client: &Client, schema: &str) -> Result<Self, tokio_postgres::Error> {
         let meta = format!("{}.meta", ident(schema));
         let row = client
             .query_one(

@@ -14,8 +14,8 @@ mod schema;
 
 use std::fmt;
 
-use tokio_postgres::error::SqlState;
 use tokio_postgres::config::Host;
+use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};
 use tokio_util::task::AbortOnDropHandle;
 
@@ -36,7 +36,11 @@ pub struct Target {
 
 impl fmt::Display for Target {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PostgreSQL at {}, database {:?}", self.hosts, self.dbname)
+        write!(
+            f,
+            "PostgreSQL at {}, database {:?}",
+            self.hosts, self.dbname
+        )
     }
 }
 
@@ -57,7 +61,11 @@ impl Target {
             .collect();
         let user = config.get_user().unwrap_or_default().to_owned();
         Self {
-            hosts: if hosts.is_empty() { "localhost:5432".into() } else { hosts.join(",") },
+            hosts: if hosts.is_empty() {
+                "localhost:5432".into()
+            } else {
+                hosts.join(",")
+            },
             dbname: config.get_dbname().unwrap_or(&user).to_owned(),
             user,
         }
@@ -130,23 +138,25 @@ impl PgStore {
             .parse()
             .map_err(|e: tokio_postgres::Error| PgStartError::Url(e.to_string()))?;
         let target = Target::of(&config);
-        let (mut client, connection) = config.connect(NoTls).await.map_err(|source| {
-            match source.code() {
-                Some(code)
-                    if *code == SqlState::INVALID_PASSWORD
-                        || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
-                {
-                    PgStartError::Credentials {
-                        target: target.clone(),
-                        reason: reason(&source),
+        let (mut client, connection) =
+            config
+                .connect(NoTls)
+                .await
+                .map_err(|source| match source.code() {
+                    Some(code)
+                        if *code == SqlState::INVALID_PASSWORD
+                            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+                    {
+                        PgStartError::Credentials {
+                            target: target.clone(),
+                            reason: reason(&source),
+                        }
                     }
-                }
-                _ => PgStartError::Connect {
-                    target: target.clone(),
-                    source,
-                },
-            }
-        })?;
+                    _ => PgStartError::Connect {
+                        target: target.clone(),
+                        source,
+                    },
+                })?;
         let connection = AbortOnDropHandle::new(tokio::spawn(async move {
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "postgres connection ended");
