@@ -164,6 +164,8 @@ impl LocalPostgres {
     /// that a restart would take for a running server.
     fn command(&self, program: &Path) -> Command {
         let mut command = Command::new(program);
+        // A directory the postgres user may read (not root's home).
+        command.current_dir(&self.dir);
         if let Some(user) = crate::root()
             .then(|| nix::unistd::User::from_name("postgres").ok().flatten())
             .flatten()
@@ -198,12 +200,17 @@ impl LocalPostgres {
         self.wait_ready()
     }
 
-    /// Until `pg_isready` says the server takes queries (10 s at most).
+    /// Until `pg_isready` says the server takes queries (30 s at most: a
+    /// crash recovery on two busy cores). Asked on the server's own socket
+    /// directory, so another test's server on a reused port cannot answer.
     fn wait_ready(&mut self) -> anyhow::Result<()> {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let ready = Command::new(self.bin.join("pg_isready"))
-                .args(["-q", "-h", "127.0.0.1", "-p", &self.port.to_string()])
+                .arg("-q")
+                .arg("-h")
+                .arg(&self.dir)
+                .args(["-p", &self.port.to_string()])
                 .status()
                 .is_ok_and(|s| s.success());
             if ready {
@@ -214,8 +221,9 @@ impl LocalPostgres {
             }
             if Instant::now() > deadline {
                 bail!(
-                    "postgres did not take queries on port {} within 10 s",
-                    self.port
+                    "postgres did not take queries on port {} within 30 s: {}",
+                    self.port,
+                    self.log_tail(10)
                 );
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -248,36 +256,32 @@ impl LocalPostgres {
         Ok(String::from_utf8_lossy(&out.stdout).trim_end().to_owned())
     }
 
-    /// Every process of the server: the postmaster and its children.
-    fn processes(&self) -> Vec<u32> {
+    /// The postmaster's children (backends and auxiliary processes).
+    fn children(&self) -> Vec<u32> {
         let Some(postmaster) = self.postmaster() else {
             return Vec::new();
         };
-        let mut pids = vec![postmaster];
-        if let Ok(all) = procfs::process::all_processes() {
-            pids.extend(
-                all.filter_map(|p| p.ok()?.stat().ok())
-                    .filter(|s| s.ppid == postmaster as i32)
-                    .map(|s| s.pid as u32),
-            );
-        }
-        pids
+        let Ok(all) = procfs::process::all_processes() else {
+            return Vec::new();
+        };
+        all.filter_map(|p| p.ok()?.stat().ok())
+            .filter(|s| s.ppid == postmaster as i32)
+            .map(|s| s.pid as u32)
+            .collect()
     }
 
-    /// The postmaster's pid, from its pid file.
+    /// The postmaster's pid: this launcher's own child.
     pub fn postmaster(&self) -> Option<u32> {
-        let pid_file = std::fs::read_to_string(self.data_dir().join("postmaster.pid")).ok()?;
-        pid_file.lines().next()?.trim().parse().ok()
+        self.child.as_ref().map(Child::id)
     }
 
     /// SIGSTOP to every process of the server: connections stay open,
     /// nothing answers, as a frozen machine's would.
     pub fn pause(&mut self) -> anyhow::Result<()> {
-        let pids = self.processes();
-        if pids.is_empty() {
-            bail!("postgres is not running");
-        }
-        for pid in pids {
+        let postmaster = self.postmaster().context("postgres is not running")?;
+        // The postmaster first, so it forks no backend after the list.
+        crate::send_signal(postmaster, Signal::SIGSTOP);
+        for pid in self.children() {
             crate::send_signal(pid, Signal::SIGSTOP);
         }
         self.paused = true;
@@ -285,8 +289,11 @@ impl LocalPostgres {
     }
 
     pub fn resume(&mut self) {
-        for pid in self.processes() {
+        for pid in self.children() {
             crate::send_signal(pid, Signal::SIGCONT);
+        }
+        if let Some(postmaster) = self.postmaster() {
+            crate::send_signal(postmaster, Signal::SIGCONT);
         }
         self.paused = false;
     }
@@ -294,24 +301,34 @@ impl LocalPostgres {
     /// SIGKILL to every process of the server, as a crash would: what was
     /// not yet written to the WAL (`synchronous_commit = off`) is lost.
     pub fn kill(&mut self) {
-        let pids = self.processes();
-        for &pid in &pids {
-            if self.paused {
-                crate::send_signal(pid, Signal::SIGCONT);
-            }
+        let Some(postmaster) = self.postmaster() else {
+            return;
+        };
+        // Stopped first, so it forks no backend after the list; SIGKILL
+        // ends a stopped process too.
+        crate::send_signal(postmaster, Signal::SIGSTOP);
+        let children = self.children();
+        for &pid in children.iter().chain([&postmaster]) {
             crate::send_signal(pid, Signal::SIGKILL);
         }
         self.paused = false;
         if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
             let _ = child.wait();
         }
-        // The backends are gone once the postmaster is: wait, so a start
-        // again does not find the old shared memory in use.
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while pids.iter().any(|&pid| running(pid)) && Instant::now() < deadline {
+        // A start again must not find the old shared memory in use: wait
+        // for the backends to be gone.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while children.iter().any(|&pid| running(pid)) {
+            if Instant::now() > deadline {
+                // Not a panic: this runs in Drop too. A start after it
+                // fails and says why.
+                eprintln!("postgres backends {children:?} outlived a SIGKILL by 10 s");
+                break;
+            }
             std::thread::sleep(Duration::from_millis(10));
         }
+        // What a crashed server leaves: a pid file naming a dead process.
+        let _ = std::fs::remove_file(self.data_dir().join("postmaster.pid"));
     }
 
     /// SIGKILL, then a start on the data directory as it is (crash

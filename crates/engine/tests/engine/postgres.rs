@@ -98,10 +98,8 @@ async fn a_user_who_may_not_create_the_schema_is_told_what_to_grant() {
     let Some(pg) = server("a_user_who_may_not_create_the_schema_is_told_what_to_grant") else {
         return;
     };
-    pg.psql(
-        "CREATE ROLE app LOGIN PASSWORD 's3cret'; REVOKE CREATE ON DATABASE postgres FROM PUBLIC",
-    )
-    .unwrap();
+    // PUBLIC has no CREATE on a database: app may not make a schema.
+    pg.psql("CREATE ROLE app LOGIN PASSWORD 's3cret'").unwrap();
     let url = format!("postgres://app:s3cret@127.0.0.1:{}/postgres", pg.port);
     let e = PgStore::open(&url, "lh").await.unwrap_err();
     let text = e.to_string();
@@ -147,8 +145,10 @@ async fn the_history_changes_when_the_server_restarts_or_the_schema_is_new() {
     let store = PgStore::open(&pg.url(), "lh").await.unwrap();
     let after_crash = store.history().clone();
     assert_eq!(after_crash.system, first.system, "the same cluster");
+    assert_eq!(after_crash.timeline, first.timeline, "no promotion");
+    assert_eq!(after_crash.meta_oid, first.meta_oid, "the same schema");
     assert_ne!(
-        after_crash.started, first.started,
+        after_crash.started_us, first.started_us,
         "a crash restart is seen"
     );
     assert!(!first.continues_in(&after_crash));
@@ -157,4 +157,44 @@ async fn the_history_changes_when_the_server_restarts_or_the_schema_is_new() {
     pg.psql("DROP SCHEMA lh CASCADE").unwrap();
     let store = PgStore::open(&pg.url(), "lh").await.unwrap();
     assert_ne!(store.history().meta_oid, after_crash.meta_oid);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_password_is_refused_without_being_shown() {
+    let Some(pg) = server("a_wrong_password_is_refused_without_being_shown") else {
+        return;
+    };
+    // Passwords checked for app (the server trusts everyone else).
+    pg.psql("CREATE ROLE app LOGIN PASSWORD 'right-one'")
+        .unwrap();
+    let hba = pg.data_dir().join("pg_hba.conf");
+    let rules = std::fs::read_to_string(&hba).unwrap();
+    std::fs::write(
+        &hba,
+        format!("host all app 127.0.0.1/32 scram-sha-256\n{rules}"),
+    )
+    .unwrap();
+    pg.psql("SELECT pg_reload_conf()").unwrap();
+    let url = |password: &str| format!("postgres://app:{password}@127.0.0.1:{}/postgres", pg.port);
+    pg.psql("CREATE SCHEMA lh AUTHORIZATION app").unwrap();
+    PgStore::open(&url("right-one"), "lh")
+        .await
+        .expect("the right password");
+    let e = PgStore::open(&url("wrong-one"), "lh").await.unwrap_err();
+    let (text, debug) = (e.to_string(), format!("{e:?}"));
+    assert!(matches!(e, PgStartError::Credentials { .. }), "{text}");
+    assert!(text.contains("password authentication failed"), "{text}");
+    for shown in [&text, &debug] {
+        assert!(
+            !shown.contains("wrong-one") && !shown.contains("right-one"),
+            "{shown}"
+        );
+    }
+    // A raw '@' in a password would put part of it in the host.
+    let e = PgStore::open(&url("p@ss"), "lh").await.unwrap_err();
+    assert!(matches!(e, PgStartError::Url(_)), "{e}");
+    assert!(
+        e.to_string().contains("%40") && !e.to_string().contains("ss@"),
+        "{e}"
+    );
 }

@@ -10,7 +10,7 @@
 
 use tokio_postgres::Client;
 
-use super::ident;
+use super::schema::ident;
 
 /// Where the store's data comes from, as read at one moment.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,8 +19,9 @@ pub struct History {
     pub system: String,
     /// The current WAL timeline, from the name of the WAL file in use.
     pub timeline: u32,
-    /// `pg_postmaster_start_time()`, as text.
-    pub started: String,
+    /// `pg_postmaster_start_time()`, in microseconds since 1970 (not as
+    /// text, which would follow each session's time zone).
+    pub started_us: i64,
     /// The oid of the schema's `meta` table.
     pub meta_oid: u32,
 }
@@ -32,7 +33,7 @@ impl History {
             .query_one(
                 "SELECT (SELECT system_identifier::text FROM pg_control_system()),
                         substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8),
-                        pg_postmaster_start_time()::text,
+                        (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint,
                         to_regclass($1)::oid::bigint",
                 &[&meta],
             )
@@ -40,8 +41,11 @@ impl History {
         let timeline: String = row.get(1);
         Ok(Self {
             system: row.get(0),
+            // Eight hex digits, by the WAL file naming; a server that named
+            // them otherwise reads as timeline 0, another history.
             timeline: u32::from_str_radix(&timeline, 16).unwrap_or(0),
-            started: row.get(2),
+            started_us: row.get(2),
+            // The schema's meta table exists: migrate() made it first.
             meta_oid: row.get::<_, Option<i64>>(3).unwrap_or(0) as u32,
         })
     }

@@ -9,107 +9,28 @@
 //! schema is touched, and the schema is created or migrated in one
 //! transaction under an advisory lock.
 
+mod error;
 mod history;
 mod schema;
 
 use std::fmt;
 
-use tokio_postgres::config::Host;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{Client, Config, NoTls};
 use tokio_util::task::AbortOnDropHandle;
 
+use error::{causes, reason};
+pub use error::{PgStartError, Target};
 pub use history::History;
 pub use schema::SCHEMA_VERSION;
 
+/// How long a connection attempt may take unless the URL says
+/// (`connect_timeout`): a black-holed host must not hold a start for the
+/// kernel's TCP timeout.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// The oldest server accepted: 14 (13 and older are past their end of life).
 pub const MIN_SERVER_VERSION: i32 = 14_00_00;
-
-/// Where a URL points, for messages: the hosts and the database, never the
-/// password.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Target {
-    pub hosts: String,
-    pub dbname: String,
-    pub user: String,
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "PostgreSQL at {}, database {:?}",
-            self.hosts, self.dbname
-        )
-    }
-}
-
-impl Target {
-    fn of(config: &Config) -> Self {
-        let ports = config.get_ports();
-        let hosts: Vec<String> = config
-            .get_hosts()
-            .iter()
-            .enumerate()
-            .map(|(i, host)| {
-                let port = ports.get(i).or(ports.first()).copied().unwrap_or(5432);
-                match host {
-                    Host::Tcp(name) => format!("{name}:{port}"),
-                    Host::Unix(dir) => format!("{}:{port}", dir.display()),
-                }
-            })
-            .collect();
-        let user = config.get_user().unwrap_or_default().to_owned();
-        Self {
-            hosts: if hosts.is_empty() {
-                "localhost:5432".into()
-            } else {
-                hosts.join(",")
-            },
-            dbname: config.get_dbname().unwrap_or(&user).to_owned(),
-            user,
-        }
-    }
-}
-
-/// Why the store cannot start on this database; each says what to do.
-#[derive(Debug, thiserror::Error)]
-pub enum PgStartError {
-    #[error("the store URL is not a PostgreSQL URL ({0}); it looks like postgres://USER@HOST:PORT/DATABASE")]
-    Url(String),
-    #[error("{target}: cannot connect: {source}")]
-    Connect {
-        target: Target,
-        #[source]
-        source: tokio_postgres::Error,
-    },
-    #[error("{target} refused user {user:?}: {reason} (check the user, and the password or its file)", user = target.user)]
-    Credentials { target: Target, reason: String },
-    #[error("{target} runs PostgreSQL {found}; leasehold needs {} or later", MIN_SERVER_VERSION / 10_000)]
-    Version { target: Target, found: String },
-    #[error("{target} is a standby (read-only): give the primary, or list every host with target_session_attrs=read-write")]
-    Standby { target: Target },
-    #[error("{target}: user {user:?} may not create schema {schema:?} ({reason}): grant it CREATE on the database, or create the schema for it and grant it that", user = target.user)]
-    Privilege {
-        target: Target,
-        schema: String,
-        reason: String,
-    },
-    #[error("{target}: schema {schema:?} is at version {found}, newer than this leasehold's {SCHEMA_VERSION}: run the newer leasehold, or give another --prefix")]
-    NewerSchema {
-        target: Target,
-        schema: String,
-        found: i32,
-    },
-    #[error("{target}: the prefix {schema:?} is over 63 bytes, the longest schema name PostgreSQL keeps")]
-    LongPrefix { target: Target, schema: String },
-    #[error("{target}: {source}")]
-    Query {
-        target: Target,
-        #[source]
-        source: tokio_postgres::Error,
-    },
-}
 
 /// A connection to one database and the schema (the prefix) in it.
 pub struct PgStore {
@@ -134,9 +55,14 @@ impl PgStore {
     /// `key=value` form), checks the server, and creates or migrates the
     /// schema `prefix`.
     pub async fn open(url: &str, prefix: &str) -> Result<Self, PgStartError> {
-        let config: Config = url
+        check_userinfo(url)?;
+        // The parser's cause names the option at fault, never its value.
+        let mut config: Config = url
             .parse()
-            .map_err(|e: tokio_postgres::Error| PgStartError::Url(e.to_string()))?;
+            .map_err(|e: tokio_postgres::Error| PgStartError::Url(causes(&e)))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(CONNECT_TIMEOUT);
+        }
         let target = Target::of(&config);
         let (mut client, connection) =
             config
@@ -221,6 +147,7 @@ async fn check_server(client: &Client, target: &Target) -> Result<(), PgStartErr
         return Err(PgStartError::Version {
             target: target.clone(),
             found: version,
+            needed: MIN_SERVER_VERSION / 10_000,
         });
     }
     if standby {
@@ -231,14 +158,18 @@ async fn check_server(client: &Client, target: &Target) -> Result<(), PgStartErr
     Ok(())
 }
 
-/// The server's own words for a refusal.
-fn reason(e: &tokio_postgres::Error) -> String {
-    e.as_db_error()
-        .map_or_else(|| e.to_string(), |db| db.message().to_owned())
-}
-
-/// `name` as a quoted SQL identifier (any prefix the engine accepts is a
-/// valid schema name once quoted).
-fn ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
+/// A URL whose user or password holds a raw `@` would be split at the
+/// first one, and part of the password taken for the host (and printed as
+/// such in every error): refused, without echoing it.
+fn check_userinfo(url: &str) -> Result<(), PgStartError> {
+    let Some((_, rest)) = url.split_once("://") else {
+        return Ok(());
+    };
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    if authority.matches('@').count() > 1 {
+        return Err(PgStartError::Url(
+            "an '@' in the user or password must be percent-encoded as %40".into(),
+        ));
+    }
+    Ok(())
 }

@@ -8,9 +8,9 @@
 //! replicated, which would hand out terms again after either.
 
 use tokio_postgres::error::SqlState;
-use tokio_postgres::Client;
+use tokio_postgres::{Client, IsolationLevel, Transaction};
 
-use super::{ident, reason, PgStartError, Target};
+use super::error::{reason, PgStartError, Target};
 
 /// The version this build creates and reads.
 pub const SCHEMA_VERSION: i32 = 1;
@@ -44,6 +44,7 @@ CREATE TABLE {s}.members (
     node text NOT NULL REFERENCES {s}.nodes (id) ON DELETE CASCADE,
     PRIMARY KEY (grp, node)
 );
+CREATE INDEX members_node ON {s}.members (node);
 CREATE TABLE {s}.subscriptions (
     node text NOT NULL REFERENCES {s}.nodes (id) ON DELETE CASCADE,
     pattern text NOT NULL,
@@ -64,72 +65,62 @@ CREATE TABLE {s}.retained (
 );
 "#];
 
+/// Where a migration runs, for its errors.
+struct At<'a> {
+    target: &'a Target,
+    schema: &'a str,
+}
+
+impl At<'_> {
+    fn query(&self, source: tokio_postgres::Error) -> PgStartError {
+        PgStartError::Query {
+            target: self.target.clone(),
+            source,
+        }
+    }
+
+    /// A statement that creates something: refused for want of privilege,
+    /// or failed.
+    fn refused(&self, source: tokio_postgres::Error) -> PgStartError {
+        match source.code() {
+            Some(code) if *code == SqlState::INSUFFICIENT_PRIVILEGE => PgStartError::Privilege {
+                target: self.target.clone(),
+                schema: self.schema.to_owned(),
+                reason: reason(&source),
+            },
+            _ => self.query(source),
+        }
+    }
+}
+
 /// Creates the schema (when missing) and brings it to [`SCHEMA_VERSION`].
 pub(super) async fn migrate(
     client: &mut Client,
     target: &Target,
     schema: &str,
 ) -> Result<(), PgStartError> {
-    let query = |source| PgStartError::Query {
-        target: target.clone(),
-        source,
-    };
-    let refused = |source: tokio_postgres::Error| match source.code() {
-        Some(code) if *code == SqlState::INSUFFICIENT_PRIVILEGE => PgStartError::Privilege {
-            target: target.clone(),
-            schema: schema.to_owned(),
-            reason: reason(&source),
-        },
-        _ => PgStartError::Query {
-            target: target.clone(),
-            source,
-        },
-    };
+    let at = At { target, schema };
     let s = ident(schema);
-    let tx = client.transaction().await.map_err(query)?;
+    // READ COMMITTED whatever the role's default: a statement after the
+    // lock wait must see what the process before it committed.
+    let tx = client
+        .build_transaction()
+        .isolation_level(IsolationLevel::ReadCommitted)
+        .start()
+        .await
+        .map_err(|e| at.query(e))?;
     tx.execute(
         "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))",
         &[&format!("leasehold schema {schema}")],
     )
     .await
-    .map_err(query)?;
-    // Looked up first: a schema created for leasehold by an administrator
-    // needs no CREATE on the database.
-    let exists = tx
-        .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
-        .await
-        .map_err(query)?
-        .is_some();
-    if !exists {
-        tx.batch_execute(&format!("CREATE SCHEMA {s}"))
-            .await
-            .map_err(refused)?;
-    }
-    tx.batch_execute(&format!(
-        "CREATE TABLE IF NOT EXISTS {s}.meta (key text PRIMARY KEY, value text NOT NULL)"
-    ))
-    .await
-    .map_err(refused)?;
-    let found: i32 = tx
-        .query_opt(
-            &format!("SELECT value FROM {s}.meta WHERE key = 'schema_version'"),
-            &[],
-        )
-        .await
-        .map_err(query)?
-        .and_then(|row| row.get::<_, String>(0).parse().ok())
-        .unwrap_or(0);
-    if found > SCHEMA_VERSION {
-        return Err(PgStartError::NewerSchema {
-            target: target.clone(),
-            schema: schema.to_owned(),
-            found,
-        });
-    }
+    .map_err(|e| at.query(e))?;
+    create_missing(&tx, &at, &s).await?;
+    let found = version(&tx, &at, &s).await?;
     for migration in &MIGRATIONS[found as usize..] {
         tx.batch_execute(&migration.replace("{s}", &s))
             .await
-            .map_err(refused)?;
+            .map_err(|e| at.refused(e))?;
     }
     tx.execute(
         &format!(
@@ -139,8 +130,82 @@ pub(super) async fn migrate(
         &[&SCHEMA_VERSION.to_string()],
     )
     .await
-    .map_err(query)?;
-    tx.commit().await.map_err(query)
+    .map_err(|e| at.query(e))?;
+    tx.commit().await.map_err(|e| at.query(e))
+}
+
+/// The schema and its `meta` table, each created only when missing: one
+/// made for leasehold by an administrator needs no CREATE on the database,
+/// and a role with only USAGE on it none on the schema.
+async fn create_missing(tx: &Transaction<'_>, at: &At<'_>, s: &str) -> Result<(), PgStartError> {
+    let exists = tx
+        .query_opt(
+            "SELECT 1 FROM pg_namespace WHERE nspname = $1",
+            &[&at.schema],
+        )
+        .await
+        .map_err(|e| at.query(e))?
+        .is_some();
+    if !exists {
+        tx.batch_execute(&format!("CREATE SCHEMA {s}"))
+            .await
+            .map_err(|e| at.refused(e))?;
+    }
+    let has_meta = tx
+        .query_one(
+            "SELECT to_regclass($1) IS NOT NULL",
+            &[&format!("{s}.meta")],
+        )
+        .await
+        .map_err(|e| at.query(e))?
+        .get::<_, bool>(0);
+    if !has_meta {
+        tx.batch_execute(&format!(
+            "CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)"
+        ))
+        .await
+        .map_err(|e| at.refused(e))?;
+    }
+    Ok(())
+}
+
+/// The schema's version (0: new), or the refusal of one this build did
+/// not write or cannot read.
+async fn version(tx: &Transaction<'_>, at: &At<'_>, s: &str) -> Result<i32, PgStartError> {
+    let text: Option<String> = tx
+        .query_opt(
+            &format!("SELECT value FROM {s}.meta WHERE key = 'schema_version'"),
+            &[],
+        )
+        .await
+        .map_err(|e| at.query(e))?
+        .map(|row| row.get(0));
+    let found = match text.as_deref().map(str::parse::<i32>) {
+        None => 0,
+        Some(Ok(n)) if n >= 1 => n,
+        Some(_) => {
+            return Err(PgStartError::BadSchemaVersion {
+                target: at.target.clone(),
+                schema: at.schema.to_owned(),
+                found: text.unwrap_or_default(),
+            })
+        }
+    };
+    if found > SCHEMA_VERSION {
+        return Err(PgStartError::NewerSchema {
+            target: at.target.clone(),
+            schema: at.schema.to_owned(),
+            found,
+            ours: SCHEMA_VERSION,
+        });
+    }
+    Ok(found)
+}
+
+/// `name` as a quoted SQL identifier (any prefix the engine accepts is a
+/// valid schema name once quoted).
+pub(super) fn ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
 }
 
 #[cfg(test)]
