@@ -394,8 +394,11 @@ pub fn lacks(test: &str, why: &str) {
 pub fn skipped(what: &str, why: &str) {
     use std::io::Write;
     // libtest names each test's thread after the test.
+    // `what` is the test's own name, or a part of it ("lint", for one of
+    // several skips in one test), said after it.
     let test = match std::thread::current().name() {
-        Some(name) if name != what && name != "main" => format!("{name} ({what})"),
+        Some(name) if name == what || name.ends_with(&format!("::{what}")) => name.to_owned(),
+        Some(name) if name != "main" => format!("{name} ({what})"),
         _ => what.to_owned(),
     };
     // The test binary's name, without cargo's hash.
