@@ -5,27 +5,39 @@
 
 use std::collections::BTreeSet;
 
-/// The dependency names of every `[dependencies]`-like table of a manifest
-/// (normal, target-specific and dev dependencies alike).
-fn dependencies(manifest: &str) -> BTreeSet<String> {
+/// The dependency lines of the tables of a manifest whose header
+/// `table` accepts, comments left out.
+fn dependency_lines(manifest: &str, table: impl Fn(&str) -> bool) -> Vec<String> {
     let text = std::fs::read_to_string(manifest).unwrap_or_else(|e| panic!("{manifest}: {e}"));
-    let mut names = BTreeSet::new();
+    let mut lines = Vec::new();
     let mut in_deps = false;
     for line in text.lines().map(str::trim) {
         if line.starts_with('[') {
-            in_deps = line.ends_with("dependencies]");
+            in_deps = table(line);
             continue;
         }
-        if in_deps {
-            if let Some((name, _)) = line.split_once('=') {
-                let name = name.trim();
-                if !name.is_empty() && !name.starts_with('#') {
-                    names.insert(name.trim_end_matches(".workspace").to_owned());
-                }
-            }
+        if in_deps && line.contains('=') && !line.starts_with('#') {
+            lines.push(line.to_owned());
         }
     }
-    names
+    lines
+}
+
+/// The dependency names in `lines`.
+fn names(lines: &[String]) -> BTreeSet<String> {
+    lines
+        .iter()
+        .filter_map(|line| line.split_once('='))
+        .map(|(name, _)| name.trim().trim_end_matches(".workspace").to_owned())
+        .collect()
+}
+
+/// The dependency names of every `[dependencies]`-like table of a manifest
+/// (normal, target-specific and dev dependencies alike).
+fn dependencies(manifest: &str) -> BTreeSet<String> {
+    names(&dependency_lines(manifest, |table| {
+        table.ends_with("dependencies]")
+    }))
 }
 
 fn assert_none_of(manifest: &str, forbidden: &[&str]) {
@@ -76,31 +88,17 @@ fn the_agent_and_the_controller_do_not_depend_on_each_other() {
 /// The dependency names of a manifest's normal tables only (`[dependencies]`
 /// and `[target.'...'.dependencies]`): what ships.
 fn normal_dependencies(manifest: &str) -> BTreeSet<String> {
-    normal_lines(manifest)
-        .iter()
-        .filter_map(|line| line.split_once('='))
-        .map(|(name, _)| name.trim().trim_end_matches(".workspace").to_owned())
-        .collect()
+    names(&normal_lines(manifest))
 }
 
-/// The lines of a manifest's normal dependency tables, comments left out.
+/// The lines of a manifest's normal dependency tables.
 fn normal_lines(manifest: &str) -> Vec<String> {
-    let text = std::fs::read_to_string(manifest).unwrap_or_else(|e| panic!("{manifest}: {e}"));
-    let mut lines = Vec::new();
-    let mut in_deps = false;
-    for line in text.lines().map(str::trim) {
-        if line.starts_with('[') {
-            // `[workspace.dependencies]` only pins versions for the members.
-            in_deps = line.ends_with("dependencies]")
-                && !line.ends_with("dev-dependencies]")
-                && !line.starts_with("[workspace");
-            continue;
-        }
-        if in_deps && line.contains('=') && !line.starts_with('#') {
-            lines.push(line.to_owned());
-        }
-    }
-    lines
+    // `[workspace.dependencies]` only pins versions for the members.
+    dependency_lines(manifest, |table| {
+        table.ends_with("dependencies]")
+            && !table.ends_with("dev-dependencies]")
+            && !table.starts_with("[workspace")
+    })
 }
 
 /// `cargo tree -p leasehold -e normal` shows no fixture: the product's

@@ -148,18 +148,6 @@ pub fn missing() -> Option<String> {
     }
 }
 
-fn openssl(dir: &Path, args: &[&str]) -> anyhow::Result<()> {
-    let ok = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    ok.then_some(())
-        .with_context(|| format!("openssl {args:?} failed (is openssl installed?)"))
-}
-
 /// A CA, a serving certificate for the API server (127.0.0.1, localhost
 /// and the first service IP, as kube-apiserver's own would have), and the
 /// service-account signing key pair.
@@ -179,7 +167,7 @@ fn make_certificates(dir: &Path) -> anyhow::Result<()> {
         dir.join("server.ext"),
         "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes.default.svc\n",
     )?;
-    steps.iter().try_for_each(|step| openssl(dir, step))
+    steps.iter().try_for_each(|step| crate::openssl(dir, step))
 }
 
 fn spawn_logged(binary: &Path, args: &[String], log: &Path) -> anyhow::Result<Child> {

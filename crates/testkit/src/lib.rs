@@ -367,6 +367,20 @@ pub fn send_signal(pid: u32, signal: Signal) -> bool {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).is_ok()
 }
 
+/// `openssl ARGS` in `dir`, for the throwaway certificates of the TLS and
+/// API-server tests.
+pub fn openssl(dir: &std::path::Path, args: &[&str]) -> anyhow::Result<()> {
+    let ok = Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    anyhow::ensure!(ok, "openssl {args:?} failed (is openssl installed?)");
+    Ok(())
+}
+
 /// `name` on the PATH.
 pub fn on_path(name: &str) -> Option<std::path::PathBuf> {
     let paths = std::env::var_os("PATH")?;

@@ -165,10 +165,10 @@ impl From<Published> for Sent {
 /// `POST /v1/publish?topic=T[&retain=true[&retainTtlMs=N]][&overflow=refuse]`.
 pub(super) async fn publish(
     State(state): State<Arc<AgentState>>,
-    Params(query): Params<PublishQuery>,
+    Params(mut query): Params<PublishQuery>,
     body: Bytes,
 ) -> Result<Response, Refusal> {
-    let topic = required(query.topic.clone(), "topic", "topic to publish to")?;
+    let topic = required(query.topic.take(), "topic", "topic to publish to")?;
     let options = query.options()?;
     let published = state.node.publish_with(&topic, &body, options).await;
     Ok(json(

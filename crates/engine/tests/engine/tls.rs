@@ -18,16 +18,8 @@ struct TlsRedis {
     child: Child,
 }
 
-fn openssl(dir: &PathBuf, args: &[&str]) {
-    let ok = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(ok, "openssl {args:?} failed (is openssl installed?)");
+fn openssl(dir: &std::path::Path, args: &[&str]) {
+    testkit::openssl(dir, args).unwrap_or_else(|e| panic!("{e}"));
 }
 
 impl TlsRedis {
