@@ -216,19 +216,14 @@ impl EventBus {
     pub fn start(store: Store, observer: Option<Arc<dyn Observer>>) -> Self {
         let (local, _) = broadcast::channel(LOCAL_CAPACITY);
         let (remote, mut queue) = mpsc::unbounded_channel::<Event>();
-        let channel = store.keys().events();
         tokio::spawn(async move {
             while let Some(event) = queue.recv().await {
                 let Ok(json) = serde_json::to_string(&event) else {
                     continue;
                 };
-                let sent = bounded(
-                    crate::config::CONNECT_TIMEOUT,
-                    store.publish_raw(&channel, &json),
-                )
-                .await;
+                let sent = bounded(crate::config::CONNECT_TIMEOUT, store.emit_event(&json)).await;
                 if let Err(e) = sent {
-                    tracing::debug!(error = %e, "event not published to redis");
+                    tracing::debug!(error = %e, "event not published to the store");
                 }
             }
         });
@@ -250,6 +245,40 @@ impl EventBus {
 
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
         self.local.subscribe()
+    }
+}
+
+impl Store {
+    /// Follows the engine events every node announces. An event this
+    /// version cannot read (from a newer node) is skipped. The subscription
+    /// is kept (and renewed after reconnects) until the receiver is
+    /// dropped; events announced while it is down are missed, so a follower
+    /// that must not miss a change also re-reads the state now and then.
+    pub fn follow_events(&self) -> mpsc::UnboundedReceiver<Event> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let mut payloads = self.follow_event_payloads();
+        tokio::spawn(async move {
+            loop {
+                let payload = tokio::select! {
+                    _ = tx.closed() => return,
+                    payload = payloads.recv() => match payload {
+                        Some(payload) => payload,
+                        None => return,
+                    },
+                };
+                match serde_json::from_slice::<Event>(&payload) {
+                    Ok(event) => {
+                        if tx.send(event).is_err() {
+                            return;
+                        }
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "skipped an event this version cannot read")
+                    }
+                }
+            }
+        });
+        rx
     }
 }
 

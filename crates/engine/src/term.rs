@@ -22,7 +22,7 @@
 //! [`CLOCK_STEP_BACK_MS`], so its clock epoch is at least `e + 1`. Memory
 //! still counts where it survives: a new epoch is also above the stored
 //! one, and a claim lifts the counter to the highest term the claimant saw.
-//! The Lua side is `scripts/terms.lua`; [`lua_constants`] hands it these
+//! The Lua side is `store/redis/scripts/terms.lua`; [`lua_constants`] hands it these
 //! numbers, so they are written once.
 
 /// Acquisitions one epoch counts (`n` runs from 1 to `SPAN - 1`). A power

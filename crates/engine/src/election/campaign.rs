@@ -28,7 +28,7 @@ use super::rules::{
 use crate::config::ElectionConfig;
 use crate::events::{Event, LostReason, Operation};
 use crate::incarnation::Incarnation;
-use crate::store::{bounded, Claim, GroupKeys, Renewal, StoreError};
+use crate::store::{bounded, Claim, GroupRef, Renewal, StoreError};
 
 pub(crate) enum Command {
     StepDown(oneshot::Sender<Result<bool, StoreError>>),
@@ -38,7 +38,7 @@ pub(crate) enum Command {
 
 pub(crate) struct Campaign {
     pub group: String,
-    pub keys: GroupKeys,
+    pub address: GroupRef,
     pub config: ElectionConfig,
     pub shared: Arc<Incarnation>,
     pub role: watch::Sender<Role>,
@@ -203,7 +203,7 @@ impl Campaign {
         let reply = bounded(
             self.config.call_timeout(),
             self.shared.store.claim(
-                &self.keys,
+                &self.address,
                 self.node(),
                 &self.shared.nonce,
                 self.ttl_ms(),
@@ -290,7 +290,7 @@ impl Campaign {
         let reply = bounded(
             limit,
             self.shared.store.renew(
-                &self.keys,
+                &self.address,
                 self.node(),
                 &self.shared.nonce,
                 term,
@@ -361,9 +361,13 @@ impl Campaign {
     async fn release(&self, term: Option<u64>, withdraw: bool) -> Result<bool, StoreError> {
         bounded(
             self.config.call_timeout(),
-            self.shared
-                .store
-                .release(&self.keys, self.node(), &self.shared.nonce, term, withdraw),
+            self.shared.store.release(
+                &self.address,
+                self.node(),
+                &self.shared.nonce,
+                term,
+                withdraw,
+            ),
         )
         .await
     }

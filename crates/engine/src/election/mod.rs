@@ -140,8 +140,8 @@ impl Campaigns {
         if entries.contains_key(name) {
             return Err(Error::AlreadyJoined(name.to_owned()));
         }
-        let keys = self.shared.store.keys().group(name);
-        let wake = self.wake.add(&keys.released);
+        let address = self.shared.store.group(name);
+        let wake = self.wake.add(name);
         let (role_tx, role_rx) = watch::channel(Role::Candidate);
         let lease = Arc::new(Mutex::new(LocalLease {
             leading: None,
@@ -151,7 +151,7 @@ impl Campaigns {
         let (commands, commands_rx) = mpsc::channel(8);
         let campaign = Campaign {
             group: name.to_owned(),
-            keys,
+            address,
             config,
             shared: self.shared.clone(),
             role: role_tx,
@@ -210,8 +210,7 @@ impl Campaigns {
             .entries()
             .remove(name)
             .ok_or_else(|| Error::NotJoined(name.to_owned()))?;
-        self.wake
-            .remove(&self.shared.store.keys().group(name).released);
+        self.wake.remove(name);
         stop(&self.shared, name.to_owned(), entry).await;
         Ok(())
     }
@@ -223,8 +222,7 @@ impl Campaigns {
         let entries: Vec<(String, Entry)> = self.entries().drain().collect();
         let mut set = tokio::task::JoinSet::new();
         for (name, entry) in entries {
-            self.wake
-                .remove(&self.shared.store.keys().group(&name).released);
+            self.wake.remove(&name);
             let shared = self.shared.clone();
             set.spawn(async move {
                 let released = stop(shared, name.clone(), entry).await;
@@ -262,12 +260,12 @@ async fn stop(shared: impl AsRef<Incarnation>, name: String, entry: Entry) -> bo
     }
     entry.task.abort();
     let held = crate::sync::locked(&entry.group.lease).held;
-    let keys = shared.store.keys().group(&name);
+    let address = shared.store.group(&name);
     let released = bounded(
         limit,
         shared
             .store
-            .release(&keys, &shared.id, &shared.nonce, held, true),
+            .release(&address, &shared.id, &shared.nonce, held, true),
     )
     .await;
     tracing::warn!(group = %name, ?released, "campaign did not answer shutdown in time; released from outside");

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use redis::aio::ConnectionManager;
 use redis::{Cmd, Script, ScriptInvocation, Value};
 
-use super::error::StoreError;
 use crate::config::{REPLICA_COUNT_REFRESH, REPLICA_LOSS_GRACE, REPLICA_WAIT};
+use crate::store::StoreError;
 
 /// How many replicas a lease write must reach before it counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

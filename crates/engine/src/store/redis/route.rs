@@ -25,9 +25,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
-use super::error::StoreError;
 use crate::config::ConfigError;
 use crate::config::{self, CLUSTER_RECHECK, CONNECT_TIMEOUT, SENTINEL_RECHECK, SENTINEL_TIMEOUT};
+use crate::store::StoreError;
 
 /// How the URL says to find the primary.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -213,7 +213,7 @@ enum Finder {
     },
 }
 
-/// How a [`super::Store`] reaches its primary. One per store, behind an
+/// How a [`super::RedisStore`] reaches its primary. One per store, behind an
 /// `Arc`, so the variants' sizes do not matter.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Route {
@@ -576,7 +576,7 @@ fn owner_in(slots: &Value, slot: i64, asked: &str) -> Option<(String, u16)> {
     })
 }
 
-/// Why [`Store::connect`] refused to start.
+/// Why [`crate::Store::connect`] refused to start.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     #[error("redis_url is invalid ({0}); expected {forms}", forms = URL_FORMS)]

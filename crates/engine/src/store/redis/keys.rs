@@ -68,6 +68,13 @@ impl Keys {
     pub fn events(&self) -> String {
         format!("{}:events", self.prefix)
     }
+    /// The group whose release channel `channel` is.
+    pub fn released_group<'a>(&self, channel: &'a str) -> Option<&'a str> {
+        channel
+            .strip_prefix(self.prefix.as_str())?
+            .strip_prefix(":g:{")?
+            .strip_suffix("}:released")
+    }
     pub fn group(&self, group: &str) -> GroupKeys {
         let base = format!("{}:g:{{{group}}}", self.prefix);
         GroupKeys {
@@ -97,5 +104,7 @@ mod tests {
         assert_eq!(g.term, "lh:g:{ns/web}:term");
         assert_eq!(g.config, "lh:g:{ns/web}:config");
         assert_eq!(g.members, "lh:g:{ns/web}:members");
+        assert_eq!(k.released_group(&g.released), Some("ns/web"));
+        assert_eq!(k.released_group("lh:events"), None);
     }
 }

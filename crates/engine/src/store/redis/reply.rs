@@ -8,8 +8,8 @@
 
 use redis::Value;
 
-use super::error::StoreError;
 use crate::config::ElectionConfig;
+use crate::store::StoreError;
 
 /// A group's timings from its config hash: all three present and valid, or
 /// nothing (a half-written or invalid config is ignored, not half-applied).

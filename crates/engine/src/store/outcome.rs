@@ -1,0 +1,75 @@
+//! What the election and registry calls of the store answer, whichever
+//! store it is.
+
+use crate::config::ElectionConfig;
+
+/// Outcome of a claim attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Claim {
+    /// This node holds the lease now. `fresh` is false when it kept a lease it
+    /// already held (re-claim after a fail-safe demotion).
+    Won {
+        term: u64,
+        fresh: bool,
+        config: Option<ElectionConfig>,
+    },
+    /// Another node holds it for `pttl_ms` more (store clock). While the
+    /// store is in its first ttl (see the history rule in term.rs) nobody
+    /// holds it, `holder` is empty and `pttl_ms` is the time until leases
+    /// are handed out.
+    Lost {
+        term: u64,
+        pttl_ms: i64,
+        holder: String,
+        config: Option<ElectionConfig>,
+    },
+}
+
+/// Outcome of a renewal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// Renewed; `config` is the group's timings from the store, if set;
+    /// `term` is the lease's term afterwards (higher than before if the
+    /// counter was restored above it).
+    Renewed {
+        config: Option<ElectionConfig>,
+        term: u64,
+    },
+    /// The lease expired before the renewal reached the store.
+    Gone,
+    /// Someone else holds it now (possibly this node id's newer incarnation).
+    Replaced { holder: String, incarnation: String },
+}
+
+/// Outcome of a node heartbeat.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Heartbeat {
+    Extended,
+    /// The node's lease ran out (swept or not): it must register again.
+    Expired,
+    /// Another incarnation registered under this node id.
+    Displaced {
+        incarnation: String,
+    },
+}
+
+/// Outcome of one sweep pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Sweep {
+    pub swept: Vec<String>,
+    pub now_ms: u64,
+    /// Earliest lease expiry among the remaining nodes, if any.
+    pub next_expiry_ms: Option<u64>,
+}
+
+/// A group's state in the store, read in one step so the parts agree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupState {
+    pub holder: Option<String>,
+    pub term: u64,
+    /// Remaining lease time in ms, when held.
+    pub lease_pttl_ms: Option<u64>,
+    /// Node ids with live candidacy and their candidacy expiry (ms, store clock).
+    pub members: Vec<(String, u64)>,
+    pub now_ms: u64,
+}
