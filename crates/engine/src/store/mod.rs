@@ -51,7 +51,6 @@ use self::redis::StreamReader;
 /// renewal does not build its names again.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct GroupRef {
-    pub name: String,
     keys: GroupKeys,
 }
 
@@ -195,7 +194,6 @@ impl Store {
 
     pub(crate) fn group(&self, name: &str) -> GroupRef {
         GroupRef {
-            name: name.to_owned(),
             keys: on!(self, s => s.keys().group(name)),
         }
     }
@@ -419,7 +417,7 @@ pub(crate) enum InboxReader {
 }
 
 impl InboxReader {
-    /// Entries after `after`, at most `room` (of the inbox, or of the
+    /// Entries after `after`, at most `room` of each queue (only the
     /// commands when `commands_only`), waiting up to `block` for the first
     /// one when given. Commands come first.
     pub async fn read(

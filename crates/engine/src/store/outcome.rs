@@ -14,8 +14,8 @@ pub(crate) enum Claim {
         config: Option<ElectionConfig>,
     },
     /// Another node holds it for `pttl_ms` more (store clock). While the
-    /// store is in its first ttl (see the history rule in term.rs) nobody
-    /// holds it, `holder` is empty and `pttl_ms` is the time until leases
+    /// store is in its first ttl after it was born (again; see claim.lua
+    /// for Redis) nobody holds it, `holder` is empty and `pttl_ms` is the time until leases
     /// are handed out.
     Lost {
         term: u64,

@@ -1,6 +1,6 @@
 //! Wake-ups: the store's hints that a group's lease was released (or its
-//! timings or commands changed) or that a node's inbox has new entries, so
-//! that followers and readers need not poll. They are hints only, and lost
+//! timings changed), so that followers need not poll. They are hints only,
+//! and lost
 //! while the listener is disconnected: after [`Wakeup::Listening`] everyone
 //! concerned looks once, because what was announced meanwhile is gone.
 

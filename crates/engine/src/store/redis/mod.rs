@@ -38,6 +38,9 @@ use crate::store::options::ConnectOptions;
 use crate::store::outcome::{Claim, GroupState, Heartbeat, Renewal, Sweep};
 use crate::store::StoreError;
 
+// Public, as every trait impl is: a library user's `?` on a RedisError
+// meets it too. Kept for the many `?`s of this module; it goes when
+// ConnectError stops carrying RedisError (docs/design/postgres-store.md).
 impl From<redis::RedisError> for StoreError {
     fn from(e: redis::RedisError) -> Self {
         Self::Failed {

@@ -1,5 +1,5 @@
 -- Shared by sweep and unregister: delete a node and everything hanging off it.
--- Key names are built here from the prefix, in the shapes store/keys.rs and
+-- Key names are built here from the prefix, in the shapes store/redis/keys.rs and
 -- docs/architecture.md give.
 -- Needs topics.lua.
 local function remove_node(prefix, id)
