@@ -63,10 +63,11 @@ impl RedisStore {
                     if push.kind != redis::PushKind::Message {
                         continue;
                     }
-                    let Some(redis::Value::BulkString(payload)) = push.data.get(1) else {
+                    let Some(redis::Value::BulkString(payload)) = push.data.into_iter().nth(1)
+                    else {
                         continue;
                     };
-                    if tx.send(payload.clone()).is_err() {
+                    if tx.send(payload).is_err() {
                         return;
                     }
                 }

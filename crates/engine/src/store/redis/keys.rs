@@ -68,6 +68,12 @@ impl Keys {
     pub fn events(&self) -> String {
         format!("{}:events", self.prefix)
     }
+    /// Pub/sub channel on which a release of `group` is announced (also
+    /// [`GroupKeys::released`]): built alone for the listener, which
+    /// subscribes to one per group.
+    pub fn released(&self, group: &str) -> String {
+        format!("{}:g:{{{group}}}:released", self.prefix)
+    }
     /// The group whose release channel `channel` is.
     pub fn released_group<'a>(&self, channel: &'a str) -> Option<&'a str> {
         channel
@@ -82,7 +88,7 @@ impl Keys {
             term: format!("{base}:term"),
             config: format!("{base}:config"),
             members: format!("{base}:members"),
-            released: format!("{base}:released"),
+            released: self.released(group),
         }
     }
 }
@@ -104,6 +110,8 @@ mod tests {
         assert_eq!(g.term, "lh:g:{ns/web}:term");
         assert_eq!(g.config, "lh:g:{ns/web}:config");
         assert_eq!(g.members, "lh:g:{ns/web}:members");
+        assert_eq!(g.released, "lh:g:{ns/web}:released");
+        assert_eq!(k.released("ns/web"), g.released);
         assert_eq!(k.released_group(&g.released), Some("ns/web"));
         assert_eq!(k.released_group("lh:events"), None);
     }

@@ -36,29 +36,22 @@ impl StreamReader {
         block: Option<Duration>,
         commands_only: bool,
     ) -> Result<Vec<Read>, StoreError> {
-        let id = |c: &InboxCursor| {
-            if c.0.is_empty() {
-                "0-0".to_owned()
-            } else {
-                c.0.clone()
-            }
-        };
         let both = [
-            (self.commands.as_str(), id(&after.commands)),
-            (self.inbox.as_str(), id(&after.inbox)),
+            (self.commands.as_str(), stream_id(&after.commands)),
+            (self.inbox.as_str(), stream_id(&after.inbox)),
         ];
         let streams = if commands_only { &both[..1] } else { &both[..] };
         let block_ms = block.map(|b| b.as_millis() as u64);
         let entries = read_streams(&mut self.conn, streams, room, block_ms).await?;
         Ok(entries
             .into_iter()
-            .map(|(index, e)| Read {
+            .map(|(index, mut e)| Read {
                 queue: if index == 0 {
                     Queue::Commands
                 } else {
                     Queue::Inbox
                 },
-                cursor: InboxCursor(e.stream_id.clone()),
+                cursor: InboxCursor(std::mem::take(&mut e.stream_id)),
                 entry: entry(e),
             })
             .collect())
@@ -70,7 +63,7 @@ impl StreamReader {
 /// index of its stream.
 async fn read_streams(
     conn: &mut MultiplexedConnection,
-    streams: &[(&str, String)],
+    streams: &[(&str, &str)],
     count: usize,
     block_ms: Option<u64>,
 ) -> Result<Vec<(usize, StreamEntry)>, StoreError> {
@@ -150,6 +143,15 @@ fn into_bytes(v: Value) -> Result<Vec<u8>, StoreError> {
         Value::SimpleString(s) => Ok(s.into_bytes()),
         Value::Int(i) => Ok(i.to_string().into_bytes()),
         other => Err(StoreError::Reply(format!("inbox field: {other:?}"))),
+    }
+}
+
+/// The id `XREAD` reads after: the cursor's, or the start of the stream.
+fn stream_id(cursor: &InboxCursor) -> &str {
+    if cursor.0.is_empty() {
+        "0-0"
+    } else {
+        &cursor.0
     }
 }
 

@@ -105,7 +105,7 @@ async fn keep_subscribed(
         let wanted: HashSet<String> = interest
             .groups()
             .iter()
-            .map(|g| store.keys.group(g).released)
+            .map(|g| store.keys.released(g))
             .collect();
         let add: Vec<&String> = wanted.difference(&subscribed).collect();
         let drop: Vec<&String> = subscribed.difference(&wanted).collect();
