@@ -22,6 +22,7 @@ pub mod procfs;
 pub mod proxy;
 pub mod redis;
 pub mod sentinel;
+pub mod store;
 
 pub use nix::sys::signal::Signal;
 
@@ -32,6 +33,7 @@ use leasehold_engine::{ElectionConfig, Event, Group, Node, NodeConfig, Role, Sto
 use tokio::sync::broadcast;
 
 pub use redis::LocalRedis;
+pub use store::{Kind, StoreFixture, StoreServer};
 
 /// A free port on 127.0.0.1.
 pub fn free_port() -> u16 {
@@ -152,8 +154,8 @@ pub fn node_config() -> NodeConfig {
     NodeConfig::with_lease(600)
 }
 
-pub async fn node(redis: &RedisServer, id: &str) -> Node {
-    Node::start(redis.store(), id, node_config())
+pub async fn node(server: &impl StoreFixture, id: &str) -> Node {
+    Node::start(server.store(), id, node_config())
         .await
         .expect("node")
 }

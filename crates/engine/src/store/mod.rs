@@ -2,7 +2,7 @@
 //! that holds leases, nodes and inboxes, and the outcomes it gets back, with
 //! nothing of Redis or PostgreSQL in them. [`Store`] is the engine's handle
 //! (cheap to clone, shared by every loop of a process); each of its calls
-//! goes to the implementation the URL chose, `redis/` today.
+//! goes to the implementation the URL chose: `redis/` or `postgres/`.
 //!
 //! The contract each implementation keeps: every read-compare-write is one
 //! round trip that is atomic on the server (a script, a statement, a
@@ -33,6 +33,7 @@ pub(crate) mod wakeup;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use self::postgres::{PgReader, PgStore};
 pub use self::redis::{ConnectError, ReplicaAcks};
 use self::redis::{GroupKeys, RedisStore};
 pub use error::{bounded, StoreError};
@@ -50,8 +51,9 @@ use self::redis::StreamReader;
 /// A group as the store addresses it, made once per campaign so that a
 /// renewal does not build its names again.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct GroupRef {
-    keys: GroupKeys,
+pub(crate) enum GroupRef {
+    Redis(GroupKeys),
+    Postgres(String),
 }
 
 /// The engine's handle on its store: cheap to clone, shared by every loop
@@ -64,12 +66,21 @@ pub struct Store {
 #[derive(Clone)]
 enum Inner {
     Redis(RedisStore),
+    Postgres(PgStore),
+}
+
+impl GroupRef {
+    /// A group made by one store handed to another: a bug of the caller.
+    fn mismatch() -> StoreError {
+        StoreError::Reply("a group of another store".into())
+    }
 }
 
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.inner {
             Inner::Redis(s) => std::fmt::Debug::fmt(s, f),
+            Inner::Postgres(s) => std::fmt::Debug::fmt(s, f),
         }
     }
 }
@@ -79,6 +90,7 @@ macro_rules! on {
     ($store:expr, $s:ident => $call:expr) => {
         match &$store.inner {
             Inner::Redis($s) => $call,
+            Inner::Postgres($s) => $call,
         }
     };
 }
@@ -123,16 +135,49 @@ impl Store {
     /// Like [`Store::connect`], for any URL form: `redis://` and `rediss://`
     /// name the server; `redis+sentinel://` names sentinels that name the
     /// primary; `redis+cluster://` names nodes of a Redis Cluster, in which
-    /// all keys go to one slot: the prefix becomes a hash tag, `{PREFIX}`.
+    /// all keys go to one slot: the prefix becomes a hash tag, `{PREFIX}`;
+    /// `postgres://` and `postgresql://` name a PostgreSQL database, in
+    /// which the prefix names leasehold's schema (libpq's URL, with its
+    /// options: several hosts with `target_session_attrs=read-write`,
+    /// `connect_timeout`, `sslmode=disable|prefer`).
     pub fn connect_with_options(
         url: &str,
         prefix: &str,
         options: ConnectOptions<'_>,
     ) -> Result<Self, ConnectError> {
         config::validate_prefix(prefix)?;
-        Ok(Self {
-            inner: Inner::Redis(RedisStore::connect(url, prefix, options)?),
-        })
+        let inner = if postgres::is_postgres_url(url) {
+            if options.ca_pem.is_some() {
+                return Err(ConnectError::PostgresTls);
+            }
+            Inner::Postgres(PgStore::new(url, prefix, options.password)?)
+        } else {
+            Inner::Redis(RedisStore::connect(url, prefix, options)?)
+        };
+        Ok(Self { inner })
+    }
+
+    /// Which kind of store this is: "redis" or "postgres".
+    pub fn kind(&self) -> &'static str {
+        match &self.inner {
+            Inner::Redis(_) => "redis",
+            Inner::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Connects now and checks that the store can serve: on PostgreSQL,
+    /// the credentials, the server's version and role, and the schema
+    /// (created or migrated here), each refused with an error that says
+    /// what to do; on Redis, a `PING`. A process calls it at start to
+    /// refuse a store that cannot serve, rather than retry for ever.
+    pub async fn check(&self) -> Result<(), StoreError> {
+        match &self.inner {
+            Inner::Redis(s) => s.ping().await,
+            Inner::Postgres(s) => s.check().await.map_err(|e| StoreError::Failed {
+                store: "postgres",
+                source: std::sync::Arc::new(e),
+            }),
+        }
     }
 
     /// How many replicas a claim or renewal must reach before it counts
@@ -141,6 +186,9 @@ impl Store {
     pub fn with_replica_acks(self, acks: ReplicaAcks, wait: Duration) -> Self {
         let inner = match self.inner {
             Inner::Redis(s) => Inner::Redis(s.with_replica_acks(acks, wait)),
+            // A commit waits for the synchronous standbys, as long as it
+            // takes: the caller's bound on the call is the wait's bound.
+            Inner::Postgres(s) => Inner::Postgres(s.with_replica_acks(acks)),
         };
         Self { inner }
     }
@@ -193,8 +241,9 @@ impl Store {
     // ---- election ----
 
     pub(crate) fn group(&self, name: &str) -> GroupRef {
-        GroupRef {
-            keys: on!(self, s => s.keys().group(name)),
+        match &self.inner {
+            Inner::Redis(s) => GroupRef::Redis(s.keys().group(name)),
+            Inner::Postgres(_) => GroupRef::Postgres(name.to_owned()),
         }
     }
 
@@ -213,9 +262,33 @@ impl Store {
         candidacy_ms: u64,
         confirmed: Option<u64>,
     ) -> Result<Claim, StoreError> {
-        on!(self, s => s
-            .claim(&group.keys, id, incarnation, ttl_ms, seen_term, candidacy_ms, confirmed)
-            .await)
+        match (&self.inner, group) {
+            (Inner::Redis(s), GroupRef::Redis(keys)) => {
+                s.claim(
+                    keys,
+                    id,
+                    incarnation,
+                    ttl_ms,
+                    seen_term,
+                    candidacy_ms,
+                    confirmed,
+                )
+                .await
+            }
+            (Inner::Postgres(s), GroupRef::Postgres(name)) => {
+                s.claim(
+                    name,
+                    id,
+                    incarnation,
+                    ttl_ms,
+                    seen_term,
+                    candidacy_ms,
+                    confirmed,
+                )
+                .await
+            }
+            _ => Err(GroupRef::mismatch()),
+        }
     }
 
     pub(crate) async fn renew(
@@ -227,9 +300,17 @@ impl Store {
         ttl_ms: u64,
         candidacy_ms: u64,
     ) -> Result<Renewal, StoreError> {
-        on!(self, s => s
-            .renew(&group.keys, id, incarnation, term, ttl_ms, candidacy_ms)
-            .await)
+        match (&self.inner, group) {
+            (Inner::Redis(s), GroupRef::Redis(keys)) => {
+                s.renew(keys, id, incarnation, term, ttl_ms, candidacy_ms)
+                    .await
+            }
+            (Inner::Postgres(s), GroupRef::Postgres(name)) => {
+                s.renew(name, id, incarnation, term, ttl_ms, candidacy_ms)
+                    .await
+            }
+            _ => Err(GroupRef::mismatch()),
+        }
     }
 
     /// Compare-and-delete of the lease this incarnation holds under `term`
@@ -243,7 +324,15 @@ impl Store {
         term: Option<u64>,
         withdraw: bool,
     ) -> Result<bool, StoreError> {
-        on!(self, s => s.release(&group.keys, id, incarnation, term, withdraw).await)
+        match (&self.inner, group) {
+            (Inner::Redis(s), GroupRef::Redis(keys)) => {
+                s.release(keys, id, incarnation, term, withdraw).await
+            }
+            (Inner::Postgres(s), GroupRef::Postgres(name)) => {
+                s.release(name, id, incarnation, term, withdraw).await
+            }
+            _ => Err(GroupRef::mismatch()),
+        }
     }
 
     /// Holder, term, lease time left and live members of a group.
@@ -362,6 +451,7 @@ impl Store {
     pub(crate) async fn inbox_reader(&self, node: &str) -> Result<InboxReader, StoreError> {
         match &self.inner {
             Inner::Redis(s) => Ok(InboxReader::Redis(s.inbox_reader(node).await?)),
+            Inner::Postgres(s) => Ok(InboxReader::Postgres(s.inbox_reader(node).await?)),
         }
     }
 
@@ -414,6 +504,7 @@ impl Store {
 /// A reader of one node's queues, on a connection of its own.
 pub(crate) enum InboxReader {
     Redis(StreamReader),
+    Postgres(PgReader),
 }
 
 impl InboxReader {
@@ -429,6 +520,7 @@ impl InboxReader {
     ) -> Result<Vec<Read>, StoreError> {
         match self {
             Self::Redis(r) => r.read(after, room, block, commands_only).await,
+            Self::Postgres(r) => r.read(after, room, block, commands_only).await,
         }
     }
 }

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use leasehold_engine::{ElectionConfig, Event, LostReason, Node, Role};
 use testkit::{
     eventually, fast, followers_see_the_leader, is_follower, next_event, node, one_leader, role,
-    RedisServer,
+    RedisServer, StoreFixture,
 };
 
 const GROUP: &str = "test/group";
 
 async fn three(
-    redis: &RedisServer,
+    redis: &impl StoreFixture,
     config: ElectionConfig,
 ) -> (Vec<Node>, Vec<leasehold_engine::Group>) {
     let mut nodes = Vec::new();
@@ -33,12 +33,11 @@ fn refs(groups: &[leasehold_engine::Group]) -> Vec<&leasehold_engine::Group> {
     groups.iter().collect()
 }
 
+on_both_stores! {
 /// docs/behaviour.md E2: graceful shutdown releases the lease; takeover <= retry.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn graceful_shutdown_hands_over_within_retry() {
-    let redis = RedisServer::start();
+async fn graceful_shutdown_hands_over_within_retry(server) {
     let cfg = fast();
-    let (mut nodes, mut groups) = three(&redis, cfg).await;
+    let (mut nodes, mut groups) = three(&server, cfg).await;
     let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
     let old_term = groups[leader].leader_term().unwrap();
     let mut events = nodes[leader].events();
@@ -60,14 +59,14 @@ async fn graceful_shutdown_hands_over_within_retry() {
     assert!(groups[next].leader_term().unwrap() > old_term);
     node.close().await.unwrap();
 }
+}
 
+on_both_stores! {
 /// docs/behaviour.md E3, E9: released at once, takeover <= retry, and the
 /// stepping-down node does not win its own seat back for one ttl.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn step_down_releases_at_once_and_abstains_for_a_ttl() {
-    let redis = RedisServer::start();
+async fn step_down_releases_at_once_and_abstains_for_a_ttl(server) {
     let cfg = fast();
-    let (nodes, groups) = three(&redis, cfg).await;
+    let (nodes, groups) = three(&server, cfg).await;
     let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
     let start = Instant::now();
     assert!(
@@ -100,13 +99,13 @@ async fn step_down_releases_at_once_and_abstains_for_a_ttl() {
         n.close().await.unwrap();
     }
 }
+}
 
+on_both_stores! {
 /// A lone node that steps down takes its seat back after the cooldown, not before.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn step_down_alone_retakes_after_one_ttl() {
-    let redis = RedisServer::start();
+async fn step_down_alone_retakes_after_one_ttl(server) {
     let cfg = fast();
-    let n = node(&redis, "test/alone").await;
+    let n = node(&server, "test/alone").await;
     let g = n.join(GROUP, cfg).unwrap();
     eventually(Duration::from_secs(3), "leads", || g.is_leader()).await;
     let start = Instant::now();
@@ -122,13 +121,13 @@ async fn step_down_alone_retakes_after_one_ttl() {
     );
     n.close().await.unwrap();
 }
+}
 
+on_both_stores! {
 /// docs/behaviour.md E4: the lease expires on its own; takeover <= ttl + retry.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_takeover_within_ttl_plus_retry() {
-    let redis = RedisServer::start();
+async fn crash_takeover_within_ttl_plus_retry(server) {
     let cfg = fast();
-    let (mut nodes, mut groups) = three(&redis, cfg).await;
+    let (mut nodes, mut groups) = three(&server, cfg).await;
     let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
     let start = Instant::now();
     drop(nodes.remove(leader)); // no release: a crash
@@ -144,20 +143,20 @@ async fn crash_takeover_within_ttl_plus_retry() {
         "took over a live lease after {took:?}"
     );
 }
+}
 
+on_both_stores! {
 /// Beyond the seed: followers wake when the lease is due to expire, so a
 /// crash costs ttl plus a few ms, not ttl plus up to a retry interval. The
 /// retry interval here is far longer than the bound, so a retry-tick design
 /// fails this test.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crash_takeover_wakes_at_lease_expiry() {
-    let redis = RedisServer::start();
+async fn crash_takeover_wakes_at_lease_expiry(server) {
     let cfg = ElectionConfig {
         ttl_ms: 600,
         renew_interval_ms: 200,
         retry_interval_ms: 5_000,
     };
-    let (mut nodes, mut groups) = three(&redis, cfg).await;
+    let (mut nodes, mut groups) = three(&server, cfg).await;
     let leader = one_leader(&refs(&groups), Duration::from_secs(12)).await;
     // Let the followers see the leader (their claim reads the PTTL).
     followers_see_the_leader(&groups, Duration::from_secs(12)).await;
@@ -171,18 +170,18 @@ async fn crash_takeover_wakes_at_lease_expiry() {
         "takeover took {took:?}"
     );
 }
+}
 
+on_both_stores! {
 /// Beyond the seed: a release is announced on pub/sub, so followers take
 /// over at once rather than on their retry tick (5 s here).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn followers_wake_on_release_not_on_their_retry_tick() {
-    let redis = RedisServer::start();
+async fn followers_wake_on_release_not_on_their_retry_tick(server) {
     let cfg = ElectionConfig {
         ttl_ms: 10_000,
         renew_interval_ms: 1_000,
         retry_interval_ms: 5_000,
     };
-    let (nodes, groups) = three(&redis, cfg).await;
+    let (nodes, groups) = three(&server, cfg).await;
     let leader = one_leader(&refs(&groups), Duration::from_secs(12)).await;
     followers_see_the_leader(&groups, Duration::from_secs(12)).await;
     let start = Instant::now();
@@ -193,28 +192,28 @@ async fn followers_wake_on_release_not_on_their_retry_tick() {
         n.close().await.unwrap();
     }
 }
+}
 
+on_both_stores! {
 /// docs/behaviour.md E5, X5: the stale own lease is
 /// re-claimed at once, under a new term, while the others still wait.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn unclean_restart_with_stable_id_reclaims_at_boot() {
-    let redis = RedisServer::start();
+async fn unclean_restart_with_stable_id_reclaims_at_boot(server) {
     let cfg = ElectionConfig {
         ttl_ms: 3_000,
         renew_interval_ms: 500,
         retry_interval_ms: 100,
     };
-    let a = node(&redis, "test/stable").await;
+    let a = node(&server, "test/stable").await;
     let ga = a.join(GROUP, cfg).unwrap();
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
-    let b = node(&redis, "test/other").await;
+    let b = node(&server, "test/other").await;
     let gb = b.join(GROUP, cfg).unwrap();
     eventually(Duration::from_secs(3), "b follows", || is_follower(&gb)).await;
     let old_term = ga.leader_term().unwrap();
     drop(a); // crash, lease left behind
     drop(ga);
     let start = Instant::now();
-    let restarted = node(&redis, "test/stable").await;
+    let restarted = node(&server, "test/stable").await;
     let gr = restarted.join(GROUP, cfg).unwrap();
     eventually(cfg.retry_interval() * 3, "the restarted node leads", || {
         gr.is_leader()
@@ -232,22 +231,22 @@ async fn unclean_restart_with_stable_id_reclaims_at_boot() {
     restarted.close().await.unwrap();
     b.close().await.unwrap();
 }
+}
 
+on_both_stores! {
 /// docs/behaviour.md E6: the leader demotes on its first failed
 /// renewal, then re-claims its still-held lease when Redis is back.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn redis_briefly_unavailable_demotes_then_reclaims() {
-    let redis = RedisServer::start();
+async fn redis_briefly_unavailable_demotes_then_reclaims(server) {
     let cfg = ElectionConfig {
         ttl_ms: 3_000,
         renew_interval_ms: 200,
         retry_interval_ms: 100,
     };
-    let (nodes, groups) = three(&redis, cfg).await;
+    let (nodes, groups) = three(&server, cfg).await;
     let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
     let term = groups[leader].leader_term().unwrap();
     let mut events = nodes[leader].events();
-    redis.pause();
+    server.pause();
     let paused = Instant::now();
     // The next renewal is due within renew_interval and is bounded by retry.
     let lost = next_event(
@@ -276,7 +275,7 @@ async fn redis_briefly_unavailable_demotes_then_reclaims() {
         "demoted only after {demoted_after:?}"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    redis.resume();
+    server.resume();
     let back = Instant::now();
     let again = one_leader(&refs(&groups), cfg.retry_interval() * 3).await;
     assert!(back.elapsed() <= cfg.retry_interval() * 3);
@@ -293,19 +292,19 @@ async fn redis_briefly_unavailable_demotes_then_reclaims() {
         n.close().await.unwrap();
     }
 }
+}
 
+on_both_stores! {
 /// A leader counts as leader only while its local view of the lease is valid:
 /// with renewals hanging (Redis paused) and a retry interval longer than the
 /// ttl, it stops leading when its local lease runs out, before Redis's expiry.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn leader_stops_leading_when_its_local_lease_runs_out() {
-    let redis = RedisServer::start();
+async fn leader_stops_leading_when_its_local_lease_runs_out(server) {
     let cfg = ElectionConfig {
         ttl_ms: 500,
         renew_interval_ms: 100,
         retry_interval_ms: 5_000,
     };
-    let n = node(&redis, "test/local").await;
+    let n = node(&server, "test/local").await;
     let g = n.join(GROUP, cfg).unwrap();
     eventually(Duration::from_secs(3), "leads", || g.is_leader()).await;
     // Let it renew a few times, then pause: the local view, from its last
@@ -313,7 +312,7 @@ async fn leader_stops_leading_when_its_local_lease_runs_out() {
     tokio::time::sleep(cfg.renew_interval() * 3).await;
     assert!(g.is_leader());
     let mut role_rx = g.role();
-    redis.pause();
+    server.pause();
     let paused = Instant::now();
     // Checked at an instant rather than polled, so no polling delay blurs it:
     // one ttl after the pause (or later, if the test oversleeps) it must not lead.
@@ -328,21 +327,21 @@ async fn leader_stops_leading_when_its_local_lease_runs_out() {
     })
     .await;
     assert!(paused.elapsed() < cfg.ttl() + Duration::from_millis(200));
-    redis.resume();
+    server.resume();
     drop(n);
 }
+}
 
+on_both_stores! {
 /// Shutdown with a hung connection (Redis paused) still returns within about
 /// three retry intervals, whatever the number of groups.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn shutdown_with_hung_connection_is_bounded() {
-    let redis = RedisServer::start();
+async fn shutdown_with_hung_connection_is_bounded(server) {
     let cfg = ElectionConfig {
         ttl_ms: 5_000,
         renew_interval_ms: 1_000,
         retry_interval_ms: 200,
     };
-    let n = node(&redis, "test/hung").await;
+    let n = node(&server, "test/hung").await;
     let groups: Vec<_> = (0..5)
         .map(|i| n.join(&format!("test/g{i}"), cfg).unwrap())
         .collect();
@@ -350,13 +349,14 @@ async fn shutdown_with_hung_connection_is_bounded() {
         groups.iter().all(|g| g.is_leader())
     })
     .await;
-    redis.pause();
+    server.pause();
     let start = Instant::now();
     n.shutdown().await;
     let took = start.elapsed();
     assert!(took <= cfg.retry_interval() * 5, "shutdown took {took:?}");
     assert!(groups.iter().all(|g| !g.is_leader()));
-    redis.resume();
+    server.resume();
+}
 }
 
 /// Shutdown also clears a lease still held after a fail-safe demotion, so
@@ -408,12 +408,11 @@ async fn shutdown_clears_a_lease_left_by_fail_safe_demotion() {
     b.close().await.unwrap();
 }
 
+on_both_stores! {
 /// Terms increase on every new acquisition and come with `Elected`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_new_acquisition_increases_the_term() {
-    let redis = RedisServer::start();
+async fn every_new_acquisition_increases_the_term(server) {
     let cfg = fast();
-    let (nodes, groups) = three(&redis, cfg).await;
+    let (nodes, groups) = three(&server, cfg).await;
     let mut events: Vec<_> = nodes.iter().map(|n| n.events()).collect();
     let mut elected: Vec<_> = nodes.iter().map(|n| n.events()).collect();
     let mut last = 0;
@@ -446,6 +445,7 @@ async fn every_new_acquisition_increases_the_term() {
     for n in nodes {
         n.close().await.unwrap();
     }
+}
 }
 
 fn script_calls(redis: &RedisServer) -> u64 {
@@ -592,13 +592,12 @@ async fn terms_survive_redis_restarting_empty() {
     }
 }
 
+on_both_stores! {
 /// Groups can be joined and left at run time; leaving releases the lease.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn groups_join_and_leave_at_run_time() {
-    let redis = RedisServer::start();
+async fn groups_join_and_leave_at_run_time(server) {
     let cfg = fast();
-    let a = node(&redis, "test/a").await;
-    let b = node(&redis, "test/b").await;
+    let a = node(&server, "test/a").await;
+    let b = node(&server, "test/b").await;
     let ga = a.join("test/x", cfg).unwrap();
     eventually(Duration::from_secs(3), "a leads x", || ga.is_leader()).await;
     let gb = b.join("test/x", cfg).unwrap();
@@ -620,6 +619,7 @@ async fn groups_join_and_leave_at_run_time() {
     assert!(a.groups().is_empty());
     a.close().await.unwrap();
     b.close().await.unwrap();
+}
 }
 
 /// Bad group names and timings are refused with the option named, and
@@ -736,16 +736,15 @@ async fn timings_written_to_redis_are_adopted_by_leader_and_followers() {
     }
 }
 
+on_both_stores! {
 /// A term lost by Redis can be put back, and never lowered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restored_term_raises_the_counter_but_never_lowers_it() {
-    let redis = RedisServer::start();
-    let store = redis.store();
+async fn a_restored_term_raises_the_counter_but_never_lowers_it(server) {
+    let store = server.store();
     assert!(store.restore_term(GROUP, 7).await.unwrap());
-    assert_eq!(redis.cli(&["GET", "lh:g:{test/group}:term"]), "7");
+    assert_eq!(server.stored_term(GROUP), 7);
     assert!(!store.restore_term(GROUP, 3).await.unwrap());
-    assert_eq!(redis.cli(&["GET", "lh:g:{test/group}:term"]), "7");
-    let n = node(&redis, "test/a").await;
+    assert_eq!(server.stored_term(GROUP), 7);
+    let n = node(&server, "test/a").await;
     let g = n.join(GROUP, fast()).unwrap();
     eventually(Duration::from_secs(2), "leads", || g.is_leader()).await;
     assert_eq!(
@@ -755,18 +754,18 @@ async fn a_restored_term_raises_the_counter_but_never_lowers_it() {
     );
     n.close().await.unwrap();
 }
+}
 
+on_both_stores! {
 /// A step-down command sent to the leader's inbox (as the controller does
 /// for the `leasehold.dev/step-down` annotation) makes it step down, and the
 /// application's inbox never sees the command.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_down_command_through_the_inbox_steps_the_leader_down() {
-    let redis = RedisServer::start();
+async fn a_step_down_command_through_the_inbox_steps_the_leader_down(server) {
     let cfg = fast();
-    let (nodes, groups) = three(&redis, cfg).await;
+    let (nodes, groups) = three(&server, cfg).await;
     let mut inboxes: Vec<_> = nodes.iter().map(|n| n.inbox().unwrap()).collect();
     let leader = one_leader(&refs(&groups), Duration::from_secs(3)).await;
-    let controller = node(&redis, "test/controller").await;
+    let controller = node(&server, "test/controller").await;
     let start = Instant::now();
     controller
         .ask_to_step_down(nodes[leader].id(), GROUP)
@@ -791,20 +790,20 @@ async fn a_step_down_command_through_the_inbox_steps_the_leader_down() {
     }
     controller.close().await.unwrap();
 }
+}
 
+on_both_stores! {
 /// Redis lost its data and every node restarted: the first claim starts low.
 /// Once the controller restores the term from the LeaderGroup's status, the
 /// leader's next renewal moves its lease above it, so no observer sees the
 /// term go backwards for long.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_restored_term_lifts_the_current_lease_at_its_next_renewal() {
-    let redis = RedisServer::start();
-    let n = node(&redis, "test/a").await;
+async fn a_restored_term_lifts_the_current_lease_at_its_next_renewal(server) {
+    let n = node(&server, "test/a").await;
     let g = n.join(GROUP, fast()).unwrap();
     eventually(Duration::from_secs(2), "leads", || g.is_leader()).await;
     assert_eq!(g.leader_term(), Some(1));
     let mut events = n.events();
-    redis.store().restore_term(GROUP, 41).await.unwrap();
+    server.store().restore_term(GROUP, 41).await.unwrap();
     // (The first election's own event may still arrive: skip term 1.)
     let elected = next_event(
         &mut events,
@@ -817,13 +816,16 @@ async fn a_restored_term_lifts_the_current_lease_at_its_next_renewal() {
         "{elected:?}"
     );
     assert_eq!(g.leader_term(), Some(42));
-    assert!(redis
-        .cli(&["GET", "lh:g:{test/group}:lease"])
-        .ends_with("#42"));
+    if let Some(redis) = server.redis() {
+        assert!(redis
+            .cli(&["GET", "lh:g:{test/group}:lease"])
+            .ends_with("#42"));
+    }
     // Still the same leader, renewing normally.
     tokio::time::sleep(fast().renew_interval() * 2).await;
     assert_eq!(g.leader_term(), Some(42));
     n.close().await.unwrap();
+}
 }
 
 /// A store first used on a Redis that has been up for longer than a ttl (a

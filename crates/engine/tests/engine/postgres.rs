@@ -42,7 +42,7 @@ async fn the_schema_is_created_once_by_processes_starting_together() {
     }
     assert_eq!(
         tables(&pg, "lh"),
-        "groups,inbox,members,meta,nodes,retained,subscriptions"
+        "groups,inbox,members,meta,nodes,retained,store,subscriptions"
     );
     assert_eq!(
         pg.psql("SELECT value FROM lh.meta WHERE key = 'schema_version'")
@@ -137,13 +137,13 @@ async fn the_history_changes_when_the_server_restarts_or_the_schema_is_new() {
         return;
     };
     let store = PgStore::open(&pg.url(), "lh").await.unwrap();
-    let first = store.history().clone();
+    let first = store.history().await.unwrap();
     assert!(first.timeline >= 1 && first.meta_oid > 0, "{first:?}");
     assert!(first.continues_in(&store.read_history().await.unwrap()));
     drop(store);
     pg.restart_on_own_data().unwrap();
     let store = PgStore::open(&pg.url(), "lh").await.unwrap();
-    let after_crash = store.history().clone();
+    let after_crash = store.history().await.unwrap();
     assert_eq!(after_crash.system, first.system, "the same cluster");
     assert_eq!(after_crash.timeline, first.timeline, "no promotion");
     assert_eq!(after_crash.meta_oid, first.meta_oid, "the same schema");
@@ -156,7 +156,10 @@ async fn the_history_changes_when_the_server_restarts_or_the_schema_is_new() {
     // The schema dropped and made again (as a restore of a dump would).
     pg.psql("DROP SCHEMA lh CASCADE").unwrap();
     let store = PgStore::open(&pg.url(), "lh").await.unwrap();
-    assert_ne!(store.history().meta_oid, after_crash.meta_oid);
+    assert_ne!(
+        store.history().await.unwrap().meta_oid,
+        after_crash.meta_oid
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

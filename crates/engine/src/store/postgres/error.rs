@@ -87,7 +87,7 @@ pub enum PgStartError {
         found: i32,
         ours: i32,
     },
-    #[error("{target}: the prefix {schema:?} is over 63 bytes, the longest schema name PostgreSQL keeps")]
+    #[error("{target}: the prefix {schema:?} is over {max} bytes: PostgreSQL keeps names of at most 63, and the store's notification channels add \".release\" to it", max = super::MAX_PREFIX_BYTES)]
     LongPrefix { target: Target, schema: String },
     #[error("{target}: schema {schema:?} holds schema version {found:?}, which is not a version leasehold wrote: give another --prefix, or repair its meta table")]
     BadSchemaVersion {

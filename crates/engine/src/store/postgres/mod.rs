@@ -1,8 +1,10 @@
-//! The PostgreSQL store, being built (issue 24; the plan is
-//! docs/design/postgres-store.md): so far its connection, the checks at
-//! start that turn a database that cannot serve into one clear error, the
-//! schema it creates and migrates itself, and the store's history. It is
-//! not yet behind [`crate::Store`].
+//! The PostgreSQL store: leases, terms, the node registry and the inboxes
+//! in tables of one schema (the prefix), every read-compare-write one
+//! statement or one call of a function of that schema (sql/v1.sql), with
+//! the database's clock. Wake-ups come through LISTEN/NOTIFY on one
+//! connection per process (listener.rs); commands share one pipelined
+//! connection ([`session`]), made on first use and made again after it
+//! failed, each time checked and migrated as at start.
 //!
 //! Every check at start changes nothing when it fails: the credentials,
 //! the server's version and role (a standby is refused) are read before the
@@ -11,18 +13,25 @@
 
 mod error;
 mod history;
+mod lease;
+mod listener;
+mod messaging;
+mod registry;
 mod schema;
+mod session;
 
-use std::fmt;
+use std::sync::Arc;
 
-use tokio_postgres::error::SqlState;
-use tokio_postgres::{Client, Config, NoTls};
-use tokio_util::task::AbortOnDropHandle;
+use tokio_postgres::Config;
 
-use error::{causes, reason};
+use error::causes;
 pub use error::{PgStartError, Target};
 pub use history::History;
+pub(crate) use messaging::PgReader;
 pub use schema::SCHEMA_VERSION;
+use session::{Op, Session, Slot};
+
+use crate::store::StoreError;
 
 /// How long a connection attempt may take unless the URL says
 /// (`connect_timeout`): a black-holed host must not hold a start for the
@@ -32,29 +41,41 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 /// The oldest server accepted: 14 (13 and older are past their end of life).
 pub const MIN_SERVER_VERSION: i32 = 14_00_00;
 
-/// A connection to one database and the schema (the prefix) in it.
+/// The longest prefix: a schema name is at most 63 bytes, and the
+/// notification channels are named `PREFIX.release`, `PREFIX.inbox` and
+/// `PREFIX.events`, identifiers of at most 63 bytes too.
+pub const MAX_PREFIX_BYTES: usize = 63 - ".release".len();
+
+/// A handle on one database and the schema (the prefix) in it: cheap to
+/// clone, shared by every loop of a process.
+#[derive(Clone)]
 pub struct PgStore {
-    client: Client,
-    target: Target,
-    schema: String,
-    history: History,
-    _connection: AbortOnDropHandle<()>,
+    shared: Arc<Shared>,
 }
 
-impl fmt::Debug for PgStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+struct Shared {
+    config: Config,
+    target: Target,
+    schema: String,
+    slot: Slot,
+    listener: listener::Listener,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PgStore")
-            .field("target", &self.target)
-            .field("schema", &self.schema)
+            .field("target", &self.shared.target)
+            .field("schema", &self.shared.schema)
             .finish_non_exhaustive()
     }
 }
 
 impl PgStore {
-    /// Connects to `url` (`postgres://` or `postgresql://`, or libpq's
-    /// `key=value` form), checks the server, and creates or migrates the
-    /// schema `prefix`.
-    pub async fn open(url: &str, prefix: &str) -> Result<Self, PgStartError> {
+    /// Prepares a store on `url` (`postgres://` or `postgresql://`, or
+    /// libpq's `key=value` form) and the schema `prefix`, without
+    /// connecting: the first call connects (see [`PgStore::open`] to do it
+    /// now). `password` wins over one in the URL.
+    pub fn new(url: &str, prefix: &str, password: Option<&str>) -> Result<Self, PgStartError> {
         check_userinfo(url)?;
         // The parser's cause names the option at fault, never its value.
         let mut config: Config = url
@@ -63,99 +84,151 @@ impl PgStore {
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(CONNECT_TIMEOUT);
         }
+        config.keepalives_idle(crate::config::TCP_KEEPALIVE);
+        if let Some(password) = password {
+            config.password(password);
+        }
+        if config.get_application_name().is_none() {
+            config.application_name("leasehold");
+        }
         let target = Target::of(&config);
-        let (mut client, connection) =
-            config
-                .connect(NoTls)
-                .await
-                .map_err(|source| match source.code() {
-                    Some(code)
-                        if *code == SqlState::INVALID_PASSWORD
-                            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
-                    {
-                        PgStartError::Credentials {
-                            target: target.clone(),
-                            reason: reason(&source),
-                        }
-                    }
-                    _ => PgStartError::Connect {
-                        target: target.clone(),
-                        source,
-                    },
-                })?;
-        let connection = AbortOnDropHandle::new(tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "postgres connection ended");
-            }
-        }));
-        let query = |source| PgStartError::Query {
-            target: target.clone(),
-            source,
-        };
-        check_server(&client, &target).await?;
-        if prefix.len() > 63 {
+        if prefix.len() > MAX_PREFIX_BYTES {
             return Err(PgStartError::LongPrefix {
                 target,
                 schema: prefix.to_owned(),
             });
         }
-        schema::migrate(&mut client, &target, prefix).await?;
-        let history = History::read(&client, prefix).await.map_err(query)?;
         Ok(Self {
-            client,
-            target,
-            schema: prefix.to_owned(),
-            history,
-            _connection: connection,
+            shared: Arc::new(Shared {
+                listener: listener::Listener::new(prefix),
+                slot: Slot::default(),
+                config,
+                target,
+                schema: prefix.to_owned(),
+            }),
         })
     }
 
-    /// The store's history as read at connect.
-    pub fn history(&self) -> &History {
-        &self.history
+    /// Connects to `url`, checks the server, and creates or migrates the
+    /// schema `prefix`: what a process does at start, to refuse a database
+    /// that cannot serve before it does anything else.
+    pub async fn open(url: &str, prefix: &str) -> Result<Self, PgStartError> {
+        let store = Self::new(url, prefix, None)?;
+        store.session().await?;
+        Ok(store)
     }
 
-    /// Reads the history again (a test, or a reconnect, compares it).
+    /// Connects now if not connected (see [`PgStore::open`]).
+    pub async fn check(&self) -> Result<(), PgStartError> {
+        self.session().await.map(drop)
+    }
+
+    /// The store's history as read by the current connection.
+    pub async fn history(&self) -> Result<History, PgStartError> {
+        Ok(self.session().await?.history.clone())
+    }
+
+    /// Reads the history again, on the current connection.
     pub async fn read_history(&self) -> Result<History, PgStartError> {
-        History::read(&self.client, &self.schema)
+        let session = self.session().await?;
+        History::read(&session.client, &self.shared.schema)
             .await
             .map_err(|source| PgStartError::Query {
-                target: self.target.clone(),
+                target: self.shared.target.clone(),
                 source,
             })
     }
 
     pub fn target(&self) -> &Target {
-        &self.target
+        &self.shared.target
+    }
+
+    fn schema(&self) -> &str {
+        &self.shared.schema
+    }
+
+    /// Lease writes wait for the synchronous standbys
+    /// (`synchronous_commit = remote_apply`) unless `acks` is off.
+    pub(crate) fn with_replica_acks(self, acks: crate::store::ReplicaAcks) -> Self {
+        self.shared
+            .slot
+            .set_remote_apply(!matches!(acks, crate::store::ReplicaAcks::Off));
+        self
+    }
+
+    /// How many times the store found a server of another history
+    /// (a promoted standby, a restarted server): the moment to look at
+    /// its settings again.
+    pub fn primaries_found(&self) -> u64 {
+        self.shared.slot.histories_seen()
+    }
+
+    async fn session(&self) -> Result<Arc<Session>, PgStartError> {
+        self.shared
+            .slot
+            .get(
+                &self.shared.config,
+                &self.shared.target,
+                &self.shared.schema,
+            )
+            .await
+    }
+
+    /// Runs `op` with `params`, returning its rows.
+    async fn query(
+        &self,
+        op: Op,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let session = self.session().await.map_err(failed)?;
+        self.query_on(&session, op, params).await
+    }
+
+    /// Runs `op` on `session` (a claim runs on the connection whose
+    /// history it passes).
+    async fn query_on(
+        &self,
+        session: &Arc<Session>,
+        op: Op,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+        let result = session.query(op, &self.shared.schema, params).await;
+        result.map_err(|e| {
+            self.shared.slot.failed(session, &e);
+            failed(e)
+        })
+    }
+
+    /// Runs `op`, which answers one row.
+    async fn query_one(
+        &self,
+        op: Op,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<tokio_postgres::Row, StoreError> {
+        self.query(op, params)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| StoreError::Reply(format!("{op:?}: no row")))
+    }
+
+    /// The database's clock, in ms since the epoch.
+    pub async fn time_ms(&self) -> Result<u64, StoreError> {
+        let row = self.query_one(Op::Time, &[]).await?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        self.query(Op::Ping, &[]).await.map(drop)
     }
 }
 
-/// The server's version and role: a standby cannot hold leases.
-async fn check_server(client: &Client, target: &Target) -> Result<(), PgStartError> {
-    let row = client
-        .query_one(
-            "SELECT current_setting('server_version_num')::int, current_setting('server_version'), pg_is_in_recovery()",
-            &[],
-        )
-        .await
-        .map_err(|source| PgStartError::Query {
-            target: target.clone(),
-            source,
-        })?;
-    let (number, version, standby): (i32, String, bool) = (row.get(0), row.get(1), row.get(2));
-    if number < MIN_SERVER_VERSION {
-        return Err(PgStartError::Version {
-            target: target.clone(),
-            found: version,
-            needed: MIN_SERVER_VERSION / 10_000,
-        });
+/// A store error from PostgreSQL's.
+fn failed(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
+    StoreError::Failed {
+        store: "postgres",
+        source: Arc::new(e),
     }
-    if standby {
-        return Err(PgStartError::Standby {
-            target: target.clone(),
-        });
-    }
-    Ok(())
 }
 
 /// A URL whose user or password holds a raw `@` would be split at the
@@ -172,4 +245,9 @@ fn check_userinfo(url: &str) -> Result<(), PgStartError> {
         ));
     }
     Ok(())
+}
+
+/// Whether `url` names a PostgreSQL server.
+pub fn is_postgres_url(url: &str) -> bool {
+    url.starts_with("postgres://") || url.starts_with("postgresql://")
 }

@@ -15,55 +15,28 @@ use super::error::{reason, PgStartError, Target};
 /// The version this build creates and reads.
 pub const SCHEMA_VERSION: i32 = 1;
 
-/// Version `i + 1` is `MIGRATIONS[i]`, run with `{s}` the quoted schema.
-const MIGRATIONS: &[&str] = &[r#"
-CREATE TABLE {s}.groups (
-    name text PRIMARY KEY,
-    holder text,
-    incarnation text,
-    term bigint NOT NULL DEFAULT 0,
-    expires_at timestamptz,
-    ttl_ms bigint,
-    renew_interval_ms bigint,
-    retry_interval_ms bigint
-);
-CREATE TABLE {s}.nodes (
-    id text PRIMARY KEY,
-    incarnation text NOT NULL,
-    lease_until timestamptz NOT NULL,
-    registered_at timestamptz NOT NULL,
-    heartbeat_at timestamptz NOT NULL,
-    metadata jsonb NOT NULL DEFAULT '{}',
-    inbox_max bigint NOT NULL,
-    next_seq bigint NOT NULL DEFAULT 0,
-    dropped bigint NOT NULL DEFAULT 0
-);
-CREATE INDEX nodes_lease_until ON {s}.nodes (lease_until);
-CREATE TABLE {s}.members (
-    grp text NOT NULL,
-    node text NOT NULL REFERENCES {s}.nodes (id) ON DELETE CASCADE,
-    PRIMARY KEY (grp, node)
-);
-CREATE INDEX members_node ON {s}.members (node);
-CREATE TABLE {s}.subscriptions (
-    node text NOT NULL REFERENCES {s}.nodes (id) ON DELETE CASCADE,
-    pattern text NOT NULL,
-    PRIMARY KEY (node, pattern)
-);
-CREATE TABLE {s}.inbox (
-    node text NOT NULL REFERENCES {s}.nodes (id) ON DELETE CASCADE,
-    seq bigint NOT NULL,
-    kind text NOT NULL,
-    sender text,
-    payload bytea NOT NULL,
-    PRIMARY KEY (node, seq)
-) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0);
-CREATE TABLE {s}.retained (
-    topic text PRIMARY KEY,
-    payload bytea NOT NULL,
-    expires_at timestamptz
-);
-"#];
+/// Version `i + 1` is `MIGRATIONS[i]`, run as [`render`] makes it.
+const MIGRATIONS: &[&str] = &[include_str!("sql/v1.sql")];
+
+/// A migration for `schema`: `{s}` the quoted schema, `{c}` the prefix of
+/// its notification channels, and the constants of the term rule and the
+/// queues written once, in term.rs and config.rs.
+fn render(migration: &str, schema: &str) -> String {
+    use crate::{config, term};
+    migration
+        .replace("{s}", &ident(schema))
+        .replace("{c}", &schema.replace('\'', "''"))
+        .replace("{SPAN}", &term::TERM_EPOCH_SPAN.to_string())
+        .replace("{EPOCH_MS}", &term::TERM_EPOCH_MS.to_string())
+        .replace("{ANCHOR}", &term::TERM_EPOCH_ANCHOR_MS.to_string())
+        .replace("{HOLD}", &term::TERM_EPOCH_HOLD_MS.to_string())
+        .replace("{MAX_RETAIN}", &config::MAX_RETAIN_MS.to_string())
+        .replace("{COMMANDS_MAX}", &config::COMMANDS_MAX.to_string())
+        .replace(
+            "{DEFAULT_INBOX}",
+            &config::DEFAULT_INBOX_MAX_LENGTH.to_string(),
+        )
+}
 
 /// Where a migration runs, for its errors.
 struct At<'a> {
@@ -118,7 +91,7 @@ pub(super) async fn migrate(
     create_missing(&tx, &at, &s).await?;
     let found = version(&tx, &at, &s).await?;
     for migration in &MIGRATIONS[found as usize..] {
-        tx.batch_execute(&migration.replace("{s}", &s))
+        tx.batch_execute(&render(migration, schema))
             .await
             .map_err(|e| at.refused(e))?;
     }
@@ -217,6 +190,20 @@ mod tests {
         assert_eq!(MIGRATIONS.len(), SCHEMA_VERSION as usize);
         for m in MIGRATIONS {
             assert!(!m.contains("UNLOGGED"), "leases must survive a crash");
+            let sql = render(m, "lh");
+            for placeholder in [
+                "{s}",
+                "{c}",
+                "{SPAN}",
+                "{EPOCH_MS}",
+                "{ANCHOR}",
+                "{HOLD}",
+                "{MAX_RETAIN}",
+                "{COMMANDS_MAX}",
+                "{DEFAULT_INBOX}",
+            ] {
+                assert!(!sql.contains(placeholder), "{placeholder} left in");
+            }
         }
     }
 }

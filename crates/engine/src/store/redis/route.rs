@@ -592,6 +592,19 @@ pub enum ConnectError {
     CaWithoutTls,
     #[error("the CA certificate is not PEM ({0}); expected one or more -----BEGIN CERTIFICATE----- blocks")]
     InvalidCa(String),
+    /// A PostgreSQL URL the store cannot use (its form, or a prefix too
+    /// long for a schema name).
+    #[error(transparent)]
+    Postgres(Box<crate::store::postgres::PgStartError>),
+    /// TLS to PostgreSQL is not built yet (docs/design/postgres-store.md).
+    #[error("a CA certificate was given for a PostgreSQL URL: TLS to PostgreSQL is not supported yet; reach it over a private network or a local socket, with sslmode=disable or prefer")]
+    PostgresTls,
+}
+
+impl From<crate::store::postgres::PgStartError> for ConnectError {
+    fn from(e: crate::store::postgres::PgStartError) -> Self {
+        Self::Postgres(Box::new(e))
+    }
 }
 
 /// Checks that `pem` holds at least one PEM certificate, so a wrong file

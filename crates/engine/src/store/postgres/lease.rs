@@ -1,0 +1,250 @@
+//! The election's half of the PostgreSQL store: claim, renew and release of
+//! a group's lease, its state, the timings and term an operator sets, and
+//! the settings that weaken the guarantees. The rules are the functions of
+//! sql/v1.sql; each call here is one round trip.
+//!
+//! Why each compare-and-set is safe at READ COMMITTED: `claim` and `renew`
+//! lock the group's row (`SELECT ... FOR UPDATE`, after `INSERT ... ON
+//! CONFLICT DO NOTHING` made sure it exists) before they read the clock and
+//! decide, so two claims of one group run one after the other and the
+//! second sees the first's commit; `claim` also locks the store's one row
+//! when it changes the store's birth, epoch or history. `release` is one
+//! `UPDATE` whose `WHERE` is checked again on the newest row version after
+//! a concurrent writer commits.
+
+use tokio_postgres::Row;
+
+use super::session::Op;
+use super::PgStore;
+use crate::config::ElectionConfig;
+use crate::store::outcome::{Claim, GroupState, Renewal};
+use crate::store::safety::SettingWarning;
+use crate::store::StoreError;
+
+/// A u64 from the engine as PostgreSQL's bigint.
+pub(super) fn big(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// The group's timings in columns `at..at + 3`, when set and valid.
+fn timings(row: &Row, at: usize) -> Option<ElectionConfig> {
+    let field = |i: usize| {
+        row.get::<_, Option<i64>>(at + i)
+            .and_then(|n| u64::try_from(n).ok())
+    };
+    let config = ElectionConfig {
+        ttl_ms: field(0)?,
+        renew_interval_ms: field(1)?,
+        retry_interval_ms: field(2)?,
+    };
+    config.validate().ok().map(|_| config)
+}
+
+impl PgStore {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) async fn claim(
+        &self,
+        group: &str,
+        id: &str,
+        incarnation: &str,
+        ttl_ms: u64,
+        seen_term: u64,
+        candidacy_ms: u64,
+        _confirmed: Option<u64>,
+    ) -> Result<Claim, StoreError> {
+        let session = self.session().await.map_err(super::failed)?;
+        let history = session.history_key();
+        let started_ms = session.history.started_us / 1000;
+        let rows = self
+            .query_on(
+                &session,
+                Op::Claim,
+                &[
+                    &group,
+                    &id,
+                    &incarnation,
+                    &big(ttl_ms),
+                    &big(seen_term),
+                    &big(candidacy_ms),
+                    &history,
+                    &started_ms,
+                ],
+            )
+            .await?;
+        let row = rows
+            .into_iter()
+            .next()
+            .ok_or_else(|| StoreError::Reply("claim: no row".into()))?;
+        let won: bool = row.get(0);
+        let term = row.get::<_, i64>(1).max(0) as u64;
+        let config = timings(&row, 5);
+        Ok(if won {
+            Claim::Won {
+                term,
+                fresh: row.get(2),
+                config,
+            }
+        } else {
+            Claim::Lost {
+                term,
+                pttl_ms: row.get(3),
+                holder: row.get::<_, Option<String>>(4).unwrap_or_default(),
+                config,
+            }
+        })
+    }
+
+    pub(crate) async fn renew(
+        &self,
+        group: &str,
+        id: &str,
+        incarnation: &str,
+        term: u64,
+        ttl_ms: u64,
+        candidacy_ms: u64,
+    ) -> Result<Renewal, StoreError> {
+        let row = self
+            .query_one(
+                Op::Renew,
+                &[
+                    &group,
+                    &id,
+                    &incarnation,
+                    &big(term),
+                    &big(ttl_ms),
+                    &big(candidacy_ms),
+                ],
+            )
+            .await?;
+        Ok(match row.get::<_, i32>(0) {
+            1 => Renewal::Renewed {
+                term: row.get::<_, i64>(1).max(0) as u64,
+                config: timings(&row, 4),
+            },
+            0 => Renewal::Gone,
+            _ => Renewal::Replaced {
+                holder: row.get::<_, Option<String>>(2).unwrap_or_default(),
+                incarnation: row.get::<_, Option<String>>(3).unwrap_or_default(),
+            },
+        })
+    }
+
+    pub(crate) async fn release(
+        &self,
+        group: &str,
+        id: &str,
+        incarnation: &str,
+        term: Option<u64>,
+        withdraw: bool,
+    ) -> Result<bool, StoreError> {
+        // Term 0 is never issued, so it matches no lease.
+        let term = big(term.unwrap_or(0));
+        let row = self
+            .query_one(Op::Release, &[&group, &id, &incarnation, &term, &withdraw])
+            .await?;
+        Ok(row.get(0))
+    }
+
+    pub(crate) async fn group_state(&self, group: &str) -> Result<GroupState, StoreError> {
+        let row = self.query_one(Op::GroupState, &[&group]).await?;
+        let ids: Vec<String> = row.get(4);
+        let until: Vec<i64> = row.get(5);
+        Ok(GroupState {
+            holder: row.get(0),
+            term: row.get::<_, i64>(1).max(0) as u64,
+            lease_pttl_ms: row.get::<_, Option<i64>>(2).map(|ms| ms.max(0) as u64),
+            members: ids
+                .into_iter()
+                .zip(until)
+                .map(|(id, ms)| (id, ms.max(0) as u64))
+                .collect(),
+            now_ms: row.get::<_, i64>(3).max(0) as u64,
+        })
+    }
+
+    pub(crate) async fn write_group_config(
+        &self,
+        group: &str,
+        config: &ElectionConfig,
+    ) -> Result<(), StoreError> {
+        self.query(
+            Op::WriteConfig,
+            &[
+                &group,
+                &big(config.ttl_ms),
+                &big(config.renew_interval_ms),
+                &big(config.retry_interval_ms),
+            ],
+        )
+        .await
+        .map(drop)
+    }
+
+    pub(crate) async fn restore_term(&self, group: &str, term: u64) -> Result<bool, StoreError> {
+        let rows = self.query(Op::RestoreTerm, &[&group, &big(term)]).await?;
+        Ok(!rows.is_empty())
+    }
+
+    pub(crate) async fn setting_warnings(&self) -> Result<Vec<SettingWarning>, StoreError> {
+        let row = self.query_one(Op::Settings, &[]).await?;
+        Ok(warnings(
+            &row.get::<_, String>(0),
+            &row.get::<_, Option<String>>(1).unwrap_or_default(),
+            &row.get::<_, String>(2),
+            row.get::<_, i64>(3),
+        ))
+    }
+}
+
+/// The warnings the server's settings call for: `fsync`, the default
+/// `synchronous_commit` (the store's own sessions turn it on, but the
+/// server's own writes, and other clients', follow the default), and
+/// standbys that no commit waits for.
+fn warnings(
+    fsync: &str,
+    synchronous_commit: &str,
+    standby_names: &str,
+    standbys: i64,
+) -> Vec<SettingWarning> {
+    let mut out = Vec::new();
+    if fsync == "off" {
+        out.push(SettingWarning {
+            setting: "fsync",
+            message: "postgres fsync is off: a crash of the host can lose or corrupt committed leases and terms; set fsync = on".into(),
+        });
+    }
+    if synchronous_commit == "off" {
+        out.push(SettingWarning {
+            setting: "synchronous_commit",
+            message: "postgres synchronous_commit is off by default: leasehold's own sessions commit durably, but a crash loses the last commits of every other session; set synchronous_commit = on".into(),
+        });
+    }
+    if standbys > 0 && standby_names.trim().is_empty() {
+        out.push(SettingWarning {
+            setting: "synchronous_standby_names",
+            message: format!(
+                "postgres has {standbys} standby(s) but synchronous_standby_names is empty: a standby promoted while it lags may lack the latest leases (the store is born again then, and no lease is handed out for one ttl); name the standbys in synchronous_standby_names"
+            ),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unsafe_settings_are_named() {
+        assert!(warnings("on", "on", "", 0).is_empty());
+        assert!(warnings("on", "on", "ANY 1 (*)", 2).is_empty());
+        let all: Vec<_> = warnings("off", "off", "", 1)
+            .into_iter()
+            .map(|w| w.setting)
+            .collect();
+        assert_eq!(
+            all,
+            ["fsync", "synchronous_commit", "synchronous_standby_names"]
+        );
+    }
+}

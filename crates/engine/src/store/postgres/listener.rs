@@ -1,0 +1,256 @@
+//! Wake-ups on PostgreSQL: one connection per process that LISTENs on the
+//! schema's three channels (`PREFIX.release`: a group's lease released or
+//! its timings changed; `PREFIX.inbox`: entries for a node; `PREFIX.events`:
+//! engine events) and hands each notification to whoever follows it in
+//! this process. Notifications are hints and the tables the truth: one
+//! sent while this connection was down is lost, so after every (re)connect
+//! it LISTENs first and then tells everyone to look again
+//! ([`Wakeup::Listening`]`(None)`, and a poke to every inbox reader).
+//!
+//! The connection is checked with `SELECT 1` every [`CHECK_EVERY`]: a
+//! server that vanished without closing the socket must not leave the
+//! followers sleeping on hints that never come. While it is down they
+//! claim at their retry interval ([`Wakeup::Lost`]), and inbox readers
+//! look every [`POLL_WHILE_DOWN`].
+//!
+//! A pooler in transaction mode (PgBouncer's `pool_mode = transaction`)
+//! cannot carry LISTEN: the store must reach PostgreSQL directly or through
+//! a pooler in session mode (docs/postgres.md).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Notify};
+use tokio_postgres::{AsyncMessage, Config, NoTls, Notification};
+use tokio_util::task::AbortOnDropHandle;
+
+use super::schema::ident;
+use crate::backoff::Backoff;
+use crate::store::wakeup::Wakeup;
+use crate::sync::locked;
+
+/// How often the listener's connection is checked.
+pub(super) const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// How long a check may take before the connection counts as lost.
+const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long an inbox reader waits for a hint while the listener is down,
+/// before it looks anyway.
+pub(super) const POLL_WHILE_DOWN: Duration = Duration::from_millis(250);
+
+/// The listener of one store handle (and its clones): who follows what,
+/// and the task, started at the first follower.
+pub(super) struct Listener {
+    channels: Arc<Channels>,
+    routes: Arc<Mutex<Routes>>,
+    task: OnceLock<AbortOnDropHandle<()>>,
+}
+
+/// The channel names of one schema.
+struct Channels {
+    release: String,
+    inbox: String,
+    events: String,
+}
+
+#[derive(Default)]
+struct Routes {
+    /// Whether the connection is up and LISTENing now.
+    listening: bool,
+    wakeups: Vec<mpsc::UnboundedSender<Wakeup>>,
+    inboxes: HashMap<String, Vec<Weak<Notify>>>,
+    events: Vec<mpsc::UnboundedSender<Vec<u8>>>,
+}
+
+impl Routes {
+    /// Everyone looks again: hints sent meanwhile are lost.
+    fn look_again(&mut self) {
+        self.wakeups
+            .retain(|s| s.send(Wakeup::Listening(None)).is_ok());
+        for notifies in self.inboxes.values() {
+            for notify in notifies.iter().filter_map(Weak::upgrade) {
+                notify.notify_one();
+            }
+        }
+    }
+
+    fn lost(&mut self) {
+        self.listening = false;
+        self.wakeups.retain(|s| s.send(Wakeup::Lost).is_ok());
+    }
+}
+
+impl Listener {
+    pub fn new(schema: &str) -> Self {
+        Self {
+            channels: Arc::new(Channels {
+                release: format!("{schema}.release"),
+                inbox: format!("{schema}.inbox"),
+                events: format!("{schema}.events"),
+            }),
+            routes: Arc::default(),
+            task: OnceLock::new(),
+        }
+    }
+
+    /// The name of the events channel (for `pg_notify`).
+    pub fn events_channel(&self) -> &str {
+        &self.channels.events
+    }
+
+    fn start(&self, config: &Config) {
+        self.task.get_or_init(|| {
+            AbortOnDropHandle::new(tokio::spawn(run(
+                config.clone(),
+                self.channels.clone(),
+                self.routes.clone(),
+            )))
+        });
+    }
+
+    /// Passes group wake-ups to `sink` until the returned guard is
+    /// dropped; `sink` hears at once if the listener is up now.
+    pub fn follow_groups(&self, config: &Config, sink: mpsc::UnboundedSender<Wakeup>) {
+        self.start(config);
+        let mut routes = locked(&self.routes);
+        if routes.listening {
+            let _ = sink.send(Wakeup::Listening(None));
+        }
+        routes.wakeups.push(sink);
+    }
+
+    pub fn unfollow_groups(&self, sink: &mpsc::UnboundedSender<Wakeup>) {
+        locked(&self.routes)
+            .wakeups
+            .retain(|s| !s.same_channel(sink) && !s.is_closed());
+    }
+
+    /// A poke for each hint of entries for `node`, for as long as the
+    /// returned `Notify` is kept.
+    pub fn follow_inbox(&self, config: &Config, node: &str) -> Arc<Notify> {
+        self.start(config);
+        let notify = Arc::new(Notify::new());
+        let mut routes = locked(&self.routes);
+        let list = routes.inboxes.entry(node.to_owned()).or_default();
+        list.retain(|w| w.strong_count() > 0);
+        list.push(Arc::downgrade(&notify));
+        notify
+    }
+
+    /// Whether hints arrive now.
+    pub fn listening(&self) -> bool {
+        locked(&self.routes).listening
+    }
+
+    pub fn follow_events(&self, config: &Config) -> mpsc::UnboundedReceiver<Vec<u8>> {
+        self.start(config);
+        let (tx, rx) = mpsc::unbounded_channel();
+        locked(&self.routes).events.push(tx);
+        rx
+    }
+}
+
+/// Keeps one LISTEN connection up, for as long as the store lives.
+async fn run(config: Config, channels: Arc<Channels>, routes: Arc<Mutex<Routes>>) {
+    let mut backoff = Backoff::default();
+    loop {
+        match listen(&config, &channels, &routes, &mut backoff).await {
+            Ok(()) => tracing::debug!("postgres listener lost its connection"),
+            Err(e) => {
+                tracing::debug!(error = %e, "postgres listener: no connection; followers poll")
+            }
+        }
+        locked(&routes).lost();
+        backoff.wait().await;
+    }
+}
+
+/// One connection's life: LISTEN, tell everyone to look again, then pass
+/// notifications on until the connection fails or a check does.
+async fn listen(
+    config: &Config,
+    channels: &Channels,
+    routes: &Mutex<Routes>,
+    backoff: &mut Backoff,
+) -> Result<(), tokio_postgres::Error> {
+    let (client, mut connection) = config.connect(NoTls).await?;
+    let (tx, mut notifications) = mpsc::unbounded_channel();
+    // Polling the connection for its messages also drives the client's
+    // queries on it.
+    let _pump = AbortOnDropHandle::new(tokio::spawn(async move {
+        loop {
+            match std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                Some(Ok(AsyncMessage::Notification(n))) => {
+                    if tx.send(n).is_err() {
+                        return;
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => {
+                    tracing::debug!(error = %e, "postgres listener connection failed");
+                    return;
+                }
+                None => return,
+            }
+        }
+    }));
+    client
+        .batch_execute(&format!(
+            "LISTEN {}; LISTEN {}; LISTEN {}",
+            ident(&channels.release),
+            ident(&channels.inbox),
+            ident(&channels.events)
+        ))
+        .await?;
+    backoff.reset();
+    {
+        let mut routes = locked(routes);
+        routes.listening = true;
+        routes.look_again();
+    }
+    let mut check = tokio::time::interval(CHECK_EVERY);
+    check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            n = notifications.recv() => match n {
+                Some(n) => dispatch(channels, routes, n),
+                None => return Ok(()),
+            },
+            _ = check.tick() => {
+                match tokio::time::timeout(CHECK_TIMEOUT, client.simple_query("SELECT 1")).await {
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(e),
+                    Err(_) => return Ok(()),
+                }
+            }
+        }
+    }
+}
+
+fn dispatch(channels: &Channels, routes: &Mutex<Routes>, n: Notification) {
+    let mut routes = locked(routes);
+    if n.channel() == channels.release {
+        let group = n.payload().to_owned();
+        routes
+            .wakeups
+            .retain(|s| s.send(Wakeup::Group(group.clone())).is_ok());
+    } else if n.channel() == channels.inbox {
+        if let Some(list) = routes.inboxes.get_mut(n.payload()) {
+            list.retain(|w| match w.upgrade() {
+                Some(notify) => {
+                    notify.notify_one();
+                    true
+                }
+                None => false,
+            });
+            if list.is_empty() {
+                routes.inboxes.remove(n.payload());
+            }
+        }
+    } else if n.channel() == channels.events {
+        let payload = n.payload().as_bytes().to_vec();
+        routes.events.retain(|s| s.send(payload.clone()).is_ok());
+    }
+}

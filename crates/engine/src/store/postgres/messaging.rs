@@ -1,0 +1,307 @@
+//! The messaging half of the PostgreSQL store: subscriptions, publishing
+//! into inboxes (rows of `inbox`, numbered per node and queue under the
+//! node's row lock), the inbox reader, acknowledgements, introspection of
+//! nodes, engine events and the followers' wake-ups. An inbox cursor is the
+//! number of the last entry taken.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, Notify};
+
+use super::lease::big;
+use super::listener::POLL_WHILE_DOWN;
+use super::session::Op;
+use super::PgStore;
+use crate::store::inbox::{Cursors, Entry, InboxCursor, Message, Queue, Read};
+use crate::store::messaging::{Destination, NodeInfo, Outgoing, PublishOutcome};
+use crate::store::wakeup::{Interest, Wakeup};
+use crate::store::StoreError;
+
+/// A cursor's entry number (0: none taken yet).
+fn seq(cursor: &InboxCursor) -> i64 {
+    cursor.0.parse().unwrap_or(0)
+}
+
+impl PgStore {
+    pub(crate) async fn subscribe(
+        &self,
+        node: &str,
+        subscription: &str,
+        inbox_max: u64,
+    ) -> Result<u64, StoreError> {
+        let row = self
+            .query_one(Op::Subscribe, &[&node, &subscription, &big(inbox_max)])
+            .await?;
+        Ok(row.get::<_, i64>(0).max(0) as u64)
+    }
+
+    pub(crate) async fn unsubscribe(
+        &self,
+        node: &str,
+        subscription: &str,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .execute(Op::Unsubscribe, &[&node, &subscription])
+            .await?
+            == 1)
+    }
+
+    /// Publishes a batch in one call (`publish` in sql/v1.sql).
+    pub(crate) async fn publish(
+        &self,
+        from: &str,
+        messages: &[Outgoing],
+    ) -> Result<Vec<PublishOutcome>, StoreError> {
+        let mut modes = Vec::with_capacity(messages.len());
+        let mut targets = Vec::with_capacity(messages.len());
+        let mut payloads = Vec::with_capacity(messages.len());
+        let mut refuse = Vec::with_capacity(messages.len());
+        let mut retain = Vec::with_capacity(messages.len());
+        for m in messages {
+            let (mode, name) = match &m.destination {
+                Destination::Topic(t) => ("topic", t.as_str()),
+                Destination::Node(n) => ("direct", n.as_str()),
+                Destination::Command(n) => ("command", n.as_str()),
+            };
+            modes.push(mode);
+            targets.push(name);
+            payloads.push(m.payload.as_slice());
+            refuse.push(m.refuse_when_full);
+            retain.push(m.retain_ms.map_or(-1, big));
+        }
+        let rows = self
+            .query(
+                Op::Publish,
+                &[&from, &modes, &targets, &payloads, &refuse, &retain],
+            )
+            .await?;
+        if rows.len() != messages.len() {
+            return Err(StoreError::Reply(format!(
+                "publish: {} outcomes for {} messages",
+                rows.len(),
+                messages.len()
+            )));
+        }
+        rows.iter()
+            .map(|row| {
+                let code: i64 = row.get(0);
+                let node: String = row.get(1);
+                Ok(match code {
+                    -1 => PublishOutcome::InboxFull { node },
+                    -2 => PublishOutcome::NotLive { node },
+                    id => PublishOutcome::Delivered {
+                        id: u64::try_from(id)
+                            .map_err(|_| StoreError::Reply(format!("publish: {id}")))?,
+                        reached: node
+                            .parse()
+                            .map_err(|_| StoreError::Reply(format!("publish: {node}")))?,
+                    },
+                })
+            })
+            .collect()
+    }
+
+    /// A reader of `node`'s queues. Reads are quick statements on the
+    /// shared connection; the wait for new entries is a hint from the
+    /// listener.
+    pub(crate) async fn inbox_reader(&self, node: &str) -> Result<PgReader, StoreError> {
+        let notify = self.shared.listener.follow_inbox(&self.shared.config, node);
+        Ok(PgReader {
+            store: self.clone(),
+            node: node.to_owned(),
+            notify,
+        })
+    }
+
+    pub(crate) async fn ack_commands(
+        &self,
+        node: &str,
+        read: &InboxCursor,
+    ) -> Result<(), StoreError> {
+        self.query(Op::AckCommands, &[&node, &seq(read)])
+            .await
+            .map(drop)
+    }
+
+    pub(crate) async fn ack_inbox(
+        &self,
+        node: &str,
+        read: &InboxCursor,
+    ) -> Result<(u64, u64), StoreError> {
+        let row = self.query_one(Op::AckInbox, &[&node, &seq(read)]).await?;
+        Ok((
+            row.get::<_, i64>(0).max(0) as u64,
+            row.get::<_, i64>(1).max(0) as u64,
+        ))
+    }
+
+    pub(crate) async fn inbox_state(&self, node: &str) -> Result<(u64, u64), StoreError> {
+        let rows = self.query(Op::InboxState, &[&node]).await?;
+        Ok(rows.first().map_or((0, 0), |row| {
+            (
+                row.get::<_, i64>(0).max(0) as u64,
+                row.get::<_, i64>(1).max(0) as u64,
+            )
+        }))
+    }
+
+    pub(crate) async fn subscriptions(&self, node: &str) -> Result<Vec<String>, StoreError> {
+        let rows = self.query(Op::Subscriptions, &[&node]).await?;
+        Ok(rows.iter().map(|r| r.get(0)).collect())
+    }
+
+    pub(crate) async fn list_nodes(&self) -> Result<Vec<NodeInfo>, StoreError> {
+        let rows = self.query(Op::ListNodes, &[]).await?;
+        let ms = |row: &tokio_postgres::Row, i: usize| row.get::<_, i64>(i).max(0) as u64;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let lease_until_ms = ms(row, 1);
+                let groups: String = row.get(6);
+                NodeInfo {
+                    id: row.get(0),
+                    lease_until_ms,
+                    registered_at_ms: ms(row, 2),
+                    last_heartbeat_ms: ms(row, 3),
+                    backlog: ms(row, 4),
+                    dropped: ms(row, 5),
+                    groups: groups
+                        .split(',')
+                        .filter(|g| !g.is_empty())
+                        .map(str::to_owned)
+                        .collect(),
+                    live: lease_until_ms > ms(row, 7),
+                }
+            })
+            .collect())
+    }
+
+    /// Announces one engine event on the events channel.
+    pub(crate) async fn emit_event(&self, json: &str) -> Result<(), StoreError> {
+        let channel = self.shared.listener.events_channel().to_owned();
+        self.query(Op::Notify, &[&channel, &json]).await.map(drop)
+    }
+
+    /// The engine events every node announces.
+    pub(crate) fn follow_events(&self) -> mpsc::UnboundedReceiver<Vec<u8>> {
+        self.shared.listener.follow_events(&self.shared.config)
+    }
+
+    /// Passes the groups' wake-ups to `sink` until `interest`'s sender is
+    /// gone. Every group's hints come (one channel for all), and the
+    /// campaigns not in `interest` ignore theirs.
+    pub(crate) async fn listen(&self, mut interest: Interest, sink: mpsc::UnboundedSender<Wakeup>) {
+        let listener = &self.shared.listener;
+        listener.follow_groups(&self.shared.config, sink.clone());
+        while interest.changed().await.is_some() {}
+        listener.unfollow_groups(&sink);
+    }
+
+    async fn execute(
+        &self,
+        op: Op,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        let session = self.session().await.map_err(super::failed)?;
+        let result = session.execute(op, self.schema(), params).await;
+        result.map_err(|e| {
+            self.shared.slot.failed(&session, &e);
+            super::failed(e)
+        })
+    }
+}
+
+/// Reads one node's queues; pokes from the listener end its waits.
+pub(crate) struct PgReader {
+    store: PgStore,
+    node: String,
+    notify: Arc<Notify>,
+}
+
+impl PgReader {
+    pub(crate) async fn read(
+        &mut self,
+        after: &Cursors,
+        room: usize,
+        block: Option<Duration>,
+        commands_only: bool,
+    ) -> Result<Vec<Read>, StoreError> {
+        // Armed before the read: a hint that comes between the read and
+        // the wait still ends the wait.
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let reads = self.read_now(after, room, commands_only).await?;
+        let Some(block) = block.filter(|_| reads.is_empty()) else {
+            return Ok(reads);
+        };
+        let wait = if self.store.shared.listener.listening() {
+            block
+        } else {
+            block.min(POLL_WHILE_DOWN)
+        };
+        let _ = tokio::time::timeout(wait, notified).await;
+        self.read_now(after, room, commands_only).await
+    }
+
+    async fn read_now(
+        &self,
+        after: &Cursors,
+        room: usize,
+        commands_only: bool,
+    ) -> Result<Vec<Read>, StoreError> {
+        let room = i64::try_from(room).unwrap_or(i64::MAX);
+        let rows = self
+            .store
+            .query(
+                Op::Read,
+                &[
+                    &self.node,
+                    &seq(&after.commands),
+                    &seq(&after.inbox),
+                    &room,
+                    &commands_only,
+                ],
+            )
+            .await?;
+        let mut reads: Vec<(i16, i64, Read)> = rows
+            .into_iter()
+            .map(|row| {
+                let queue: i16 = row.get(0);
+                let seq: i64 = row.get(1);
+                let kind: &str = row.get(2);
+                let entry = match kind {
+                    "recovered" => Entry::Recovered,
+                    "command" => Entry::Command {
+                        from: row.get(5),
+                        payload: row.get(6),
+                    },
+                    _ => {
+                        let topic: String = row.get(4);
+                        Entry::Message(Message {
+                            id: row.get::<_, i64>(3).max(0) as u64,
+                            topic: (!topic.is_empty()).then_some(topic),
+                            from: row.get(5),
+                            payload: row.get(6),
+                            retained: row.get(7),
+                        })
+                    }
+                };
+                let read = Read {
+                    queue: if queue == 0 {
+                        Queue::Commands
+                    } else {
+                        Queue::Inbox
+                    },
+                    cursor: InboxCursor(seq.to_string()),
+                    entry,
+                };
+                (queue, seq, read)
+            })
+            .collect();
+        // Commands first, each queue in order.
+        reads.sort_by_key(|(queue, seq, _)| (*queue, *seq));
+        Ok(reads.into_iter().map(|(_, _, read)| read).collect())
+    }
+}

@@ -1,0 +1,101 @@
+//! The node registry on PostgreSQL: registration, heartbeats, fields of a
+//! registration, sweeps of expired nodes and removal. Each is one call of a
+//! function of sql/v1.sql that locks the node's row first, so a heartbeat
+//! and a sweep of the same node run one after the other; sweepers skip the
+//! rows another holds (`FOR UPDATE SKIP LOCKED`) instead of queueing.
+
+use super::lease::big;
+use super::session::Op;
+use super::PgStore;
+use crate::store::outcome::{Heartbeat, Sweep};
+use crate::store::StoreError;
+
+impl PgStore {
+    pub(crate) async fn register(
+        &self,
+        id: &str,
+        incarnation: &str,
+        lease_ms: u64,
+        recovery: bool,
+        subscriptions: &[String],
+        metadata: &[(String, String)],
+    ) -> Result<Option<String>, StoreError> {
+        let fields: serde_json::Map<String, serde_json::Value> = metadata
+            .iter()
+            .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+            .collect();
+        let fields = serde_json::Value::Object(fields).to_string();
+        let row = self
+            .query_one(
+                Op::Register,
+                &[
+                    &id,
+                    &incarnation,
+                    &big(lease_ms),
+                    &recovery,
+                    &subscriptions,
+                    &fields,
+                ],
+            )
+            .await?;
+        let previous: String = row.get(0);
+        Ok((!previous.is_empty() && previous != incarnation).then_some(previous))
+    }
+
+    pub(crate) async fn heartbeat(
+        &self,
+        id: &str,
+        incarnation: &str,
+        lease_ms: u64,
+    ) -> Result<Heartbeat, StoreError> {
+        let row = self
+            .query_one(Op::Heartbeat, &[&id, &incarnation, &big(lease_ms)])
+            .await?;
+        Ok(match row.get::<_, i32>(0) {
+            1 => Heartbeat::Extended,
+            0 => Heartbeat::Expired,
+            _ => Heartbeat::Displaced {
+                incarnation: row.get::<_, Option<String>>(1).unwrap_or_default(),
+            },
+        })
+    }
+
+    pub(crate) async fn set_node_field(
+        &self,
+        id: &str,
+        incarnation: &str,
+        field: &str,
+        value: &str,
+    ) -> Result<bool, StoreError> {
+        let session = self.session().await.map_err(super::failed)?;
+        let n = session
+            .execute(
+                Op::SetField,
+                self.schema(),
+                &[&id, &incarnation, &field, &value],
+            )
+            .await;
+        match n {
+            Ok(n) => Ok(n == 1),
+            Err(e) => {
+                self.shared.slot.failed(&session, &e);
+                Err(super::failed(e))
+            }
+        }
+    }
+
+    pub(crate) async fn sweep(&self, batch: usize) -> Result<Sweep, StoreError> {
+        let batch = i32::try_from(batch).unwrap_or(i32::MAX);
+        let row = self.query_one(Op::Sweep, &[&batch]).await?;
+        Ok(Sweep {
+            swept: row.get(0),
+            now_ms: row.get::<_, i64>(1).max(0) as u64,
+            next_expiry_ms: row.get::<_, Option<i64>>(2).map(|ms| ms.max(0) as u64),
+        })
+    }
+
+    pub(crate) async fn unregister(&self, id: &str, incarnation: &str) -> Result<bool, StoreError> {
+        let row = self.query_one(Op::Unregister, &[&id, &incarnation]).await?;
+        Ok(row.get(0))
+    }
+}

@@ -1,0 +1,325 @@
+//! The store's command connection: one pipelined tokio-postgres client per
+//! process, made on the first call and made again after it failed. Each
+//! connection is checked and the schema migrated as at start, and reads the
+//! store's history: a restart or a failover ends every connection, so the
+//! history a connection read is the one its claims run in. Statements are
+//! prepared once per connection, so every call is one round trip.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::OnceCell;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
+use tokio_postgres::{Client, Config, NoTls, Row, Statement};
+use tokio_util::task::AbortOnDropHandle;
+
+use super::error::{reason, PgStartError, Target};
+use super::history::History;
+use super::schema::{self, ident};
+use crate::sync::locked;
+
+/// The statements of the store, one per operation; `{s}` is the quoted
+/// schema, `{c}` the prefix of the notification channels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Op {
+    Time,
+    Ping,
+    Claim,
+    Renew,
+    Release,
+    GroupState,
+    WriteConfig,
+    RestoreTerm,
+    Register,
+    Heartbeat,
+    SetField,
+    Sweep,
+    Unregister,
+    Subscribe,
+    Unsubscribe,
+    Publish,
+    Read,
+    AckInbox,
+    AckCommands,
+    InboxState,
+    Subscriptions,
+    ListNodes,
+    Notify,
+    Settings,
+}
+
+impl Op {
+    const ALL: usize = Op::Settings as usize + 1;
+
+    fn sql(self) -> &'static str {
+        match self {
+            Op::Time => "SELECT {s}.now_ms()",
+            Op::Ping => "SELECT 1",
+            Op::Claim => "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8)",
+            Op::Renew => "SELECT * FROM {s}.renew($1, $2, $3, $4, $5, $6)",
+            Op::Release => "SELECT {s}.release($1, $2, $3, $4, $5)",
+            Op::GroupState => "SELECT * FROM {s}.group_state($1)",
+            // One statement: the timings change only when they differ, and
+            // only a change wakes the group's followers.
+            Op::WriteConfig => {
+                "WITH up AS (
+                    INSERT INTO {s}.groups AS g (name, ttl_ms, renew_interval_ms, retry_interval_ms)
+                    VALUES ($1, $2, $3, $4)
+                    ON CONFLICT (name) DO UPDATE SET ttl_ms = excluded.ttl_ms,
+                        renew_interval_ms = excluded.renew_interval_ms,
+                        retry_interval_ms = excluded.retry_interval_ms
+                    WHERE (g.ttl_ms, g.renew_interval_ms, g.retry_interval_ms)
+                        IS DISTINCT FROM (excluded.ttl_ms, excluded.renew_interval_ms, excluded.retry_interval_ms)
+                    RETURNING name)
+                 SELECT pg_notify('{c}.release', name) FROM up"
+            }
+            Op::RestoreTerm => {
+                "INSERT INTO {s}.groups AS g (name, counter) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET counter = excluded.counter
+                 WHERE g.counter < excluded.counter
+                 RETURNING 1"
+            }
+            Op::Register => "SELECT {s}.register($1, $2, $3, $4, $5, ($6::text)::jsonb)",
+            Op::Heartbeat => "SELECT * FROM {s}.heartbeat($1, $2, $3)",
+            Op::SetField => {
+                "UPDATE {s}.nodes SET fields = fields || jsonb_build_object($3::text, $4::text),
+                    inbox_max = CASE WHEN $3::text = 'inbox_max' THEN $4::text::bigint ELSE inbox_max END
+                 WHERE id = $1 AND incarnation = $2"
+            }
+            Op::Sweep => "SELECT * FROM {s}.sweep($1)",
+            Op::Unregister => "SELECT {s}.unregister($1, $2)",
+            Op::Subscribe => "SELECT {s}.subscribe($1, $2, $3)",
+            Op::Unsubscribe => "DELETE FROM {s}.subscriptions WHERE node = $1 AND pattern = $2",
+            Op::Publish => "SELECT * FROM {s}.publish($1, $2, $3, $4, $5, $6)",
+            // At most $4 of each queue; the commands only when $5.
+            Op::Read => {
+                "(SELECT queue, seq, kind, msg_id, topic, sender, payload, retained FROM {s}.inbox
+                   WHERE node = $1 AND queue = 0 AND seq > $2 ORDER BY seq LIMIT $4)
+                 UNION ALL
+                 (SELECT queue, seq, kind, msg_id, topic, sender, payload, retained FROM {s}.inbox
+                   WHERE node = $1 AND queue = 1 AND seq > $3 AND NOT $5 ORDER BY seq LIMIT $4)"
+            }
+            Op::AckInbox => "SELECT * FROM {s}.ack_inbox($1, $2)",
+            Op::AckCommands => "SELECT {s}.ack_commands($1, $2)",
+            Op::InboxState => {
+                "SELECT greatest(inbox_last - inbox_first + 1, 0), dropped FROM {s}.nodes WHERE id = $1"
+            }
+            Op::Subscriptions => {
+                "SELECT pattern FROM {s}.subscriptions WHERE node = $1 ORDER BY pattern"
+            }
+            Op::ListNodes => {
+                "SELECT id, lease_until_ms, registered_at_ms, heartbeat_at_ms,
+                        greatest(inbox_last - inbox_first + 1, 0), dropped,
+                        coalesce(fields ->> 'groups', ''), {s}.now_ms()
+                 FROM {s}.nodes ORDER BY lease_until_ms, id"
+            }
+            Op::Notify => "SELECT pg_notify($1, $2)",
+            Op::Settings => {
+                "SELECT current_setting('fsync'),
+                        (SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit'),
+                        current_setting('synchronous_standby_names'),
+                        (SELECT count(*) FROM pg_stat_replication)"
+            }
+        }
+    }
+}
+
+/// One connection, checked, with its history and prepared statements.
+pub(super) struct Session {
+    pub client: Client,
+    pub history: History,
+    statements: Vec<OnceCell<Statement>>,
+    _connection: AbortOnDropHandle<()>,
+}
+
+impl Session {
+    /// Connects, checks the server, migrates the schema and reads the
+    /// history; changes nothing when a check fails.
+    async fn open(
+        config: &Config,
+        target: &Target,
+        schema: &str,
+        remote_apply: bool,
+    ) -> Result<Self, PgStartError> {
+        let (mut client, connection) =
+            config
+                .connect(NoTls)
+                .await
+                .map_err(|source| match source.code() {
+                    Some(code)
+                        if *code == SqlState::INVALID_PASSWORD
+                            || *code == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+                    {
+                        PgStartError::Credentials {
+                            target: target.clone(),
+                            reason: reason(&source),
+                        }
+                    }
+                    _ => PgStartError::Connect {
+                        target: target.clone(),
+                        source,
+                    },
+                })?;
+        let connection = AbortOnDropHandle::new(tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "postgres connection ended");
+            }
+        }));
+        let query = |source| PgStartError::Query {
+            target: target.clone(),
+            source,
+        };
+        check_server(&client, target).await?;
+        schema::migrate(&mut client, target, schema).await?;
+        // The store's own commits are durable (or on the synchronous
+        // standbys) whatever the server's default: a crash that reinitialises
+        // the server keeps its start time, so lost commits would go unseen.
+        let commit = if remote_apply { "remote_apply" } else { "on" };
+        client
+            .batch_execute(&format!(
+                "SET synchronous_commit = {commit}; SET default_transaction_isolation = 'read committed'"
+            ))
+            .await
+            .map_err(query)?;
+        let history = History::read(&client, schema).await.map_err(query)?;
+        Ok(Self {
+            client,
+            history,
+            statements: (0..Op::ALL).map(|_| OnceCell::new()).collect(),
+            _connection: connection,
+        })
+    }
+
+    /// `op`'s statement, prepared on this connection at its first use.
+    async fn statement(&self, op: Op, schema: &str) -> Result<&Statement, tokio_postgres::Error> {
+        self.statements[op as usize]
+            .get_or_try_init(|| async {
+                let sql = op
+                    .sql()
+                    .replace("{s}", &ident(schema))
+                    .replace("{c}", &schema.replace('\'', "''"));
+                self.client.prepare(&sql).await
+            })
+            .await
+    }
+
+    /// Runs `op`, returning its rows.
+    pub async fn query(
+        &self,
+        op: Op,
+        schema: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<Vec<Row>, tokio_postgres::Error> {
+        let statement = self.statement(op, schema).await?;
+        self.client.query(statement, params).await
+    }
+
+    /// Runs `op`, returning how many rows it changed.
+    pub async fn execute(
+        &self,
+        op: Op,
+        schema: &str,
+        params: &[&(dyn ToSql + Sync)],
+    ) -> Result<u64, tokio_postgres::Error> {
+        let statement = self.statement(op, schema).await?;
+        self.client.execute(statement, params).await
+    }
+
+    /// The history as text, the form `claim` compares.
+    pub fn history_key(&self) -> String {
+        let h = &self.history;
+        format!(
+            "{}:{}:{}:{}",
+            h.system, h.timeline, h.started_us, h.meta_oid
+        )
+    }
+}
+
+/// The current connection, if any, and how to make the next.
+#[derive(Default)]
+pub(super) struct Slot {
+    current: Mutex<Option<Arc<Session>>>,
+    /// One connection attempt at a time: callers that find none wait for it.
+    connecting: tokio::sync::Mutex<()>,
+    remote_apply: AtomicBool,
+    last_history: Mutex<Option<History>>,
+    histories: AtomicU64,
+}
+
+impl Slot {
+    pub fn set_remote_apply(&self, on: bool) {
+        self.remote_apply.store(on, Ordering::Relaxed);
+    }
+
+    pub fn histories_seen(&self) -> u64 {
+        self.histories.load(Ordering::Relaxed)
+    }
+
+    pub async fn get(
+        &self,
+        config: &Config,
+        target: &Target,
+        schema: &str,
+    ) -> Result<Arc<Session>, PgStartError> {
+        if let Some(session) = locked(&self.current).clone() {
+            return Ok(session);
+        }
+        let _one = self.connecting.lock().await;
+        if let Some(session) = locked(&self.current).clone() {
+            return Ok(session);
+        }
+        let remote_apply = self.remote_apply.load(Ordering::Relaxed);
+        let session = Arc::new(Session::open(config, target, schema, remote_apply).await?);
+        {
+            let mut last = locked(&self.last_history);
+            if last.as_ref().is_some_and(|h| *h != session.history) {
+                self.histories.fetch_add(1, Ordering::Relaxed);
+            }
+            *last = Some(session.history.clone());
+        }
+        *locked(&self.current) = Some(session.clone());
+        Ok(session)
+    }
+
+    /// A call on `session` failed with `e`: a closed connection, or one to
+    /// a server that turned standby, is dropped so the next call connects
+    /// again (to the primary, with a multi-host URL).
+    pub fn failed(&self, session: &Arc<Session>, e: &tokio_postgres::Error) {
+        let standby = e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION);
+        if session.client.is_closed() || standby {
+            let mut current = locked(&self.current);
+            if current.as_ref().is_some_and(|s| Arc::ptr_eq(s, session)) {
+                *current = None;
+            }
+        }
+    }
+}
+
+/// The server's version and role: a standby cannot hold leases.
+async fn check_server(client: &Client, target: &Target) -> Result<(), PgStartError> {
+    let row = client
+        .query_one(
+            "SELECT current_setting('server_version_num')::int, current_setting('server_version'), pg_is_in_recovery()",
+            &[],
+        )
+        .await
+        .map_err(|source| PgStartError::Query {
+            target: target.clone(),
+            source,
+        })?;
+    let (number, version, standby): (i32, String, bool) = (row.get(0), row.get(1), row.get(2));
+    if number < super::MIN_SERVER_VERSION {
+        return Err(PgStartError::Version {
+            target: target.clone(),
+            found: version,
+            needed: super::MIN_SERVER_VERSION / 10_000,
+        });
+    }
+    if standby {
+        return Err(PgStartError::Standby {
+            target: target.clone(),
+        });
+    }
+    Ok(())
+}

@@ -1,0 +1,602 @@
+-- Schema version 1 of the PostgreSQL store, run by schema.rs in one
+-- transaction under an advisory lock. Placeholders: {s} the quoted schema,
+-- {c} the prefix of the notification channels (a string literal's
+-- content), and the constants of term.rs and config.rs in capitals.
+--
+-- Times are milliseconds since 1970 on the database's clock, taken with
+-- clock_timestamp() (now() is frozen at the start of a transaction) after
+-- the row locks a decision needs, as Redis's TIME is taken inside a script.
+-- Every table is LOGGED: an unlogged table is empty after a crash and
+-- absent on a standby, which would hand out terms again.
+
+-- The store as a whole: its birth and term epoch (the history rule of
+-- term.rs), and the history (server, timeline, start) it was last used on.
+CREATE TABLE {s}.store (
+    id int PRIMARY KEY CHECK (id = 1),
+    born_ms bigint NOT NULL DEFAULT -1,
+    epoch bigint NOT NULL DEFAULT -1,
+    history text
+);
+INSERT INTO {s}.store (id) VALUES (1);
+
+-- One row per group: the term counter, the lease, the adopted timings.
+-- Updated in place at every renewal: room on the page for HOT updates.
+CREATE TABLE {s}.groups (
+    name text PRIMARY KEY,
+    counter bigint NOT NULL DEFAULT 0,
+    holder text,
+    incarnation text,
+    lease_term bigint,
+    expires_ms bigint,
+    ttl_ms bigint,
+    renew_interval_ms bigint,
+    retry_interval_ms bigint
+) WITH (fillfactor = 50);
+
+-- Candidacies: who campaigns for which group, until when.
+CREATE TABLE {s}.members (
+    grp text NOT NULL,
+    node text NOT NULL,
+    until_ms bigint NOT NULL,
+    PRIMARY KEY (grp, node)
+) WITH (fillfactor = 50);
+
+-- The node registry. Each queue of a node (0: its engine's commands, 1:
+-- its inbox) holds the entries first..last: their count is the backlog,
+-- and the row's lock orders the writers of the node's queues.
+CREATE TABLE {s}.nodes (
+    id text PRIMARY KEY,
+    incarnation text NOT NULL,
+    lease_until_ms bigint NOT NULL,
+    registered_at_ms bigint NOT NULL,
+    heartbeat_at_ms bigint NOT NULL,
+    fields jsonb NOT NULL DEFAULT '{}',
+    inbox_max bigint NOT NULL DEFAULT {DEFAULT_INBOX},
+    commands_first bigint NOT NULL DEFAULT 1,
+    commands_last bigint NOT NULL DEFAULT 0,
+    inbox_first bigint NOT NULL DEFAULT 1,
+    inbox_last bigint NOT NULL DEFAULT 0,
+    dropped bigint NOT NULL DEFAULT 0
+);
+CREATE INDEX nodes_lease_until ON {s}.nodes (lease_until_ms);
+
+CREATE TABLE {s}.subscriptions (
+    node text NOT NULL,
+    pattern text NOT NULL,
+    is_pattern boolean NOT NULL,
+    PRIMARY KEY (node, pattern)
+);
+CREATE INDEX subscriptions_pattern ON {s}.subscriptions (pattern);
+CREATE INDEX subscriptions_patterns ON {s}.subscriptions (pattern) WHERE is_pattern;
+
+-- Both queues of every node. A queue: rows come and go all the time.
+CREATE TABLE {s}.inbox (
+    node text NOT NULL,
+    queue smallint NOT NULL,
+    seq bigint NOT NULL,
+    kind text NOT NULL,
+    msg_id bigint NOT NULL DEFAULT 0,
+    topic text NOT NULL DEFAULT '',
+    sender text NOT NULL DEFAULT '',
+    payload bytea NOT NULL DEFAULT '',
+    retained boolean NOT NULL DEFAULT false,
+    PRIMARY KEY (node, queue, seq)
+) WITH (autovacuum_vacuum_scale_factor = 0.01, autovacuum_vacuum_cost_delay = 0);
+
+CREATE TABLE {s}.retained (
+    topic text PRIMARY KEY,
+    msg_id bigint NOT NULL,
+    sender text NOT NULL,
+    payload bytea NOT NULL,
+    expires_ms bigint
+);
+
+-- Message ids: only ever grow (a sequence never hands a value out twice).
+CREATE SEQUENCE {s}.msgseq;
+
+CREATE FUNCTION {s}.now_ms() RETURNS bigint LANGUAGE sql VOLATILE AS
+$$ SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
+
+-- The term rules of term.rs (and terms.lua): the clock's epoch at ms, the
+-- term after base, and how long a term must wait before it may be granted.
+CREATE FUNCTION {s}.epoch_at(ms bigint) RETURNS bigint LANGUAGE sql IMMUTABLE AS
+$$ SELECT greatest(0, floor((ms - {ANCHOR})::numeric / {EPOCH_MS}))::bigint $$;
+
+CREATE FUNCTION {s}.next_term(base bigint) RETURNS bigint LANGUAGE sql IMMUTABLE AS
+$$ SELECT CASE WHEN (base + 1) % {SPAN} = 0 THEN base + 2 ELSE base + 1 END $$;
+
+CREATE FUNCTION {s}.epoch_wait(term bigint, now bigint) RETURNS bigint LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    e bigint := term / {SPAN};
+    start bigint;
+BEGIN
+    IF e = 0 THEN RETURN 0; END IF;
+    start := {ANCHOR} + e * {EPOCH_MS};
+    IF start > now + {HOLD} THEN RETURN 0; END IF;
+    RETURN greatest(0, start + {HOLD} - now);
+END $$;
+
+-- Claim a group's lease: claim.lua's rules, on the group's row lock (taken
+-- first: concurrent claims of one group run one after the other, each
+-- seeing the one before). The store row is locked only when the store's
+-- state must change (a first claim, a new history, a term from a lost
+-- history), so claims of different groups do not queue on it.
+-- p_history is the history the caller's connection read when it was made
+-- (a restart or a failover ends every connection); p_started_ms the
+-- server's start, the earliest birth the store may record.
+CREATE FUNCTION {s}.claim(p_group text, p_id text, p_inc text, p_ttl bigint, p_seen bigint,
+                          p_candidacy bigint, p_history text, p_started_ms bigint)
+RETURNS TABLE (o_won boolean, o_term bigint, o_fresh boolean, o_wait_ms bigint, o_holder text,
+               o_ttl_ms bigint, o_renew_interval_ms bigint, o_retry_interval_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    g {s}.groups%ROWTYPE;
+    st {s}.store%ROWTYPE;
+    v_now bigint;
+    v_born bigint;
+    v_epoch bigint;
+    v_moved_on boolean := false;
+    v_stored bigint;
+    v_term bigint;
+    v_wait bigint;
+    v_registered text;
+BEGIN
+    INSERT INTO {s}.groups (name) VALUES (p_group) ON CONFLICT DO NOTHING;
+    SELECT * INTO g FROM {s}.groups WHERE name = p_group FOR UPDATE;
+    SELECT * INTO st FROM {s}.store WHERE id = 1;
+    IF st.born_ms < 0 OR st.epoch < 0 OR st.history IS DISTINCT FROM p_history
+       OR p_seen > g.counter THEN
+        SELECT * INTO st FROM {s}.store WHERE id = 1 FOR UPDATE;
+    END IF;
+    v_now := {s}.now_ms();
+    v_born := st.born_ms;
+    v_epoch := st.epoch;
+    IF v_born < 0 THEN v_born := least(v_now, p_started_ms); END IF;
+    IF v_epoch < 0 THEN v_epoch := {s}.epoch_at(v_now); END IF;
+    IF st.history IS NOT NULL AND st.history <> p_history THEN
+        -- Another server, timeline or start: born again, in a new epoch.
+        v_born := v_now;
+        v_epoch := greatest(v_epoch, {s}.epoch_at(v_now), st.epoch + 1);
+        v_moved_on := true;
+    END IF;
+    v_stored := g.counter;
+    IF p_seen > v_stored THEN
+        -- A claimant remembers a term the data lacks: the data was lost.
+        IF v_moved_on THEN
+            v_epoch := greatest(v_epoch, p_seen / {SPAN} + 1);
+        ELSE
+            v_born := v_now;
+            v_epoch := greatest(v_epoch, {s}.epoch_at(v_now), p_seen / {SPAN} + 1);
+        END IF;
+        v_stored := p_seen;
+    END IF;
+    IF v_born <> st.born_ms OR v_epoch <> st.epoch OR st.history IS DISTINCT FROM p_history THEN
+        UPDATE {s}.store SET born_ms = v_born, epoch = v_epoch, history = p_history WHERE id = 1;
+    END IF;
+    INSERT INTO {s}.members (grp, node, until_ms) VALUES (p_group, p_id, v_now + p_candidacy)
+        ON CONFLICT (grp, node) DO UPDATE SET until_ms = excluded.until_ms;
+    o_ttl_ms := g.ttl_ms;
+    o_renew_interval_ms := g.renew_interval_ms;
+    o_retry_interval_ms := g.retry_interval_ms;
+    IF g.holder = p_id AND g.incarnation = p_inc AND g.expires_ms > v_now THEN
+        -- Our own lease, still standing after a fail-safe demotion: it
+        -- keeps its term.
+        UPDATE {s}.groups SET counter = greatest(v_stored, g.lease_term), expires_ms = v_now + p_ttl
+            WHERE name = p_group;
+        o_won := true; o_term := g.lease_term; o_fresh := false; o_wait_ms := 0; o_holder := p_id;
+        RETURN NEXT; RETURN;
+    END IF;
+    o_won := false; o_term := v_stored;
+    IF g.holder IS NOT NULL AND g.expires_ms > v_now THEN
+        o_wait_ms := g.expires_ms - v_now;
+        o_holder := g.holder;
+        IF g.holder = p_id THEN
+            -- Another incarnation of this id: only the registered one (or
+            -- any, when none is) may take it over.
+            SELECT incarnation INTO v_registered FROM {s}.nodes WHERE id = p_id;
+        END IF;
+        IF g.holder <> p_id OR (v_registered IS NOT NULL AND v_registered <> p_inc) THEN
+            IF v_stored <> g.counter THEN
+                UPDATE {s}.groups SET counter = v_stored WHERE name = p_group;
+            END IF;
+            RETURN NEXT; RETURN;
+        END IF;
+    END IF;
+    o_holder := '';
+    IF v_now - v_born < p_ttl THEN
+        -- The store's first ttl after its birth: no new lease yet.
+        o_wait_ms := v_born + p_ttl - v_now;
+    ELSE
+        v_term := {s}.next_term(greatest(v_stored, v_epoch * {SPAN}));
+        v_wait := {s}.epoch_wait(v_term, v_now);
+        IF v_wait = 0 THEN
+            UPDATE {s}.groups SET counter = v_term, holder = p_id, incarnation = p_inc,
+                lease_term = v_term, expires_ms = v_now + p_ttl
+                WHERE name = p_group;
+            o_won := true; o_term := v_term; o_fresh := true; o_wait_ms := 0; o_holder := p_id;
+            RETURN NEXT; RETURN;
+        END IF;
+        o_wait_ms := v_wait;
+    END IF;
+    IF v_stored <> g.counter THEN
+        UPDATE {s}.groups SET counter = v_stored WHERE name = p_group;
+    END IF;
+    RETURN NEXT;
+END $$;
+
+-- Renew a held lease (renew.lua): status 1 renewed (with the lease's term
+-- afterwards, moved above a restored counter when it may be), 0 the lease
+-- is gone, -1 another holder.
+CREATE FUNCTION {s}.renew(p_group text, p_id text, p_inc text, p_term bigint, p_ttl bigint,
+                          p_candidacy bigint)
+RETURNS TABLE (o_status int, o_term bigint, o_holder text, o_incarnation text,
+               o_ttl_ms bigint, o_renew_interval_ms bigint, o_retry_interval_ms bigint)
+LANGUAGE plpgsql AS $$
+DECLARE
+    g {s}.groups%ROWTYPE;
+    v_now bigint;
+    v_epoch bigint;
+    v_moved bigint;
+BEGIN
+    SELECT * INTO g FROM {s}.groups WHERE name = p_group FOR UPDATE;
+    v_now := {s}.now_ms();
+    IF NOT FOUND OR g.holder IS NULL OR g.expires_ms <= v_now THEN
+        o_status := 0; RETURN NEXT; RETURN;
+    END IF;
+    IF g.holder <> p_id OR g.incarnation <> p_inc OR g.lease_term <> p_term THEN
+        o_status := -1; o_holder := g.holder; o_incarnation := g.incarnation;
+        RETURN NEXT; RETURN;
+    END IF;
+    o_term := p_term;
+    SELECT greatest(epoch, 0) INTO v_epoch FROM {s}.store WHERE id = 1;
+    v_moved := {s}.next_term(greatest(g.counter, v_epoch * {SPAN}));
+    IF g.counter > p_term AND {s}.epoch_wait(v_moved, v_now) = 0 THEN
+        o_term := v_moved;
+    END IF;
+    UPDATE {s}.groups SET counter = greatest(counter, o_term), lease_term = o_term,
+        expires_ms = v_now + p_ttl WHERE name = p_group;
+    INSERT INTO {s}.members (grp, node, until_ms) VALUES (p_group, p_id, v_now + p_candidacy)
+        ON CONFLICT (grp, node) DO UPDATE SET until_ms = excluded.until_ms;
+    -- The leader keeps the member list tidy: candidacies that lapsed go.
+    DELETE FROM {s}.members WHERE grp = p_group AND until_ms <= v_now;
+    o_status := 1;
+    o_ttl_ms := g.ttl_ms;
+    o_renew_interval_ms := g.renew_interval_ms;
+    o_retry_interval_ms := g.retry_interval_ms;
+    RETURN NEXT;
+END $$;
+
+-- Release a lease this incarnation holds under this term, and wake the
+-- group's followers (the notification goes out at commit).
+CREATE FUNCTION {s}.release(p_group text, p_id text, p_inc text, p_term bigint, p_withdraw boolean)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+    IF p_withdraw THEN
+        DELETE FROM {s}.members WHERE grp = p_group AND node = p_id;
+    END IF;
+    UPDATE {s}.groups SET holder = NULL, incarnation = NULL, expires_ms = NULL
+        WHERE name = p_group AND holder = p_id AND incarnation = p_inc AND lease_term = p_term
+          AND expires_ms > {s}.now_ms();
+    IF FOUND THEN
+        PERFORM pg_notify('{c}.release', p_group);
+        RETURN true;
+    END IF;
+    RETURN false;
+END $$;
+
+CREATE FUNCTION {s}.group_state(p_group text)
+RETURNS TABLE (o_holder text, o_term bigint, o_pttl bigint, o_now bigint, o_members text[],
+               o_until bigint[])
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    g {s}.groups%ROWTYPE;
+BEGIN
+    o_now := {s}.now_ms();
+    SELECT * INTO g FROM {s}.groups WHERE name = p_group;
+    o_term := coalesce(g.counter, 0);
+    IF g.holder IS NOT NULL AND g.expires_ms > o_now THEN
+        o_holder := g.holder;
+        o_pttl := g.expires_ms - o_now;
+    END IF;
+    SELECT coalesce(array_agg(node ORDER BY until_ms, node), '{}'),
+           coalesce(array_agg(until_ms ORDER BY until_ms, node), '{}')
+        INTO o_members, o_until
+        FROM {s}.members WHERE grp = p_group AND until_ms > o_now;
+    RETURN NEXT;
+END $$;
+
+-- Topic matching (topics.lua): segments split on '.', '*' one segment,
+-- '>' one or more trailing segments.
+CREATE FUNCTION {s}.matches(pattern text, topic text) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE
+    p text[] := string_to_array(pattern, '.');
+    t text[] := string_to_array(topic, '.');
+    np int := coalesce(array_length(p, 1), 0);
+    nt int := coalesce(array_length(t, 1), 0);
+BEGIN
+    FOR i IN 1 .. np LOOP
+        IF p[i] = '>' THEN RETURN i <= nt; END IF;
+        IF i > nt THEN RETURN false; END IF;
+        IF p[i] <> '*' AND p[i] <> t[i] THEN RETURN false; END IF;
+    END LOOP;
+    RETURN np = nt;
+END $$;
+
+-- Append one entry to a node's inbox (queue 1), dropping (and counting)
+-- its oldest entries past p_max. The caller holds the node's row lock.
+CREATE FUNCTION {s}.deliver(p_node text, p_kind text, p_msg_id bigint, p_topic text,
+                            p_sender text, p_payload bytea, p_retained boolean, p_max bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_first bigint;
+    v_last bigint;
+    v_over bigint;
+BEGIN
+    UPDATE {s}.nodes SET inbox_last = inbox_last + 1 WHERE id = p_node
+        RETURNING inbox_first, inbox_last INTO v_first, v_last;
+    IF NOT FOUND THEN RETURN; END IF;
+    INSERT INTO {s}.inbox (node, queue, seq, kind, msg_id, topic, sender, payload, retained)
+        VALUES (p_node, 1, v_last, p_kind, p_msg_id, p_topic, p_sender, p_payload, p_retained);
+    v_over := v_last - v_first + 1 - greatest(p_max, 1);
+    IF v_over > 0 THEN
+        DELETE FROM {s}.inbox WHERE node = p_node AND queue = 1 AND seq < v_first + v_over;
+        UPDATE {s}.nodes SET inbox_first = v_first + v_over, dropped = dropped + v_over
+            WHERE id = p_node;
+    END IF;
+END $$;
+
+-- Append a command to a node's command queue (queue 0), which keeps the
+-- newest COMMANDS_MAX.
+CREATE FUNCTION {s}.command(p_node text, p_msg_id bigint, p_sender text, p_payload bytea)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_first bigint;
+    v_last bigint;
+BEGIN
+    UPDATE {s}.nodes SET commands_last = commands_last + 1 WHERE id = p_node
+        RETURNING commands_first, commands_last INTO v_first, v_last;
+    IF NOT FOUND THEN RETURN; END IF;
+    INSERT INTO {s}.inbox (node, queue, seq, kind, msg_id, sender, payload)
+        VALUES (p_node, 0, v_last, 'command', p_msg_id, p_sender, p_payload);
+    IF v_last - v_first + 1 > {COMMANDS_MAX} THEN
+        DELETE FROM {s}.inbox WHERE node = p_node AND queue = 0 AND seq <= v_last - {COMMANDS_MAX};
+        UPDATE {s}.nodes SET commands_first = v_last - {COMMANDS_MAX} + 1 WHERE id = p_node;
+    END IF;
+END $$;
+
+-- Register (or re-register) a node incarnation (register.lua). Returns
+-- the previous incarnation ('' when none). On recovery the subscriptions
+-- are restored and a marker goes into the inbox.
+CREATE FUNCTION {s}.register(p_id text, p_inc text, p_lease bigint, p_recovery boolean,
+                             p_subs text[], p_fields jsonb)
+RETURNS text LANGUAGE plpgsql AS $$
+DECLARE
+    v_now bigint;
+    v_prev text;
+BEGIN
+    SELECT incarnation INTO v_prev FROM {s}.nodes WHERE id = p_id FOR UPDATE;
+    v_now := {s}.now_ms();
+    INSERT INTO {s}.nodes AS n (id, incarnation, lease_until_ms, registered_at_ms, heartbeat_at_ms,
+                               fields, inbox_max, dropped)
+        VALUES (p_id, p_inc, v_now + p_lease, v_now, v_now, p_fields - 'dropped',
+                coalesce((p_fields ->> 'inbox_max')::bigint, {DEFAULT_INBOX}),
+                coalesce((p_fields ->> 'dropped')::bigint, 0))
+        ON CONFLICT (id) DO UPDATE SET
+            incarnation = excluded.incarnation,
+            lease_until_ms = excluded.lease_until_ms,
+            registered_at_ms = excluded.registered_at_ms,
+            heartbeat_at_ms = excluded.heartbeat_at_ms,
+            fields = n.fields || excluded.fields,
+            inbox_max = coalesce((p_fields ->> 'inbox_max')::bigint, n.inbox_max),
+            dropped = coalesce((p_fields ->> 'dropped')::bigint, n.dropped);
+    INSERT INTO {s}.subscriptions (node, pattern, is_pattern)
+        SELECT p_id, sub, sub ~ '[*>]' FROM unnest(p_subs) AS sub
+        ON CONFLICT DO NOTHING;
+    IF p_recovery THEN
+        PERFORM {s}.deliver(p_id, 'recovered', 0, '', '', '', false,
+                            (SELECT inbox_max FROM {s}.nodes WHERE id = p_id));
+        PERFORM pg_notify('{c}.inbox', p_id);
+    END IF;
+    RETURN coalesce(v_prev, '');
+END $$;
+
+-- Extend a node's lease: 1 extended, 0 expired or swept (register again),
+-- -1 another incarnation owns the id (o_incarnation).
+CREATE FUNCTION {s}.heartbeat(p_id text, p_inc text, p_lease bigint)
+RETURNS TABLE (o_status int, o_incarnation text) LANGUAGE plpgsql AS $$
+DECLARE
+    v_inc text;
+    v_until bigint;
+    v_now bigint;
+BEGIN
+    SELECT incarnation, lease_until_ms INTO v_inc, v_until FROM {s}.nodes WHERE id = p_id FOR UPDATE;
+    IF FOUND AND v_inc <> p_inc THEN
+        o_status := -1; o_incarnation := v_inc; RETURN NEXT; RETURN;
+    END IF;
+    v_now := {s}.now_ms();
+    IF NOT FOUND OR v_until <= v_now THEN
+        o_status := 0; RETURN NEXT; RETURN;
+    END IF;
+    UPDATE {s}.nodes SET lease_until_ms = v_now + p_lease, heartbeat_at_ms = v_now WHERE id = p_id;
+    o_status := 1;
+    RETURN NEXT;
+END $$;
+
+-- A node and everything it owns (remove_node.lua): its candidacies in the
+-- groups it listed, its subscriptions and both queues.
+CREATE FUNCTION {s}.remove_node(p_id text) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_groups text;
+BEGIN
+    SELECT fields ->> 'groups' INTO v_groups FROM {s}.nodes WHERE id = p_id;
+    IF v_groups IS NOT NULL AND v_groups <> '' THEN
+        DELETE FROM {s}.members WHERE node = p_id AND grp = ANY (string_to_array(v_groups, ','));
+    END IF;
+    DELETE FROM {s}.subscriptions WHERE node = p_id;
+    DELETE FROM {s}.inbox WHERE node = p_id;
+    DELETE FROM {s}.nodes WHERE id = p_id;
+END $$;
+
+-- Remove at most p_batch expired nodes. Rows another sweeper holds are
+-- skipped, not waited for.
+CREATE FUNCTION {s}.sweep(p_batch int)
+RETURNS TABLE (o_swept text[], o_now bigint, o_next bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    v_id text;
+BEGIN
+    o_now := {s}.now_ms();
+    o_swept := '{}';
+    FOR v_id IN
+        SELECT id FROM {s}.nodes WHERE lease_until_ms <= o_now
+            ORDER BY lease_until_ms LIMIT p_batch FOR UPDATE SKIP LOCKED
+    LOOP
+        PERFORM {s}.remove_node(v_id);
+        o_swept := o_swept || v_id;
+    END LOOP;
+    SELECT min(lease_until_ms) INTO o_next FROM {s}.nodes;
+    RETURN NEXT;
+END $$;
+
+CREATE FUNCTION {s}.unregister(p_id text, p_inc text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_inc text;
+BEGIN
+    SELECT incarnation INTO v_inc FROM {s}.nodes WHERE id = p_id FOR UPDATE;
+    IF FOUND AND v_inc <> p_inc THEN RETURN false; END IF;
+    PERFORM {s}.remove_node(p_id);
+    RETURN true;
+END $$;
+
+-- Subscribe a node (subscribe.lua); a new subscription first gets the
+-- retained messages it covers. Returns how many were delivered.
+CREATE FUNCTION {s}.subscribe(p_id text, p_sub text, p_max bigint)
+RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE
+    v_pattern boolean := p_sub ~ '[*>]';
+    v_now bigint;
+    v_count bigint := 0;
+    r record;
+BEGIN
+    INSERT INTO {s}.subscriptions (node, pattern, is_pattern) VALUES (p_id, p_sub, v_pattern)
+        ON CONFLICT DO NOTHING;
+    IF NOT FOUND THEN RETURN 0; END IF;
+    PERFORM 1 FROM {s}.nodes WHERE id = p_id FOR UPDATE;
+    IF NOT FOUND THEN RETURN 0; END IF;
+    v_now := {s}.now_ms();
+    FOR r IN
+        SELECT * FROM {s}.retained
+            WHERE (expires_ms IS NULL OR expires_ms > v_now)
+              AND (topic = p_sub OR (v_pattern AND {s}.matches(p_sub, topic)))
+            ORDER BY topic
+    LOOP
+        PERFORM {s}.deliver(p_id, 'topic', r.msg_id, r.topic, r.sender, r.payload, true, p_max);
+        v_count := v_count + 1;
+    END LOOP;
+    IF v_count > 0 THEN
+        PERFORM pg_notify('{c}.inbox', p_id);
+    END IF;
+    RETURN v_count;
+END $$;
+
+-- Publish a batch from one sender, in order, in one transaction
+-- (publish.lua). Per message: (id, nodes reached), or (-1, node) when
+-- "refuse" met a full inbox, or (-2, node) when a direct target is not
+-- live. The receiving nodes' rows are locked in id order before anything
+-- is written (publishers that locked them in message order could
+-- deadlock); each inbox is notified once per batch.
+CREATE FUNCTION {s}.publish(p_sender text, p_modes text[], p_targets text[], p_payloads bytea[],
+                            p_refuse boolean[], p_retain bigint[])
+RETURNS TABLE (o_code bigint, o_node text) LANGUAGE plpgsql AS $$
+DECLARE
+    n int := coalesce(array_length(p_modes, 1), 0);
+    v_now bigint;
+    v_all text[] := '{}';
+    v_ids text[];
+    v_from int[] := '{}';
+    v_to int[] := '{}';
+    v_live text[];
+    v_full text;
+    v_id bigint;
+    v_notify text[] := '{}';
+    v_stream boolean;
+    v_node record;
+BEGIN
+    FOR m IN 1 .. n LOOP
+        IF p_retain[m] < -1 OR p_retain[m] > {MAX_RETAIN} THEN
+            RAISE EXCEPTION 'retain ttl out of range: %', p_retain[m] USING ERRCODE = '22023';
+        END IF;
+    END LOOP;
+    -- Pass 1: who each message may reach.
+    FOR m IN 1 .. n LOOP
+        IF p_modes[m] = 'topic' THEN
+            SELECT coalesce(array_agg(DISTINCT node), '{}') INTO v_ids FROM {s}.subscriptions
+                WHERE pattern = p_targets[m]
+                   OR (is_pattern AND {s}.matches(pattern, p_targets[m]));
+        ELSE
+            v_ids := ARRAY[p_targets[m]];
+        END IF;
+        v_from := v_from || (coalesce(array_length(v_all, 1), 0) + 1);
+        v_all := v_all || v_ids;
+        v_to := v_to || coalesce(array_length(v_all, 1), 0);
+    END LOOP;
+    PERFORM 1 FROM {s}.nodes WHERE id = ANY (v_all) ORDER BY id FOR UPDATE;
+    v_now := {s}.now_ms();
+    -- Pass 2: decide and write, message by message.
+    FOR m IN 1 .. n LOOP
+        SELECT coalesce(array_agg(id ORDER BY id), '{}') INTO v_live FROM {s}.nodes
+            WHERE id = ANY (v_all[v_from[m]:v_to[m]]) AND lease_until_ms > v_now;
+        IF p_modes[m] <> 'topic' AND cardinality(v_live) = 0 THEN
+            o_code := -2; o_node := p_targets[m]; RETURN NEXT; CONTINUE;
+        END IF;
+        v_stream := p_modes[m] = 'command' AND (SELECT fields ->> 'commands' = 'stream'
+            FROM {s}.nodes WHERE id = v_live[1]);
+        IF NOT coalesce(v_stream, false) AND p_refuse[m] THEN
+            SELECT id INTO v_full FROM {s}.nodes
+                WHERE id = ANY (v_live) AND inbox_last - inbox_first + 1 >= inbox_max
+                ORDER BY id LIMIT 1;
+            IF FOUND THEN
+                o_code := -1; o_node := v_full; RETURN NEXT; CONTINUE;
+            END IF;
+        END IF;
+        v_id := nextval('{s}.msgseq');
+        IF p_modes[m] = 'topic' AND p_retain[m] >= 0 THEN
+            INSERT INTO {s}.retained (topic, msg_id, sender, payload, expires_ms)
+                VALUES (p_targets[m], v_id, p_sender, p_payloads[m],
+                        CASE WHEN p_retain[m] > 0 THEN v_now + p_retain[m] END)
+                ON CONFLICT (topic) DO UPDATE SET msg_id = excluded.msg_id,
+                    sender = excluded.sender, payload = excluded.payload,
+                    expires_ms = excluded.expires_ms;
+        END IF;
+        FOR v_node IN SELECT id, inbox_max FROM {s}.nodes WHERE id = ANY (v_live) ORDER BY id LOOP
+            IF coalesce(v_stream, false) THEN
+                PERFORM {s}.command(v_node.id, v_id, p_sender, p_payloads[m]);
+            ELSE
+                PERFORM {s}.deliver(v_node.id, p_modes[m], v_id,
+                    CASE WHEN p_modes[m] = 'topic' THEN p_targets[m] ELSE '' END,
+                    p_sender, p_payloads[m], false, v_node.inbox_max);
+            END IF;
+        END LOOP;
+        v_notify := v_notify || v_live;
+        o_code := v_id; o_node := cardinality(v_live)::text; RETURN NEXT;
+    END LOOP;
+    PERFORM pg_notify('{c}.inbox', x) FROM (SELECT DISTINCT unnest(v_notify) AS x) d;
+END $$;
+
+-- The reader has taken every inbox entry up to p_seq: they go. Returns
+-- (backlog, dropped so far).
+CREATE FUNCTION {s}.ack_inbox(p_id text, p_seq bigint)
+RETURNS TABLE (o_backlog bigint, o_dropped bigint) LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM {s}.inbox WHERE node = p_id AND queue = 1 AND seq <= p_seq;
+    UPDATE {s}.nodes SET inbox_first = greatest(inbox_first, p_seq + 1) WHERE id = p_id
+        RETURNING greatest(inbox_last - inbox_first + 1, 0), dropped INTO o_backlog, o_dropped;
+    IF NOT FOUND THEN o_backlog := 0; o_dropped := 0; END IF;
+    RETURN NEXT;
+END $$;
+
+CREATE FUNCTION {s}.ack_commands(p_id text, p_seq bigint) RETURNS void LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM {s}.inbox WHERE node = p_id AND queue = 0 AND seq <= p_seq;
+    UPDATE {s}.nodes SET commands_first = greatest(commands_first, p_seq + 1) WHERE id = p_id;
+END $$;
