@@ -51,7 +51,10 @@ impl StoreServer {
                     crate::lacks(test, &why);
                     return None;
                 }
-                let pg = LocalPostgres::start().expect("postgres starts");
+                // Room for a test's hundred nodes, each a process with a
+                // command connection and a listener of its own.
+                let pg = LocalPostgres::start_with(&["max_connections=300"])
+                    .expect("postgres starts");
                 preset(&pg);
                 Some(Self::Postgres(pg))
             }
@@ -116,6 +119,106 @@ impl StoreServer {
         };
         text.trim().parse().unwrap_or(0)
     }
+}
+
+/// Reads of the store's data, for a test's checks, in either store's terms.
+impl StoreServer {
+    fn sql(&self, query: &str) -> String {
+        match self {
+            Self::Postgres(p) => p.psql(query).expect("psql"),
+            Self::Redis(_) => unreachable!("SQL on Redis"),
+        }
+    }
+
+    /// Whether `id` is in the node registry (live or not yet swept).
+    pub fn registered(&self, id: &str) -> bool {
+        match self {
+            Self::Redis(r) => !r.cli(&["ZSCORE", "lh:nodes", id]).is_empty(),
+            Self::Postgres(_) => {
+                self.sql(&format!(
+                    "SELECT count(*) FROM lh.nodes WHERE id = {}",
+                    quote(id)
+                )) == "1"
+            }
+        }
+    }
+
+    /// How many nodes the registry holds.
+    pub fn registered_count(&self) -> u64 {
+        let text = match self {
+            Self::Redis(r) => r.cli(&["ZCARD", "lh:nodes"]),
+            Self::Postgres(_) => self.sql("SELECT count(*) FROM lh.nodes"),
+        };
+        text.trim().parse().expect("a count")
+    }
+
+    /// A field of a node's registration ("" when missing).
+    pub fn node_field(&self, id: &str, field: &str) -> String {
+        match self {
+            Self::Redis(r) => r.cli(&["HGET", &format!("lh:node:{id}"), field]),
+            Self::Postgres(_) if field == "incarnation" => self.sql(&format!(
+                "SELECT incarnation FROM lh.nodes WHERE id = {}",
+                quote(id)
+            )),
+            Self::Postgres(_) => self.sql(&format!(
+                "SELECT fields ->> {} FROM lh.nodes WHERE id = {}",
+                quote(field),
+                quote(id)
+            )),
+        }
+    }
+
+    /// Whether `node` is a (lapsed or live) candidate in `group`.
+    pub fn is_member(&self, group: &str, node: &str) -> bool {
+        match self {
+            Self::Redis(r) => !r
+                .cli(&["ZSCORE", &format!("lh:g:{{{group}}}:members"), node])
+                .is_empty(),
+            Self::Postgres(_) => {
+                self.sql(&format!(
+                    "SELECT count(*) FROM lh.members WHERE grp = {} AND node = {}",
+                    quote(group),
+                    quote(node)
+                )) == "1"
+            }
+        }
+    }
+
+    /// Whether the store keeps anything of `node`: its registration, its
+    /// subscriptions (either direction), its queues.
+    pub fn keeps_anything_of(&self, node: &str) -> bool {
+        match self {
+            Self::Redis(r) => {
+                let base = format!("lh:node:{node}");
+                let keys = [
+                    base.clone(),
+                    format!("{base}:subs"),
+                    format!("{base}:inbox"),
+                    format!("{base}:commands"),
+                ];
+                let mut args = vec!["EXISTS"];
+                args.extend(keys.iter().map(String::as_str));
+                let topics = r.cli(&["KEYS", "lh:topic:*:subs"]);
+                r.cli(&args) != "0"
+                    || topics
+                        .lines()
+                        .any(|key| r.cli(&["SISMEMBER", key, node]) == "1")
+            }
+            Self::Postgres(_) => {
+                let id = quote(node);
+                self.sql(&format!(
+                    "SELECT (SELECT count(*) FROM lh.nodes WHERE id = {id})
+                          + (SELECT count(*) FROM lh.subscriptions WHERE node = {id})
+                          + (SELECT count(*) FROM lh.inbox WHERE node = {id})"
+                )) != "0"
+            }
+        }
+    }
+}
+
+/// `text` as an SQL string literal.
+fn quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
 }
 
 /// Creates the schema `lh` (a throwaway runtime on a thread of its own:

@@ -12,7 +12,7 @@ use leasehold_engine::{
     PublishOptions, Store, TopicError,
 };
 use testkit::proxy::Proxy;
-use testkit::{next_event, node, RedisServer};
+use testkit::{next_event, node, RedisServer, StoreFixture, StoreServer};
 
 const WAIT: Duration = Duration::from_secs(3);
 
@@ -27,7 +27,12 @@ async fn node_with(redis_url: &str, id: &str, config: NodeConfig, inbox: InboxCo
 
 /// A node registered straight in Redis, with no process reading its inbox:
 /// what publishers do to a full inbox can be counted exactly.
-async fn silent_node(redis: &RedisServer, id: &str, inbox_max: u64, subscription: &str) -> Store {
+async fn silent_node(
+    redis: &impl StoreFixture,
+    id: &str,
+    inbox_max: u64,
+    subscription: &str,
+) -> Store {
     let store = redis.store();
     let metadata = [("inbox_max".to_owned(), inbox_max.to_string())];
     test_hooks::register_node(&store, id, "silent", 60_000, &metadata)
@@ -37,6 +42,17 @@ async fn silent_node(redis: &RedisServer, id: &str, inbox_max: u64, subscription
         .await
         .unwrap();
     store
+}
+
+/// The last message id the store handed out ("" for none yet).
+fn last_message_id(server: &mut StoreServer) -> String {
+    match server {
+        StoreServer::Redis(redis) => redis.cli(&["GET", "lh:msgseq"]),
+        StoreServer::Postgres(pg) => {
+            let sql = "SELECT CASE WHEN is_called THEN last_value::text ELSE '' END FROM lh.msgseq";
+            pg.psql(sql).unwrap()
+        }
+    }
 }
 
 async fn next(inbox: &mut leasehold_engine::Inbox) -> Delivery {
@@ -59,11 +75,10 @@ async fn nothing_for(inbox: &mut leasehold_engine::Inbox, d: Duration) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn subscribers_receive_what_is_published_with_sender_and_id() {
-    let redis = RedisServer::start();
-    let a = node(&redis, "test/a").await;
-    let b = node(&redis, "test/b").await;
+on_both_stores! {
+async fn subscribers_receive_what_is_published_with_sender_and_id(server) {
+    let a = node(&server, "test/a").await;
+    let b = node(&server, "test/b").await;
     let mut inbox = a.inbox().unwrap();
     assert!(a.inbox().is_none(), "the inbox is taken once");
     a.subscribe("orders.created").await.unwrap();
@@ -93,13 +108,13 @@ async fn subscribers_receive_what_is_published_with_sender_and_id() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn wildcards_match_one_segment_or_the_rest() {
-    let redis = RedisServer::start();
-    let star = node(&redis, "test/star").await;
-    let rest = node(&redis, "test/rest").await;
-    let p = node(&redis, "test/pub").await;
+on_both_stores! {
+async fn wildcards_match_one_segment_or_the_rest(server) {
+    let star = node(&server, "test/star").await;
+    let rest = node(&server, "test/rest").await;
+    let p = node(&server, "test/pub").await;
     star.subscribe("orders.*.created").await.unwrap();
     rest.subscribe("orders.>").await.unwrap();
     rest.subscribe("orders.eu.created").await.unwrap(); // and the topic itself: still one copy
@@ -134,6 +149,7 @@ async fn wildcards_match_one_segment_or_the_rest() {
     for n in [star, rest, p] {
         n.close().await.unwrap();
     }
+}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -200,16 +216,15 @@ async fn payload_at_the_limit_passes_and_one_byte_over_is_refused() {
     a.close().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn messages_from_each_publisher_arrive_in_order_under_concurrent_publishers() {
-    let redis = RedisServer::start();
-    let sub = node(&redis, "test/sub").await;
+on_both_stores! {
+async fn messages_from_each_publisher_arrive_in_order_under_concurrent_publishers(server) {
+    let sub = node(&server, "test/sub").await;
     sub.subscribe("seq").await.unwrap();
     let mut rx = sub.inbox().unwrap();
     const PER: u32 = 300;
     let mut publishers = Vec::new();
     for p in 0..3 {
-        let n = node(&redis, &format!("test/p{p}")).await;
+        let n = node(&server, &format!("test/p{p}")).await;
         publishers.push(tokio::spawn(async move {
             for i in 0..PER {
                 n.publish("seq", &i.to_be_bytes()).await.unwrap();
@@ -229,15 +244,15 @@ async fn messages_from_each_publisher_arrive_in_order_under_concurrent_publisher
     }
     sub.close().await.unwrap();
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fan_out_reaches_100_subscribers_in_order() {
-    let redis = RedisServer::start();
+on_both_stores! {
+async fn fan_out_reaches_100_subscribers_in_order(server) {
     let config = NodeConfig::with_lease(10_000);
     let mut subs = Vec::new();
     for i in 0..100 {
         let n = node_with(
-            &redis.url(),
+            &server.url(),
             &format!("test/s{i:03}"),
             config,
             InboxConfig::default(),
@@ -247,7 +262,7 @@ async fn fan_out_reaches_100_subscribers_in_order() {
         let rx = n.inbox().unwrap();
         subs.push((n, rx));
     }
-    let p = node_with(&redis.url(), "test/pub", config, InboxConfig::default()).await;
+    let p = node_with(&server.url(), "test/pub", config, InboxConfig::default()).await;
     for i in 0..10u8 {
         assert_eq!(p.publish("fan.out", &[i]).await.unwrap().reached, 100);
     }
@@ -260,6 +275,7 @@ async fn fan_out_reaches_100_subscribers_in_order() {
         n.close().await.unwrap();
     }
     p.close().await.unwrap();
+}
 }
 
 /// A retain ttl Redis would refuse is refused with a typed error before
@@ -306,13 +322,12 @@ async fn an_out_of_range_retain_ttl_is_refused_before_anything_is_written() {
     p.close().await.unwrap();
 }
 
+on_both_stores! {
 /// A retained message handed to a new subscriber whose inbox is full drops
 /// the oldest unread message like any publish does, and counts it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retained_messages_into_a_full_inbox_count_their_drops() {
-    let redis = RedisServer::start();
-    let store = silent_node(&redis, "test/silent", 3, "t").await;
-    let p = node(&redis, "test/pub").await;
+async fn retained_messages_into_a_full_inbox_count_their_drops(server) {
+    let store = silent_node(&server, "test/silent", 3, "t").await;
+    let p = node(&server, "test/pub").await;
     for i in 0..3u8 {
         p.publish("t", &[i]).await.unwrap();
     }
@@ -330,12 +345,12 @@ async fn retained_messages_into_a_full_inbox_count_their_drops() {
     );
     p.close().await.unwrap();
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_inbox_drops_its_oldest_messages_and_counts_each_drop() {
-    let redis = RedisServer::start();
-    let store = silent_node(&redis, "test/silent", 10, "t").await;
-    let p = node(&redis, "test/pub").await;
+on_both_stores! {
+async fn a_full_inbox_drops_its_oldest_messages_and_counts_each_drop(server) {
+    let store = silent_node(&server, "test/silent", 10, "t").await;
+    let p = node(&server, "test/pub").await;
     for i in 0..10u8 {
         p.publish("t", &[i]).await.unwrap();
     }
@@ -353,26 +368,36 @@ async fn a_full_inbox_drops_its_oldest_messages_and_counts_each_drop() {
         "five over: five dropped"
     );
     // The oldest went: the backlog starts at the sixth message.
-    let first = redis.cli(&[
-        "XRANGE",
-        "lh:node:test/silent:inbox",
-        "-",
-        "+",
-        "COUNT",
-        "1",
-    ]);
-    assert!(first.lines().any(|l| l.as_bytes() == [5u8]), "{first:?}");
+    match &mut server {
+        StoreServer::Redis(redis) => {
+            let first = redis.cli(&[
+                "XRANGE",
+                "lh:node:test/silent:inbox",
+                "-",
+                "+",
+                "COUNT",
+                "1",
+            ]);
+            assert!(first.lines().any(|l| l.as_bytes() == [5u8]), "{first:?}");
+        }
+        StoreServer::Postgres(pg) => {
+            let first = pg
+                .psql("SELECT payload FROM lh.inbox WHERE node = 'test/silent' AND queue = 1 ORDER BY seq LIMIT 1")
+                .unwrap();
+            assert_eq!(first, "\\x05");
+        }
+    }
     let listed = store.list_nodes().await.unwrap();
     let silent = listed.iter().find(|n| n.id == "test/silent").unwrap();
     assert_eq!((silent.backlog, silent.dropped), (10, 5));
     p.close().await.unwrap();
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_bounded_backlog_refuses_the_publish_instead_of_dropping() {
-    let redis = RedisServer::start();
-    let store = silent_node(&redis, "test/silent", 3, "t").await;
-    let p = node(&redis, "test/pub").await;
+on_both_stores! {
+async fn a_bounded_backlog_refuses_the_publish_instead_of_dropping(server) {
+    let store = silent_node(&server, "test/silent", 3, "t").await;
+    let p = node(&server, "test/pub").await;
     let bounded = PublishOptions {
         overflow: Overflow::Refuse,
         ..Default::default()
@@ -380,29 +405,29 @@ async fn a_bounded_backlog_refuses_the_publish_instead_of_dropping() {
     for _ in 0..3 {
         p.publish_with("t", b"x", bounded).await.unwrap();
     }
-    let seq = redis.cli(&["GET", "lh:msgseq"]);
+    let seq = last_message_id(&mut server);
     let err = p.publish_with("t", b"x", bounded).await.unwrap_err();
     assert!(
         matches!(&err, Error::InboxFull(node) if node == "test/silent"),
         "{err}"
     );
     assert_eq!(store.inbox_state("test/silent").await.unwrap(), (3, 0));
-    assert_eq!(redis.cli(&["GET", "lh:msgseq"]), seq, "nothing was written");
+    assert_eq!(last_message_id(&mut server), seq, "nothing was written");
     p.close().await.unwrap();
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn lag_is_reported_just_past_the_threshold() {
-    let redis = RedisServer::start();
+on_both_stores! {
+async fn lag_is_reported_just_past_the_threshold(server) {
     let inbox = InboxConfig {
         lag_threshold: 100,
         ..InboxConfig::with_max_length(1_000)
     };
-    let a = node_with(&redis.url(), "test/slow", testkit::node_config(), inbox).await;
+    let a = node_with(&server.url(), "test/slow", testkit::node_config(), inbox).await;
     a.subscribe("t").await.unwrap();
     let mut events = a.events();
     let mut rx = a.inbox().unwrap();
-    let p = node(&redis, "test/pub").await;
+    let p = node(&server, "test/pub").await;
     for i in 0..100u32 {
         p.publish("t", &i.to_be_bytes()).await.unwrap();
     }
@@ -429,18 +454,18 @@ async fn lag_is_reported_just_past_the_threshold() {
     a.close().await.unwrap();
     p.close().await.unwrap();
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retained_messages_go_to_new_subscribers_first() {
-    let redis = RedisServer::start();
-    let p = node(&redis, "test/pub").await;
+on_both_stores! {
+async fn retained_messages_go_to_new_subscribers_first(server) {
+    let p = node(&server, "test/pub").await;
     p.publish_retained("config.db", b"v1", None).await.unwrap();
     p.publish_retained("config.db", b"v2", None).await.unwrap();
     p.publish_retained("config.cache", b"c1", Some(Duration::from_millis(200)))
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(400)).await; // config.cache's retained message expires
-    let a = node(&redis, "test/a").await;
+    let a = node(&server, "test/a").await;
     let mut rx = a.inbox().unwrap();
     a.subscribe("config.db").await.unwrap();
     p.publish("config.db", b"v3").await.unwrap();
@@ -452,7 +477,7 @@ async fn retained_messages_go_to_new_subscribers_first() {
     let m = next_msg(&mut rx).await;
     assert_eq!((m.payload.as_slice(), m.retained), (&b"v3"[..], false));
     // A pattern gets every live retained message it covers; the expired one is gone.
-    let b = node(&redis, "test/b").await;
+    let b = node(&server, "test/b").await;
     let mut rx_b = b.inbox().unwrap();
     b.subscribe("config.>").await.unwrap();
     let m = next_msg(&mut rx_b).await;
@@ -468,12 +493,12 @@ async fn retained_messages_go_to_new_subscribers_first() {
         n.close().await.unwrap();
     }
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn direct_messages_reach_one_live_node() {
-    let redis = RedisServer::start();
-    let a = node(&redis, "test/a").await;
-    let b = node(&redis, "test/b").await;
+on_both_stores! {
+async fn direct_messages_reach_one_live_node(server) {
+    let a = node(&server, "test/a").await;
+    let b = node(&server, "test/b").await;
     let mut rx = a.inbox().unwrap();
     let sent = b.send("test/a", b"step down").await.unwrap();
     assert_eq!(sent.reached, 1);
@@ -489,6 +514,7 @@ async fn direct_messages_reach_one_live_node() {
     );
     a.close().await.unwrap();
     b.close().await.unwrap();
+}
 }
 
 /// docs/behaviour.md N3: messages
@@ -588,50 +614,46 @@ async fn paused_longer_than_lease_loses_what_was_published_meanwhile_then_recove
     p.close().await.unwrap();
 }
 
+on_both_stores! {
 /// docs/behaviour.md N5, N6, for messaging: a crashed
 /// node's subscriptions go with its sweep, a closed node's at once, and a
 /// publish to either writes nothing.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn publishing_to_a_swept_or_closed_node_writes_nothing() {
-    let redis = RedisServer::start();
-    let a = node(&redis, "test/a").await;
-    let b = node(&redis, "test/b").await;
-    let p = node(&redis, "test/pub").await;
+async fn publishing_to_a_swept_or_closed_node_writes_nothing(server) {
+    let a = node(&server, "test/a").await;
+    let b = node(&server, "test/b").await;
+    let p = node(&server, "test/pub").await;
     a.subscribe("t").await.unwrap();
     b.subscribe("t.>").await.unwrap();
     assert_eq!(p.publish("t", b"x").await.unwrap().reached, 1);
     drop(a); // crash: swept by b's or p's sweeper, whichever comes first
     testkit::eventually(Duration::from_millis(600 + 400), "a swept", || {
-        redis.cli(&["ZSCORE", "lh:nodes", "test/a"]).is_empty()
+        !server.registered("test/a")
     })
     .await;
     assert_eq!(p.publish("t", b"x").await.unwrap().reached, 0);
-    assert_eq!(
-        redis.cli(&[
-            "EXISTS",
-            "lh:node:test/a:inbox",
-            "lh:node:test/a:subs",
-            "lh:topic:t:subs"
-        ]),
-        "0"
-    );
+    assert!(!server.keeps_anything_of("test/a"));
+    if let Some(redis) = server.redis() {
+        assert_eq!(redis.cli(&["EXISTS", "lh:topic:t:subs"]), "0");
+    }
     b.close().await.unwrap();
     assert_eq!(p.publish("t.x", b"x").await.unwrap().reached, 0);
-    assert_eq!(
-        redis.cli(&["SMEMBERS", "lh:patterns"]),
-        "",
-        "the pattern index forgets unused patterns"
-    );
+    if let Some(redis) = server.redis() {
+        assert_eq!(
+            redis.cli(&["SMEMBERS", "lh:patterns"]),
+            "",
+            "the pattern index forgets unused patterns"
+        );
+    }
     let err = p.send("test/b", b"x").await.unwrap_err();
     assert!(matches!(err, Error::NodeNotRegistered(_)));
     p.close().await.unwrap();
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn introspection_lists_nodes_subscriptions_and_group_sizes() {
-    let redis = RedisServer::start();
-    let a = node(&redis, "test/a").await;
-    let b = node(&redis, "test/b").await;
+on_both_stores! {
+async fn introspection_lists_nodes_subscriptions_and_group_sizes(server) {
+    let a = node(&server, "test/a").await;
+    let b = node(&server, "test/b").await;
     a.join("test/g1", testkit::fast()).unwrap();
     a.join("test/g2", testkit::fast()).unwrap();
     b.join("test/g1", testkit::fast()).unwrap();
@@ -639,22 +661,16 @@ async fn introspection_lists_nodes_subscriptions_and_group_sizes() {
     a.subscribe("x.*").await.unwrap();
     let store = a.store().clone();
     testkit::eventually(WAIT, "groups registered", || {
-        redis.cli(&["HGET", "lh:node:test/a", "groups"]) == "test/g1,test/g2"
-            && redis.cli(&["HGET", "lh:node:test/b", "groups"]) == "test/g1"
+        server.node_field("test/a", "groups") == "test/g1,test/g2"
+            && server.node_field("test/b", "groups") == "test/g1"
     })
     .await;
     let nodes = store.list_nodes().await.unwrap();
     let ids: Vec<&str> = nodes.iter().map(|n| n.id.as_str()).collect();
     assert_eq!(ids.len(), 2);
     assert!(ids.contains(&"test/a") && ids.contains(&"test/b"));
-    let now: u64 = redis
-        .cli(&["TIME"])
-        .lines()
-        .next()
-        .unwrap()
-        .parse::<u64>()
-        .unwrap()
-        * 1000;
+    // Whole seconds, as Redis's TIME gives them.
+    let now: u64 = store.time_ms().await.unwrap() / 1000 * 1000;
     for n in &nodes {
         assert!(
             n.live && n.lease_until_ms > now && n.registered_at_ms <= n.last_heartbeat_ms,
@@ -672,16 +688,16 @@ async fn introspection_lists_nodes_subscriptions_and_group_sizes() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+}
 
+on_both_stores! {
 /// Many publishes in flight from one node travel in shared batches; each
 /// message still gets its own outcome: with a bounded backlog of 50, exactly
 /// 50 of 200 concurrent publishes land and the rest are refused, and direct
 /// sends to a missing node fail alone.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_publishes_from_one_node_keep_their_own_outcomes() {
-    let redis = RedisServer::start();
-    let store = silent_node(&redis, "test/silent", 50, "t").await;
-    let p = std::sync::Arc::new(node(&redis, "test/pub").await);
+async fn concurrent_publishes_from_one_node_keep_their_own_outcomes(server) {
+    let store = silent_node(&server, "test/silent", 50, "t").await;
+    let p = std::sync::Arc::new(node(&server, "test/pub").await);
     let bounded = PublishOptions {
         overflow: Overflow::Refuse,
         ..Default::default()
@@ -725,6 +741,7 @@ async fn concurrent_publishes_from_one_node_keep_their_own_outcomes() {
         .await
         .unwrap();
 }
+}
 
 /// docs/behaviour.md N8: publish and subscribe fail with a
 /// store error (no panic, nothing half-done locally), and work again once
@@ -756,16 +773,15 @@ async fn publish_and_subscribe_fail_while_redis_is_unreachable() {
     a.close().await.unwrap();
 }
 
+on_both_stores! {
 /// An application that stops draining its inbox still steps down when the
 /// controller asks: engine commands travel in a stream of their own, which
 /// the reader keeps reading while the application's buffer is full, and
 /// which the inbox limit never trims.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_step_down_is_not_held_up_by_an_undrained_inbox() {
-    let redis = RedisServer::start();
+async fn a_step_down_is_not_held_up_by_an_undrained_inbox(server) {
     let cfg = testkit::fast();
     let stalled = node_with(
-        &redis.url(),
+        &server.url(),
         "test/stalled",
         testkit::node_config(),
         InboxConfig::with_max_length(50),
@@ -775,7 +791,7 @@ async fn a_step_down_is_not_held_up_by_an_undrained_inbox() {
     let _inbox = stalled.inbox().unwrap();
     let group = stalled.join("test/group", cfg).unwrap();
     testkit::eventually(Duration::from_secs(3), "it leads", || group.is_leader()).await;
-    let controller = node(&redis, "test/controller").await;
+    let controller = node(&server, "test/controller").await;
     // More than the reader's buffer and the inbox's limit together.
     let n = leasehold_engine::config::INBOX_BUFFER as u64 + 50 + 20;
     for i in 0..n {
@@ -785,7 +801,7 @@ async fn a_step_down_is_not_held_up_by_an_undrained_inbox() {
             .unwrap();
     }
     testkit::eventually_async(Duration::from_secs(3), "the buffer filled up", || async {
-        let (backlog, dropped) = redis.store().inbox_state("test/stalled").await.unwrap();
+        let (backlog, dropped) = server.store().inbox_state("test/stalled").await.unwrap();
         backlog == 50 && dropped > 0
     })
     .await;
@@ -802,6 +818,7 @@ async fn a_step_down_is_not_held_up_by_an_undrained_inbox() {
     .await;
     stalled.close().await.unwrap();
     controller.close().await.unwrap();
+}
 }
 
 /// A node registered by an older version (its hash has no `commands=stream`)

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use leasehold_engine::{Event, Node, NodeConfig, NodeOptions, Store};
 use testkit::proxy::Proxy;
-use testkit::{eventually, fast, next_event, node, node_config, RedisServer};
+use testkit::{eventually, fast, next_event, node, node_config, RedisServer, StoreFixture};
 
 fn registered(redis: &RedisServer, id: &str) -> bool {
     !redis.cli(&["ZSCORE", "lh:nodes", id]).is_empty()
@@ -58,15 +58,14 @@ async fn register_writes_lease_and_metadata() {
     n.close().await.unwrap();
 }
 
+on_both_stores! {
 /// Heartbeats keep a live node registered across many leases.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn heartbeats_keep_a_live_node_registered() {
-    let redis = RedisServer::start();
-    let a = node(&redis, "test/a").await;
-    let b = node(&redis, "test/b").await;
+async fn heartbeats_keep_a_live_node_registered(server) {
+    let a = node(&server, "test/a").await;
+    let b = node(&server, "test/b").await;
     let mut events = b.events();
     tokio::time::sleep(Duration::from_millis(600 * 4)).await;
-    assert!(registered(&redis, "test/a") && registered(&redis, "test/b"));
+    assert!(server.registered("test/a") && server.registered("test/b"));
     while let Ok(e) = events.try_recv() {
         assert!(
             !matches!(e, Event::Swept { .. } | Event::Recovered { .. }),
@@ -76,20 +75,22 @@ async fn heartbeats_keep_a_live_node_registered() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+}
 
+on_both_stores! {
 /// docs/behaviour.md N5: swept once its lease expires. X8: the sweeper sleeps until that expiry (the sweep interval here is
 /// 10 s), so the node goes within its lease plus a small margin.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn crashed_node_is_swept_when_its_lease_expires() {
-    let redis = RedisServer::start();
+async fn crashed_node_is_swept_when_its_lease_expires(server) {
     let config = NodeConfig {
         sweep_interval_ms: 10_000,
         ..node_config()
     };
-    let a = Node::start(redis.store(), "test/a", config).await.unwrap();
-    let b = Node::start(redis.store(), "test/b", config).await.unwrap();
-    redis.cli(&["SADD", "lh:node:test/a:subs", "orders"]);
-    redis.cli(&["SADD", "lh:topic:orders:subs", "test/a"]);
+    let a = Node::start(server.store(), "test/a", config).await.unwrap();
+    let b = Node::start(server.store(), "test/b", config).await.unwrap();
+    let store = server.store();
+    leasehold_engine::test_hooks::subscribe_node(&store, "test/a", "orders", 100)
+        .await
+        .unwrap();
     let mut events = b.events();
     let crashed = Instant::now();
     drop(a);
@@ -109,52 +110,33 @@ async fn crashed_node_is_swept_when_its_lease_expires() {
         after <= Duration::from_millis(600 + 250),
         "swept after {after:?}"
     );
-    assert!(!registered(&redis, "test/a"));
-    assert_eq!(
-        redis.cli(&["EXISTS", "lh:node:test/a", "lh:node:test/a:subs"]),
-        "0"
-    );
-    assert_eq!(
-        redis.cli(&["SISMEMBER", "lh:topic:orders:subs", "test/a"]),
-        "0",
-        "subscriptions removed"
+    assert!(!server.registered("test/a"));
+    assert!(
+        !server.keeps_anything_of("test/a"),
+        "registration, subscriptions and queues removed"
     );
     b.close().await.unwrap();
 }
+}
 
+on_both_stores! {
 /// docs/behaviour.md N6: close() removes the node at once.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn close_removes_the_node_at_once() {
-    let redis = RedisServer::start();
-    let a = node(&redis, "test/a").await;
+async fn close_removes_the_node_at_once(server) {
+    let a = node(&server, "test/a").await;
     a.join("test/g", fast()).unwrap();
     eventually(Duration::from_secs(1), "member", || {
-        !redis
-            .cli(&["ZSCORE", "lh:g:{test/g}:members", "test/a"])
-            .is_empty()
+        server.is_member("test/g", "test/a")
     })
     .await;
-    redis.cli(&["SADD", "lh:node:test/a:subs", "orders"]);
-    redis.cli(&["SADD", "lh:topic:orders:subs", "test/a"]);
+    let store = server.store();
+    leasehold_engine::test_hooks::subscribe_node(&store, "test/a", "orders", 100)
+        .await
+        .unwrap();
     a.close().await.unwrap();
-    assert!(!registered(&redis, "test/a"));
-    assert_eq!(
-        redis.cli(&[
-            "EXISTS",
-            "lh:node:test/a",
-            "lh:node:test/a:subs",
-            "lh:node:test/a:inbox"
-        ]),
-        "0"
-    );
-    assert_eq!(
-        redis.cli(&["SISMEMBER", "lh:topic:orders:subs", "test/a"]),
-        "0"
-    );
-    assert_eq!(
-        redis.cli(&["ZSCORE", "lh:g:{test/g}:members", "test/a"]),
-        ""
-    );
+    assert!(!server.registered("test/a"));
+    assert!(!server.keeps_anything_of("test/a"));
+    assert!(!server.is_member("test/g", "test/a"));
+}
 }
 
 /// docs/behaviour.md N3: a disconnection shorter than the lease loses nothing,
@@ -238,23 +220,23 @@ async fn paused_longer_than_lease_is_swept_then_recovers() {
     b.close().await.unwrap();
 }
 
+on_both_stores! {
 /// A node whose lease expired notices it on its next heartbeat, swept or not
 /// (here its own sweeper may get there first; no other node runs).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expired_but_unswept_node_recovers_on_next_heartbeat() {
-    let redis = RedisServer::start();
-    let a = node(&redis, "test/a").await;
+async fn expired_but_unswept_node_recovers_on_next_heartbeat(server) {
+    let a = node(&server, "test/a").await;
     let mut events = a.events();
     // Pausing Redis stops every clock-driven action but Redis's own clock.
-    redis.pause();
+    server.pause();
     tokio::time::sleep(Duration::from_millis(900)).await;
-    redis.resume();
+    server.resume();
     next_event(&mut events, Duration::from_millis(1_000), |e| {
         matches!(e, Event::Recovered { .. })
     })
     .await;
-    assert!(registered(&redis, "test/a"));
+    assert!(server.registered("test/a"));
     a.close().await.unwrap();
+}
 }
 
 /// docs/behaviour.md N8: heartbeats fail, are retried and
@@ -285,20 +267,22 @@ async fn unreachable_redis_is_reported_and_retried() {
     a.close().await.unwrap();
 }
 
+on_both_stores! {
 /// docs/behaviour.md N10: at most 100 expired nodes per pass.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sweep_removes_at_most_100_nodes_per_pass() {
-    let redis = RedisServer::start();
+async fn a_sweep_removes_at_most_100_nodes_per_pass(server) {
+    let store = server.store();
     for i in 0..250 {
-        redis.cli(&["ZADD", "lh:nodes", "1", &format!("dead/{i}")]);
-        redis.cli(&["HSET", &format!("lh:node:dead/{i}"), "incarnation", "x"]);
+        leasehold_engine::test_hooks::register_node(&store, &format!("dead/{i}"), "x", 1, &[])
+            .await
+            .unwrap();
     }
-    let store = redis.store();
+    // Every lease of 1 ms has run out.
+    tokio::time::sleep(Duration::from_millis(20)).await;
     let first = leasehold_engine::test_hooks::sweep(&store, leasehold_engine::config::SWEEP_BATCH)
         .await
         .unwrap();
     assert_eq!(first.len(), 100);
-    assert_eq!(redis.cli(&["ZCARD", "lh:nodes"]), "150");
+    assert_eq!(server.registered_count(), 150);
     // A node's sweeper goes on at once after a full batch. Its sweeps are
     // counted by an observer, which sees every event from the node's start
     // (a subscription made after start could miss the first sweep).
@@ -313,7 +297,7 @@ async fn a_sweep_removes_at_most_100_nodes_per_pass() {
         observer: Some(std::sync::Arc::new(observer)),
         ..Default::default()
     };
-    let b = Node::start_with(redis.store(), "test/b", node_config(), options)
+    let b = Node::start_with(server.store(), "test/b", node_config(), options)
         .await
         .unwrap();
     eventually(Duration::from_secs(2), "150 nodes swept", || {
@@ -323,9 +307,10 @@ async fn a_sweep_removes_at_most_100_nodes_per_pass() {
     let sizes = sizes.lock().unwrap().clone();
     assert!(sizes.iter().all(|n| *n <= 100), "{sizes:?}");
     assert_eq!(sizes.iter().sum::<usize>(), 150, "{sizes:?}");
-    assert_eq!(redis.cli(&["ZCARD", "lh:nodes"]), "1");
-    assert_eq!(redis.cli(&["KEYS", "lh:node:dead/*"]), "");
+    assert_eq!(server.registered_count(), 1);
+    assert!(!server.keeps_anything_of("dead/0") && !server.keeps_anything_of("dead/249"));
     b.close().await.unwrap();
+}
 }
 
 /// Expiry uses the Redis clock: nodes whose local clocks are an hour apart
@@ -380,21 +365,20 @@ async fn expiry_uses_the_redis_clock_not_the_local_one() {
     b.close().await.unwrap();
 }
 
+on_both_stores! {
 /// An older incarnation never takes the lease from a newer live one: the
 /// older process claims while the newer one leads (it stepped down before
 /// the newer one started, and its long heartbeat has not told it yet); its
 /// claims lose, and the newer one keeps leading, undisturbed.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_older_incarnation_never_takes_the_lease_from_a_newer_one() {
-    let redis = RedisServer::start();
+async fn an_older_incarnation_never_takes_the_lease_from_a_newer_one(server) {
     // Heartbeats every 10 s: the older node learns of the newer one only
     // through its claim.
     let slow = NodeConfig::with_lease(30_000);
-    let older = Node::start(redis.store(), "test/same", slow).await.unwrap();
+    let older = Node::start(server.store(), "test/same", slow).await.unwrap();
     let g_old = older.join("test/g", fast()).unwrap();
     eventually(Duration::from_secs(2), "older leads", || g_old.is_leader()).await;
     older.step_down("test/g").await.unwrap();
-    let newer = Node::start(redis.store(), "test/same", slow).await.unwrap();
+    let newer = Node::start(server.store(), "test/same", slow).await.unwrap();
     let mut newer_events = newer.events();
     let g_new = newer.join("test/g", fast()).unwrap();
     eventually(Duration::from_secs(2), "newer leads", || g_new.is_leader()).await;
@@ -419,18 +403,18 @@ async fn an_older_incarnation_never_takes_the_lease_from_a_newer_one() {
     older.close().await.unwrap();
     newer.close().await.unwrap();
 }
+}
 
+on_both_stores! {
 /// Two live processes with one node id: the newer takes over (a restart must
 /// not wait), the older is told on its next heartbeat, emits Displaced and
 /// stops campaigning instead of sharing the lease.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_live_process_with_the_same_id_is_detected() {
-    let redis = RedisServer::start();
-    let older = node(&redis, "test/same").await;
+async fn a_second_live_process_with_the_same_id_is_detected(server) {
+    let older = node(&server, "test/same").await;
     let g_old = older.join("test/g", fast()).unwrap();
     eventually(Duration::from_secs(2), "older leads", || g_old.is_leader()).await;
     let mut events = older.events();
-    let newer = node(&redis, "test/same").await;
+    let newer = node(&server, "test/same").await;
     let g_new = newer.join("test/g", fast()).unwrap();
     let displaced = next_event(&mut events, Duration::from_millis(600), |e| {
         matches!(e, Event::Displaced { .. })
@@ -460,13 +444,14 @@ async fn a_second_live_process_with_the_same_id_is_detected() {
         tokio::time::sleep(Duration::from_millis(15)).await;
     }
     assert_eq!(
-        redis.cli(&["HGET", "lh:node:test/same", "incarnation"]),
+        server.node_field("test/same", "incarnation"),
         newer.incarnation()
     );
     // Closing the older one leaves the newer one's registration alone.
     older.close().await.unwrap();
-    assert!(registered(&redis, "test/same"));
+    assert!(server.registered("test/same"));
     newer.close().await.unwrap();
+}
 }
 
 /// Bad node ids and timings are refused with the option named; nothing is written.
