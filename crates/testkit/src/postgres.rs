@@ -83,23 +83,7 @@ impl LocalPostgres {
 
     /// With more server settings, each `name=value` (`fsync=off`, ...).
     pub fn start_with(settings: &[&str]) -> anyhow::Result<Self> {
-        if let Some(why) = missing() {
-            bail!("cannot start PostgreSQL: it {why}");
-        }
-        let bin = bin_dir().context("checked")?;
-        let port = crate::redis::free_port()?;
-        let dir = std::env::temp_dir().join(format!("leasehold-pg-{}-{port}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
-        let mut server = Self {
-            child: None,
-            port,
-            bin,
-            dir,
-            settings: settings.iter().map(|s| s.to_string()).collect(),
-            paused: false,
-        };
-        server.own_dir()?;
+        let mut server = Self::unstarted(settings)?;
         let initdb = server.bin.join("initdb");
         let data = server.data_dir();
         let out = server
@@ -127,6 +111,82 @@ impl LocalPostgres {
         }
         server.spawn()?;
         Ok(server)
+    }
+
+    /// A directory of its own and a free port, nothing in it yet.
+    fn unstarted(settings: &[&str]) -> anyhow::Result<Self> {
+        if let Some(why) = missing() {
+            bail!("cannot start PostgreSQL: it {why}");
+        }
+        let bin = bin_dir().context("checked")?;
+        let port = crate::redis::free_port()?;
+        let dir = std::env::temp_dir().join(format!("leasehold-pg-{}-{port}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+        let server = Self {
+            child: None,
+            port,
+            bin,
+            dir,
+            settings: settings.iter().map(|s| s.to_string()).collect(),
+            paused: false,
+        };
+        server.own_dir()?;
+        Ok(server)
+    }
+
+    /// A standby of `primary`, made as an operator makes one
+    /// (`pg_basebackup -R`: streaming replication, asynchronous) with the
+    /// primary's settings, on a port of its own, started. It follows the
+    /// primary until [`LocalPostgres::promote`].
+    pub fn standby_of(primary: &LocalPostgres) -> anyhow::Result<Self> {
+        Self::standby_through(primary, primary.port)
+    }
+
+    /// Like [`LocalPostgres::standby_of`], streaming from `port` (a proxy
+    /// in front of the primary, which a test can cut) once started.
+    pub fn standby_through(primary: &LocalPostgres, port: u16) -> anyhow::Result<Self> {
+        let settings: Vec<&str> = primary.settings.iter().map(String::as_str).collect();
+        let mut server = Self::unstarted(&settings)?;
+        let basebackup = server.bin.join("pg_basebackup");
+        let out = server
+            .command(&basebackup)
+            .arg("-D")
+            .arg(server.data_dir())
+            .args(["-h", "127.0.0.1", "-p", &primary.port.to_string()])
+            .args(["-U", "postgres", "-R", "-X", "stream", "-c", "fast"])
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("run {}", basebackup.display()))?;
+        if !out.status.success() {
+            bail!(
+                "pg_basebackup failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        if port != primary.port {
+            // A later line of the file wins over the one -R wrote.
+            use std::io::Write;
+            let auto = server.data_dir().join("postgresql.auto.conf");
+            let mut file = std::fs::OpenOptions::new().append(true).open(&auto)?;
+            writeln!(
+                file,
+                "primary_conninfo = 'host=127.0.0.1 port={port} user=postgres'"
+            )?;
+        }
+        server.spawn()?;
+        Ok(server)
+    }
+
+    /// Promotes a standby (`pg_promote()`, waiting for it to take writes):
+    /// a new timeline begins.
+    pub fn promote(&self) -> anyhow::Result<()> {
+        let done = self.psql("SELECT pg_promote(true, 30)")?;
+        if done != "t" {
+            bail!("pg_promote() answered {done:?}: {}", self.log_tail(10));
+        }
+        Ok(())
     }
 
     /// The data directory (`initdb`'s `-D`).

@@ -46,19 +46,24 @@ impl StoreServer {
     pub fn start_or_skip(kind: Kind, test: &str) -> Option<Self> {
         match kind {
             Kind::Redis => Some(Self::Redis(RedisServer::start())),
-            Kind::Postgres => {
-                if let Some(why) = crate::postgres::missing() {
-                    crate::lacks(test, &why);
-                    return None;
-                }
-                // Room for a test's hundred nodes, each a process with a
-                // command connection and a listener of its own.
-                let pg = LocalPostgres::start_with(&["max_connections=300"])
-                    .expect("postgres starts");
-                preset(&pg);
-                Some(Self::Postgres(pg))
-            }
+            Kind::Postgres => Self::start_postgres_with(&[], test),
         }
+    }
+
+    /// A PostgreSQL server with more settings (`synchronous_commit=off`,
+    /// say), or why it cannot start (a skip; fatal under CI).
+    pub fn start_postgres_with(settings: &[&str], test: &str) -> Option<Self> {
+        if let Some(why) = crate::postgres::missing() {
+            crate::lacks(test, &why);
+            return None;
+        }
+        // Room for a test's hundred nodes, each a process with a command
+        // connection and a listener of its own.
+        let mut all = vec!["max_connections=300"];
+        all.extend_from_slice(settings);
+        let pg = LocalPostgres::start_with(&all).expect("postgres starts");
+        preset(&pg);
+        Some(Self::Postgres(pg))
     }
 
     pub fn kind(&self) -> Kind {

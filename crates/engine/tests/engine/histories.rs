@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use leasehold_engine::Group;
 use testkit::fenced::FencedSink;
-use testkit::{eventually, fast, node, RedisServer};
+use testkit::postgres::LocalPostgres;
+use testkit::proxy::Proxy;
+use testkit::{eventually, fast, node, Kind, RedisServer, StoreFixture, StoreServer};
 
 const GROUP: &str = "test/histories";
 
@@ -99,6 +101,184 @@ async fn a_flushed_store_never_repeats_a_term() {
     let c = node(&redis, "test/c").await;
     let gc = c.join(GROUP, fast()).unwrap();
     let term = leads(&gc, first_lease_bound(), "c leads on the flushed store").await;
+    assert!(
+        sink.write("c", term),
+        "c led under term {term} after {lost} (first used by {:?})",
+        sink.holder(term)
+    );
+    assert_eq!(sink.duplicates, 0);
+    c.close().await.unwrap();
+}
+
+// ---- PostgreSQL ----
+//
+// The same promise on PostgreSQL, whose histories end differently: a
+// server started on an older copy of its volume, a standby promoted while
+// it lagged, a crash under `synchronous_commit = off`. Each hands a term to
+// a node that then dies with the data, as above.
+
+/// A node of its own store on `url` (a multi-host URL reaches whichever
+/// server takes writes).
+async fn node_on(url: &str, id: &str) -> leasehold_engine::Node {
+    let store = leasehold_engine::Store::connect(url, "lh").expect("store");
+    leasehold_engine::Node::start(store, id, testkit::node_config())
+        .await
+        .expect("node")
+}
+
+/// a leads under term t and a copy of the volume is taken; b leads under
+/// the next term and dies with the server; the server comes back on the
+/// copy, which knows only t. Only the history the store reads (the server's
+/// start) tells this from a plain restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_started_on_an_older_copy_never_repeats_a_term() {
+    let test = "a_postgres_started_on_an_older_copy_never_repeats_a_term";
+    let Some(mut server) = StoreServer::start_or_skip(Kind::Postgres, test) else {
+        return;
+    };
+    let mut sink = FencedSink::default();
+    let a = node(&server, "test/a").await;
+    let ga = a.join(GROUP, fast()).unwrap();
+    let first = leads(&ga, Duration::from_secs(3), "a leads").await;
+    assert!(sink.write("a", first));
+    // A crash-consistent copy of the volume, as a snapshot takes it.
+    let pg = server.postgres().unwrap();
+    pg.pause().unwrap();
+    let copy = pg.copy_data().unwrap();
+    pg.resume();
+    a.close().await.unwrap();
+    let b = node(&server, "test/b").await;
+    let gb = b.join(GROUP, fast()).unwrap();
+    let lost = leads(&gb, Duration::from_secs(3), "b leads").await;
+    assert!(lost > first);
+    assert!(sink.write("b", lost));
+    // b dies with the server (killed first, so b cannot reach the new one).
+    server.postgres().unwrap().kill();
+    drop(gb);
+    drop(b);
+    server.postgres().unwrap().start_on_copy(&copy).unwrap();
+    assert_eq!(
+        server.stored_term(GROUP),
+        first,
+        "the copy holds the older term"
+    );
+    let c = node(&server, "test/c").await;
+    let gc = c.join(GROUP, fast()).unwrap();
+    let term = leads(&gc, first_lease_bound(), "c leads on the older copy").await;
+    assert!(
+        sink.write("c", term),
+        "c led under term {term} after {lost} (first used by {:?})",
+        sink.holder(term)
+    );
+    assert!(
+        leasehold_engine::term::epoch(term) > 0,
+        "a new epoch: {term}"
+    );
+    assert_eq!(sink.duplicates, 0);
+    c.close().await.unwrap();
+}
+
+/// A standby made with `pg_basebackup -R` stops receiving (the network
+/// between them is paused, then cut) while the primary hands out another
+/// term; the primary dies with the node that held it, and the standby is
+/// promoted without that term. The nodes reach whichever server takes
+/// writes through one multi-host URL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_promoted_standby_that_lagged_never_repeats_a_term() {
+    let test = "a_promoted_standby_that_lagged_never_repeats_a_term";
+    let Some(mut server) = StoreServer::start_or_skip(Kind::Postgres, test) else {
+        return;
+    };
+    let primary_port = server.postgres().unwrap().port;
+    let link = Proxy::start(primary_port).await;
+    let standby = LocalPostgres::standby_through(server.postgres().unwrap(), link.port).unwrap();
+    let url = format!(
+        "postgres://postgres@127.0.0.1:{primary_port},127.0.0.1:{}/postgres?target_session_attrs=read-write",
+        standby.port
+    );
+    let mut sink = FencedSink::default();
+    let a = node_on(&url, "test/a").await;
+    let ga = a.join(GROUP, fast()).unwrap();
+    let first = leads(&ga, Duration::from_secs(3), "a leads").await;
+    assert!(sink.write("a", first));
+    let replicated = format!("SELECT counter FROM lh.groups WHERE name = '{GROUP}'");
+    eventually(Duration::from_secs(10), "the standby has term t", || {
+        standby.psql(&replicated).ok().as_deref() == Some(first.to_string().as_str())
+    })
+    .await;
+    // From here the standby lags: nothing more reaches it.
+    link.pause();
+    a.close().await.unwrap();
+    let b = node_on(&url, "test/b").await;
+    let gb = b.join(GROUP, fast()).unwrap();
+    let lost = leads(&gb, Duration::from_secs(3), "b leads").await;
+    assert!(lost > first);
+    assert!(sink.write("b", lost));
+    server.postgres().unwrap().kill();
+    drop(gb);
+    drop(b);
+    // What the link held back is lost with it.
+    link.cut();
+    standby.promote().unwrap();
+    assert_eq!(
+        standby.psql(&replicated).unwrap(),
+        first.to_string(),
+        "the promoted standby lacks the last term"
+    );
+    let c = node_on(&url, "test/c").await;
+    let gc = c.join(GROUP, fast()).unwrap();
+    let term = leads(
+        &gc,
+        first_lease_bound() * 3,
+        "c leads on the promoted standby",
+    )
+    .await;
+    assert!(
+        sink.write("c", term),
+        "c led under term {term} after {lost} (first used by {:?})",
+        sink.holder(term)
+    );
+    assert!(
+        leasehold_engine::term::epoch(term) > 0,
+        "a new epoch: {term}"
+    );
+    c.close().await.unwrap();
+}
+
+/// A server whose default is `synchronous_commit = off` is killed (-9)
+/// right after a term was handed out: the settings check names the
+/// setting, and the term after the crash is greater than every one before,
+/// whatever the crash kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_under_synchronous_commit_off_never_repeats_a_term() {
+    let test = "a_crash_under_synchronous_commit_off_never_repeats_a_term";
+    let Some(mut server) = StoreServer::start_postgres_with(&["synchronous_commit=off"], test)
+    else {
+        return;
+    };
+    let store = server.store();
+    let warnings = store.setting_warnings().await.unwrap();
+    assert!(
+        warnings.iter().any(|w| w.setting == "synchronous_commit"),
+        "{warnings:?}"
+    );
+    let mut sink = FencedSink::default();
+    let a = node(&server, "test/a").await;
+    let ga = a.join(GROUP, fast()).unwrap();
+    let first = leads(&ga, Duration::from_secs(3), "a leads").await;
+    assert!(sink.write("a", first));
+    a.close().await.unwrap();
+    let b = node(&server, "test/b").await;
+    let gb = b.join(GROUP, fast()).unwrap();
+    let lost = leads(&gb, Duration::from_secs(3), "b leads").await;
+    assert!(sink.write("b", lost));
+    server.postgres().unwrap().kill();
+    drop(gb);
+    drop(b);
+    server.postgres().unwrap().restart_on_own_data().unwrap();
+    let c = node(&server, "test/c").await;
+    let gc = c.join(GROUP, fast()).unwrap();
+    let term = leads(&gc, first_lease_bound(), "c leads after the crash").await;
     assert!(
         sink.write("c", term),
         "c led under term {term} after {lost} (first used by {:?})",
