@@ -1,7 +1,10 @@
-//! The flags that say how to reach Redis, shared by `leasehold agent` and
-//! `leasehold controller` so both read a password or a CA the same way.
-//! A password belongs in a file (a mounted Secret), not in the URL, where
-//! it would show in the pod spec and in `ps`.
+//! The flags that say how to reach the store (Redis or PostgreSQL), shared
+//! by `leasehold agent`, `leasehold controller` and the operator commands
+//! so all read a password or a CA the same way. A password belongs in a
+//! file (a mounted Secret), not in the URL, where it would show in the pod
+//! spec and in `ps`. The URL's scheme picks the store: `--store-url`, or
+//! `--redis-url` by its older name (both kept: charts and manifests in use
+//! set `LEASEHOLD_REDIS_URL`).
 
 use std::path::PathBuf;
 
@@ -12,11 +15,18 @@ use crate::error::FlagError;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RedisArgs {
-    /// Redis holding the engine's state: redis://[user[:password]@]host[:port][/db] (rediss:// for TLS); behind Sentinel redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/db]; a Redis Cluster redis+cluster://[user[:password]@]host[:port][,host[:port]...] (rediss+sentinel://, rediss+cluster:// for TLS).
+    /// The store holding the engine's state. Redis: redis://[user[:password]@]host[:port][/db] (rediss:// for TLS); behind Sentinel redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/db]; a Redis Cluster redis+cluster://[user[:password]@]host[:port][,host[:port]...] (rediss+sentinel://, rediss+cluster:// for TLS). PostgreSQL: postgres://[user@]host[:port][,host[:port]...]/database[?target_session_attrs=read-write].
+    #[arg(long, env = "LEASEHOLD_STORE_URL")]
+    pub store_url: Option<String>,
+    /// The same as --store-url, by its older name.
     #[arg(long, env = "LEASEHOLD_REDIS_URL")]
-    pub redis_url: String,
-    /// File holding the Redis password (a mounted Secret); wins over a password in the URL.
-    #[arg(long, env = "LEASEHOLD_REDIS_PASSWORD_FILE")]
+    pub redis_url: Option<String>,
+    /// File holding the store's password (a mounted Secret); wins over a password in the URL.
+    #[arg(
+        long,
+        visible_alias = "store-password-file",
+        env = "LEASEHOLD_REDIS_PASSWORD_FILE"
+    )]
     pub redis_password_file: Option<PathBuf>,
     /// File holding the sentinels' own password, when they require one (a redis+sentinel:// URL's password is the primary's).
     #[arg(long, env = "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE")]
@@ -24,7 +34,7 @@ pub struct RedisArgs {
     /// PEM file of the CA that signed a rediss:// server's certificate, if not a public one.
     #[arg(long, env = "LEASEHOLD_REDIS_CA_FILE")]
     pub redis_ca_file: Option<PathBuf>,
-    /// Key prefix in Redis (the same for the controller and every agent).
+    /// Key prefix in Redis, schema in PostgreSQL (the same for the controller and every agent).
     #[arg(long, env = "LEASEHOLD_PREFIX", default_value = DEFAULT_PREFIX)]
     pub prefix: String,
     /// Replicas a lease claim or renewal must reach before it counts: `all` (every connected replica; nothing to wait for without replicas), a number, or `off`.
@@ -62,9 +72,25 @@ fn read(flag: &'static str, path: &Option<PathBuf>) -> Result<Option<Vec<u8>>, F
 }
 
 impl RedisArgs {
+    /// The store's URL, from either flag.
+    pub fn url(&self) -> Result<&str, FlagError> {
+        match (&self.store_url, &self.redis_url) {
+            (Some(a), Some(b)) if a != b => Err(FlagError::worded(
+                "--store-url",
+                "--store-url and --redis-url name different stores: give one of them".to_owned(),
+            )),
+            (Some(url), _) | (None, Some(url)) => Ok(url),
+            (None, None) => Err(FlagError::worded(
+                "--store-url",
+                "--store-url (or LEASEHOLD_STORE_URL) is required: the Redis or PostgreSQL URL of the store".to_owned(),
+            )),
+        }
+    }
+
     /// Reads the files and prepares the (lazy) connection; an error names
     /// the flag at fault.
     pub fn connect(&self) -> Result<Store, FlagError> {
+        let url = self.url()?;
         let secret = |p: Vec<u8>| {
             String::from_utf8_lossy(&p)
                 .trim_end_matches(['\r', '\n'])
@@ -76,7 +102,7 @@ impl RedisArgs {
             &self.redis_sentinel_password_file,
         )?
         .map(secret);
-        if sentinel_password.is_some() && !self.redis_url.contains("+sentinel://") {
+        if sentinel_password.is_some() && !url.contains("+sentinel://") {
             return Err(FlagError::worded(
                 "--redis-sentinel-password-file",
                 "--redis-sentinel-password-file is used only with a redis+sentinel:// or rediss+sentinel:// --redis-url".to_owned(),
@@ -97,16 +123,16 @@ impl RedisArgs {
             ca_pem: ca.as_deref(),
             sentinel_password: sentinel_password.as_deref(),
         };
-        let store = Store::connect_with_options(&self.redis_url, &self.prefix, options).map_err(
-            |e| match e {
+        let store =
+            Store::connect_with_options(url, &self.prefix, options).map_err(|e| match e {
                 leasehold_engine::ConnectError::Prefix(e) => FlagError::new("--prefix", e),
                 e @ (leasehold_engine::ConnectError::CaWithoutTls
-                | leasehold_engine::ConnectError::InvalidCa(_)) => {
+                | leasehold_engine::ConnectError::InvalidCa(_)
+                | leasehold_engine::ConnectError::PostgresTls) => {
                     FlagError::new("--redis-ca-file", e)
                 }
-                e => FlagError::new("--redis-url", e),
-            },
-        )?;
+                e => FlagError::new("--store-url", e),
+            })?;
         Ok(store.with_replica_acks(
             self.redis_replica_acks,
             std::time::Duration::from_millis(self.redis_replica_wait_ms),

@@ -193,17 +193,18 @@ where
 }
 
 #[cfg(feature = "kube")]
-/// Controller flags for a test: this Redis under prefix `prefix`, replica
+/// Controller flags for a test: this store under prefix `prefix`, replica
 /// timings of 1000/300/100 ms, no resync to speak of, probes on `listen`.
 pub fn controller_args(
-    redis: &RedisServer,
+    redis: &impl StoreFixture,
     prefix: &str,
     namespace: &str,
     listen: std::net::SocketAddr,
 ) -> leasehold_kube::run::ControllerArgs {
     leasehold_kube::run::ControllerArgs {
         redis: leasehold_daemon::redis_args::RedisArgs {
-            redis_url: redis.url(),
+            store_url: Some(redis.url()),
+            redis_url: None,
             redis_password_file: None,
             redis_sentinel_password_file: None,
             redis_ca_file: None,

@@ -21,11 +21,18 @@ pub enum Kind {
 pub trait StoreFixture {
     /// A fresh handle on the store, under the prefix `lh`.
     fn store(&self) -> Store;
+
+    /// The store's URL.
+    fn url(&self) -> String;
 }
 
 impl StoreFixture for RedisServer {
     fn store(&self) -> Store {
         RedisServer::store(self)
+    }
+
+    fn url(&self) -> String {
+        self.0.url()
     }
 }
 
@@ -38,6 +45,10 @@ pub enum StoreServer {
 impl StoreFixture for StoreServer {
     fn store(&self) -> Store {
         Store::connect(&self.url(), "lh").expect("store")
+    }
+
+    fn url(&self) -> String {
+        StoreServer::url(self)
     }
 }
 
