@@ -1,23 +1,30 @@
-//! `leasehold demo`: three nodes in one group on a real Redis, no cluster.
+//! `leasehold demo`: three nodes in one group on a real Redis or
+//! PostgreSQL, no cluster.
 //! It shows the leader, crashes it (no release: its lease must expire), shows
 //! who took over and how long it took, then steps the new leader down and
 //! shows the handover. Timings are short so it ends in a few seconds.
 
 use std::time::{Duration, Instant};
 
-use anyhow::{anyhow, bail, Context as _};
+use anyhow::{anyhow, bail};
 use leasehold_daemon::election_args::{election_config, FLAGS};
 use leasehold_engine::{Group, Node, NodeConfig, Store};
 
+mod postgres;
 mod server;
 
+use postgres::PostgresServer;
 use server::RedisServer;
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// Redis to use; when absent, a redis-server is started on a free port.
-    #[arg(long, env = "LEASEHOLD_REDIS_URL")]
-    redis_url: Option<String>,
+    /// The store to use (redis://... or postgres://...); when absent, a
+    /// throwaway server of the kind --store names is started on a free port.
+    #[arg(long, visible_alias = "redis-url", env = "LEASEHOLD_REDIS_URL")]
+    store_url: Option<String>,
+    /// Which store to start when no URL is given.
+    #[arg(long, default_value = "redis", value_parser = ["redis", "postgres"])]
+    store: String,
     /// Lease time to live, ms.
     #[arg(long, default_value_t = 1000)]
     ttl_ms: u64,
@@ -27,6 +34,13 @@ pub struct DemoArgs {
     /// How often followers try to claim at the latest, ms.
     #[arg(long, default_value_t = 200)]
     retry_interval_ms: u64,
+}
+
+/// The throwaway server the demo started, if any, stopped when dropped.
+enum Local {
+    None,
+    Redis(#[allow(dead_code)] RedisServer),
+    Postgres(#[allow(dead_code)] PostgresServer),
 }
 
 const GROUP: &str = "demo/singleton";
@@ -62,26 +76,37 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
         args.renew_interval_ms,
         args.retry_interval_ms,
     )?;
-    let (_local, url) = match args.redis_url {
-        Some(url) => (None, url),
-        None => {
+    let (_local, url) = match (args.store_url, args.store.as_str()) {
+        (Some(url), _) => (Local::None, url),
+        (None, "postgres") => {
+            let local = PostgresServer::start()?;
+            println!(
+                "started postgres on 127.0.0.1:{} (stopped at exit)",
+                local.port
+            );
+            let url = local.url();
+            (Local::Postgres(local), url)
+        }
+        (None, _) => {
             let local = RedisServer::start()?;
             println!(
                 "started redis-server on 127.0.0.1:{} (stopped at exit)",
                 local.port
             );
             let url = local.url();
-            (Some(local), url)
+            (Local::Redis(local), url)
         }
     };
-    // A prefix of its own, so the demo never touches other data in that Redis.
-    let prefix = format!("leasehold-demo-{:08x}", fastrand::u32(..));
+    // A prefix of its own, so the demo never touches other data in that
+    // store (on PostgreSQL a schema of its own, dropped by nobody: name it
+    // with --store-url on a database you can spare).
+    let prefix = format!("leasehold_demo_{:08x}", fastrand::u32(..));
     let store = Store::connect(&url, &prefix).map_err(anyhow::Error::msg)?;
-    tokio::time::timeout(Duration::from_secs(5), store.ping())
+    let kind = store.kind();
+    tokio::time::timeout(Duration::from_secs(10), store.check())
         .await
-        .map_err(|_| anyhow!("redis at {url} did not answer within 5 s"))?
-        .map_err(anyhow::Error::msg)
-        .with_context(|| format!("redis at {url}"))?;
+        .map_err(|_| anyhow!("the {kind} store did not answer within 10 s"))?
+        .map_err(anyhow::Error::msg)?;
     println!(
         "group {GROUP}: ttl {} ms, renew every {} ms, retry every {} ms",
         election.ttl_ms, election.renew_interval_ms, election.retry_interval_ms
@@ -109,7 +134,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<()> {
     let killed = Instant::now();
     drop(crashed);
     println!(
-        "2. {crashed_id} crashes (its lease has {} left in Redis)",
+        "2. {crashed_id} crashes (its lease has {} left in {kind})",
         ms(lease_left)
     );
     let second = leader_of(&members, limit).await?;

@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 use testkit::agent::{args, get, post, run_to_end, Agent, RETRY_MS, TTL_MS};
 use testkit::free_port;
 use testkit::proxy::Proxy;
-use testkit::RedisServer;
+use testkit::{RedisServer, StoreFixture};
 
 const GROUP: &str = "jobs";
 
-async fn start_agents(redis: &RedisServer, n: usize) -> Vec<Agent> {
+async fn start_agents(redis: &impl StoreFixture, n: usize) -> Vec<Agent> {
     let mut agents = Vec::new();
     for i in 0..n {
         let id = format!("t/agent-{i}");
@@ -66,10 +66,9 @@ async fn time_to_new_leader(agents: &[Agent], except: usize, limit: Duration) ->
     }
 }
 
-#[tokio::test]
-async fn three_agents_agree_on_one_leader_and_the_api_says_so() {
-    let redis = RedisServer::start();
-    let agents = start_agents(&redis, 3).await;
+on_both_stores! {
+async fn three_agents_agree_on_one_leader_and_the_api_says_so(server) {
+    let agents = start_agents(&server, 3).await;
     let l = agreed_leader(&agents, Duration::from_secs(3)).await;
 
     let (code, body) = get(agents[l].port, "/v1/status").await;
@@ -114,11 +113,11 @@ async fn three_agents_agree_on_one_leader_and_the_api_says_so() {
         "step-down handover took {took:?}"
     );
 }
+}
 
-#[tokio::test]
-async fn sigterm_on_the_leader_hands_over_within_the_retry_interval() {
-    let redis = RedisServer::start();
-    let mut agents = start_agents(&redis, 3).await;
+on_both_stores! {
+async fn sigterm_on_the_leader_hands_over_within_the_retry_interval(server) {
+    let mut agents = start_agents(&server, 3).await;
     let l = agreed_leader(&agents, Duration::from_secs(3)).await;
     agents[l].signal(testkit::Signal::SIGTERM);
     // docs/behaviour.md E2: at most one retry interval; the margin is two more.
@@ -135,10 +134,8 @@ async fn sigterm_on_the_leader_hands_over_within_the_retry_interval() {
         "SIGTERM must end the agent with 0, got {status:?}"
     );
     // It left the registry at once.
-    assert_eq!(
-        redis.cli(&["EXISTS", &format!("lh:node:{}", agents[l].id)]),
-        "0"
-    );
+    assert!(!server.registered(&agents[l].id));
+}
 }
 
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! The operator's commands (`leasehold nodes`, `groups`, `publish`,
-//! `subscribe`, `step-down`) as processes against a real redis-server, with
-//! library nodes in this test as the workload.
+//! `subscribe`, `step-down`) as processes against a real redis-server and
+//! a real PostgreSQL (each test on both), with library nodes in this test
+//! as the workload.
 
 use leasehold_testkit as testkit;
 
@@ -10,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use leasehold_engine::{Group, Node};
 use serde_json::Value;
-use testkit::{fast, node, one_leader, RedisServer};
+use testkit::{fast, node, one_leader, StoreFixture};
 
-fn leasehold(redis: &RedisServer, args: &[&str]) -> Command {
+fn leasehold(redis: &impl StoreFixture, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
     command
         .args(args)
@@ -22,7 +23,7 @@ fn leasehold(redis: &RedisServer, args: &[&str]) -> Command {
 }
 
 /// Runs to the end; stdout, or a panic with stderr.
-fn run(redis: &RedisServer, args: &[&str]) -> String {
+fn run(redis: &impl StoreFixture, args: &[&str]) -> String {
     let out = leasehold(redis, args).output().expect("run leasehold");
     assert!(
         out.status.success(),
@@ -32,14 +33,14 @@ fn run(redis: &RedisServer, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn json(redis: &RedisServer, args: &[&str]) -> Value {
+fn json(redis: &impl StoreFixture, args: &[&str]) -> Value {
     let mut all = args.to_vec();
     all.extend(["-o", "json"]);
     serde_json::from_str(&run(redis, &all)).expect("JSON output")
 }
 
 /// Nodes `ns/a` and `ns/b` in group `ns/web`, and which of them leads.
-async fn two_members_of_web(redis: &RedisServer) -> (Vec<(Node, Group)>, usize) {
+async fn two_members_of_web(redis: &impl StoreFixture) -> (Vec<(Node, Group)>, usize) {
     let mut members = Vec::new();
     for id in ["ns/a", "ns/b"] {
         let n = node(redis, id).await;
@@ -50,13 +51,12 @@ async fn two_members_of_web(redis: &RedisServer) -> (Vec<(Node, Group)>, usize) 
     (members, leader)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn nodes_and_groups_list_the_registry_and_the_leases() {
-    let redis = RedisServer::start();
-    let (_members, leader) = two_members_of_web(&redis).await;
+on_both_stores! {
+async fn nodes_and_groups_list_the_registry_and_the_leases(server) {
+    let (_members, leader) = two_members_of_web(&server).await;
     let leader_id = ["ns/a", "ns/b"][leader];
 
-    let nodes = json(&redis, &["nodes"]);
+    let nodes = json(&server, &["nodes"]);
     let listed: Vec<&str> = nodes["nodes"]
         .as_array()
         .unwrap()
@@ -70,14 +70,14 @@ async fn nodes_and_groups_list_the_registry_and_the_leases() {
         assert!(n["leaseLeftMs"].as_u64().unwrap() <= 600, "{n}");
         assert_eq!(n["backlog"], 0);
     }
-    let table = run(&redis, &["nodes"]);
+    let table = run(&server, &["nodes"]);
     assert!(table.starts_with("NODE "), "{table}");
     assert!(
         table.contains("LEASE LEFT") && table.contains("ns/a") && table.contains("ns/b"),
         "{table}"
     );
 
-    let groups = json(&redis, &["groups"]);
+    let groups = json(&server, &["groups"]);
     let web = &groups["groups"][0];
     assert_eq!(
         (web["group"].as_str(), web["leader"].as_str()),
@@ -86,22 +86,22 @@ async fn nodes_and_groups_list_the_registry_and_the_leases() {
     );
     assert!(web["term"].as_u64().unwrap() >= 1);
     assert_eq!(web["members"].as_array().unwrap().len(), 2);
-    let table = run(&redis, &["groups"]);
+    let table = run(&server, &["groups"]);
     assert!(
         table.starts_with("GROUP ") && table.contains(leader_id),
         "{table}"
     );
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn publish_sends_an_argument_or_standard_input_to_subscribers() {
-    let redis = RedisServer::start();
-    let listener = node(&redis, "ns/listener").await;
+on_both_stores! {
+async fn publish_sends_an_argument_or_standard_input_to_subscribers(server) {
+    let listener = node(&server, "ns/listener").await;
     listener.subscribe("alerts.*").await.unwrap();
     let mut inbox = listener.inbox().unwrap();
-    let answer = json(&redis, &["publish", "alerts.disk", "disk full"]);
+    let answer = json(&server, &["publish", "alerts.disk", "disk full"]);
     assert_eq!(answer["reached"], 1, "{answer}");
-    let mut child = leasehold(&redis, &["publish", "alerts.cpu", "-"])
+    let mut child = leasehold(&server, &["publish", "alerts.cpu", "-"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -130,17 +130,17 @@ async fn publish_sends_an_argument_or_standard_input_to_subscribers() {
         (Some("alerts.cpu"), &[0xff, 0x01][..])
     );
     // The command's own node is gone once it ended.
-    let nodes = redis.store().list_nodes().await.unwrap();
+    let nodes = server.store().list_nodes().await.unwrap();
     assert!(nodes.iter().all(|n| !n.id.starts_with("cli/")), "{nodes:?}");
     // Bad input names what is wrong.
-    let out = leasehold(&redis, &["publish", "a..b", "x"])
+    let out = leasehold(&server, &["publish", "a..b", "x"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("a..b"));
     let too_long = (leasehold_engine::config::MAX_RETAIN_MS + 1).to_string();
     let out = leasehold(
-        &redis,
+        &server,
         &[
             "publish",
             "a",
@@ -163,19 +163,19 @@ async fn publish_sends_an_argument_or_standard_input_to_subscribers() {
         "{stderr}"
     );
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn subscribe_prints_messages_until_interrupted_and_unregisters() {
-    let redis = RedisServer::start();
-    let publisher = node(&redis, "ns/publisher").await;
-    let mut child = leasehold(&redis, &["subscribe", "orders.>", "-o", "json"])
+on_both_stores! {
+async fn subscribe_prints_messages_until_interrupted_and_unregisters(server) {
+    let publisher = node(&server, "ns/publisher").await;
+    let mut child = leasehold(&server, &["subscribe", "orders.>", "-o", "json"])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let nodes = redis.store().list_nodes().await.unwrap();
+        let nodes = server.store().list_nodes().await.unwrap();
         if nodes.iter().any(|n| n.id.starts_with("cli/")) {
             break;
         }
@@ -210,26 +210,26 @@ async fn subscribe_prints_messages_until_interrupted_and_unregisters() {
     assert!(testkit::send_signal(child.id(), testkit::Signal::SIGINT));
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
-    let nodes = redis.store().list_nodes().await.unwrap();
+    let nodes = server.store().list_nodes().await.unwrap();
     assert!(
         nodes.iter().all(|n| !n.id.starts_with("cli/")),
         "the subscriber's node is still registered: {nodes:?}"
     );
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn step_down_hands_the_lease_to_another_member() {
-    let redis = RedisServer::start();
-    let (_members, leader) = two_members_of_web(&redis).await;
+on_both_stores! {
+async fn step_down_hands_the_lease_to_another_member(server) {
+    let (_members, leader) = two_members_of_web(&server).await;
     let (was, next) = [("ns/a", "ns/b"), ("ns/b", "ns/a")][leader];
-    let answer = json(&redis, &["step-down", "ns/web"]);
+    let answer = json(&server, &["step-down", "ns/web"]);
     assert_eq!(answer["asked"], was, "{answer}");
     assert_eq!(answer["leader"], next, "{answer}");
     assert!(
         answer["newTerm"].as_u64().unwrap() > answer["term"].as_u64().unwrap(),
         "{answer}"
     );
-    let out = leasehold(&redis, &["step-down", "ns/nobody"])
+    let out = leasehold(&server, &["step-down", "ns/nobody"])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -238,4 +238,5 @@ async fn step_down_hands_the_lease_to_another_member() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
 }

@@ -40,3 +40,35 @@ fn demo_refuses_bad_timings_naming_the_option() {
         "{stderr}"
     );
 }
+
+/// `leasehold demo --store postgres` starts its own PostgreSQL and shows
+/// the same three scenes.
+#[test]
+fn demo_runs_on_its_own_postgres() {
+    if let Some(why) = leasehold_testkit::postgres::missing() {
+        leasehold_testkit::lacks("demo_runs_on_its_own_postgres", &why);
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["demo", "--store", "postgres"])
+        .env_remove("LEASEHOLD_REDIS_URL")
+        .output()
+        .expect("run leasehold demo");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "demo failed:\n{stdout}\n{stderr}");
+    for expected in [
+        "started postgres on 127.0.0.1:",
+        "1. demo/node-",
+        "crashes (its lease has",
+        "left in postgres)",
+        "took over after",
+        "steps down",
+        "summary: crash takeover",
+    ] {
+        assert!(
+            stdout.contains(expected),
+            "missing {expected:?} in:\n{stdout}"
+        );
+    }
+}

@@ -2,6 +2,9 @@
 //! local API (leadership and messaging), the operator commands, and the
 //! demo. One test binary; a module per subject.
 
+#[macro_use]
+extern crate leasehold_testkit;
+
 mod agent;
 mod agent_messaging;
 mod cli;

@@ -687,3 +687,24 @@ fn namespaced_mode_scopes_the_admission_policy_to_that_namespace() {
         "request.userInfo.username == 'system:serviceaccount:ops:rel-leasehold'"
     );
 }
+
+/// `store.url` names a PostgreSQL store (and wins over the Redis values);
+/// anything else there is refused with the key named.
+#[test]
+fn a_postgres_store_url_reaches_the_controller() {
+    let Some(helm) = helm_or_skip("postgres store") else {
+        return;
+    };
+    let url = r"postgres://app@db-0:5432\,db-1:5432/app?target_session_attrs=read-write";
+    let set = format!("store.url={url}");
+    let docs_ = docs(&template(&helm, &[set.as_str(), "redis.existingSecret=db-pw"]).unwrap());
+    let spec = &controller(&docs_)["spec"]["template"]["spec"];
+    let c = &spec["containers"][0];
+    assert_eq!(
+        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
+        "postgres://app@db-0:5432,db-1:5432/app?target_session_attrs=read-write"
+    );
+    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_some());
+    let err = template(&helm, &["store.url=mysql://x"]).unwrap_err();
+    assert!(err.to_string().contains("store.url"), "{err}");
+}

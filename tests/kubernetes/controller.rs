@@ -23,7 +23,7 @@ use leasehold_kube::event_log::EventLog;
 use leasehold_kube::metrics::ControllerMetrics;
 use leasehold_kube::reconcile::{clean_up, reconcile, Context};
 use serde_json::{json, Value};
-use testkit::{eventually, fast, node, RedisServer};
+use testkit::{eventually, fast, node, RedisServer, StoreFixture};
 
 type Handle = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
@@ -75,12 +75,12 @@ struct Setup {
     _server: tokio::task::JoinHandle<()>,
 }
 
-async fn setup(redis: &RedisServer, pods: Vec<Value>) -> Setup {
+async fn setup(redis: &impl StoreFixture, pods: Vec<Value>) -> Setup {
     setup_with(redis, pods, fast()).await
 }
 
 /// `leadership` is the timing of the controllers' own group.
-async fn setup_with(redis: &RedisServer, pods: Vec<Value>, timings: ElectionConfig) -> Setup {
+async fn setup_with(redis: &impl StoreFixture, pods: Vec<Value>, timings: ElectionConfig) -> Setup {
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
     let seen: Seen = Arc::default();
@@ -155,7 +155,7 @@ fn led_by_a() -> LeaderGroup {
     g
 }
 
-async fn elect(redis: &RedisServer, id: &str) -> (Node, leasehold_engine::Group) {
+async fn elect(redis: &impl StoreFixture, id: &str) -> (Node, leasehold_engine::Group) {
     let n = node(redis, id).await;
     let cfg = ElectionConfig {
         ttl_ms: 600,
@@ -201,17 +201,16 @@ async fn every_change_of_leader_is_an_event_that_names_the_new_leader() {
     b.close().await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn first_election_labels_followers_then_the_leader_and_writes_status() {
-    let redis = RedisServer::start();
-    let (a, ga) = elect(&redis, "shop/a").await;
+on_both_stores! {
+async fn first_election_labels_followers_then_the_leader_and_writes_status(server) {
+    let (a, ga) = elect(&server, "shop/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
-    let (b, gb) = elect(&redis, "shop/b").await;
+    let (b, gb) = elect(&server, "shop/b").await;
     eventually(Duration::from_secs(3), "b follows", || {
         matches!(testkit::role(&gb), leasehold_engine::Role::Follower { .. })
     })
     .await;
-    let s = setup(&redis, vec![pod_json("a", None), pod_json("b", None)]).await;
+    let s = setup(&server, vec![pod_json("a", None), pod_json("b", None)]).await;
     tokio::time::timeout(
         Duration::from_secs(5),
         reconcile(Arc::new(group()), s.ctx.clone()),
@@ -248,12 +247,10 @@ async fn first_election_labels_followers_then_the_leader_and_writes_status() {
         "{status}"
     );
     // The group's timings went to Redis for the nodes to adopt.
-    assert_eq!(
-        redis.cli(&["HGET", "lh:g:{shop/web}:config", "ttlMs"]),
-        "600"
-    );
+    assert_eq!(server.adopted_ttl_ms("shop/web"), "600");
     a.close().await.unwrap();
     b.close().await.unwrap();
+}
 }
 
 /// A deleted LeaderGroup's role labels come off the pods, the leader's
@@ -301,15 +298,14 @@ async fn a_deleted_groups_role_labels_come_off_its_pods() {
     b.close().await.unwrap();
 }
 
+on_both_stores! {
 /// The running controller sees a LeaderGroup's deletion on its watch and
 /// takes the group's labels off (kube-runtime's controller alone never
 /// reconciles a deleted object: before, the last leader kept its label).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_running_controller_cleans_up_after_a_deleted_group() {
+async fn the_running_controller_cleans_up_after_a_deleted_group(server) {
     use leasehold_kube::run::run_with;
-    let redis = RedisServer::start();
     // b's agent still runs and leads: while the group lives, its label stays.
-    let (b, gb) = elect(&redis, "shop/b").await;
+    let (b, gb) = elect(&server, "shop/b").await;
     eventually(Duration::from_secs(3), "b leads", || gb.is_leader()).await;
     let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
     let client = kube::Client::new(service, "default");
@@ -322,7 +318,7 @@ async fn the_running_controller_cleans_up_after_a_deleted_group() {
         seen.clone(),
         Some(deleted.clone()),
     );
-    let args = testkit::controller_args(&redis, "lh", "ops", testkit::free_addr());
+    let args = testkit::controller_args(&server, "lh", "ops", testkit::free_addr());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let controller = tokio::spawn(run_with(client, args, async move {
         let _ = stopped.await;
@@ -355,18 +351,18 @@ async fn the_running_controller_cleans_up_after_a_deleted_group() {
     let _ = tokio::time::timeout(Duration::from_secs(10), controller).await;
     b.close().await.unwrap();
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_a_leader_change_the_old_label_is_removed_before_the_new_one_is_set() {
-    let redis = RedisServer::start();
-    let (a, ga) = elect(&redis, "shop/a").await;
+on_both_stores! {
+async fn on_a_leader_change_the_old_label_is_removed_before_the_new_one_is_set(server) {
+    let (a, ga) = elect(&server, "shop/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
-    let (b, gb) = elect(&redis, "shop/b").await;
+    let (b, gb) = elect(&server, "shop/b").await;
     a.step_down("shop/web").await.unwrap();
     eventually(Duration::from_secs(3), "b leads", || gb.is_leader()).await;
     // The cluster still shows a as leader.
     let s = setup(
-        &redis,
+        &server,
         vec![
             pod_json("a", Some("leader")),
             pod_json("b", Some("follower")),
@@ -393,18 +389,18 @@ async fn on_a_leader_change_the_old_label_is_removed_before_the_new_one_is_set()
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+}
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crashed_leader_loses_its_label_before_a_successor_exists() {
-    let redis = RedisServer::start();
-    let (a, ga) = elect(&redis, "shop/a").await;
+on_both_stores! {
+async fn a_crashed_leader_loses_its_label_before_a_successor_exists(server) {
+    let (a, ga) = elect(&server, "shop/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
     drop(a); // crash, no successor candidate at all
     eventually(Duration::from_secs(3), "lease expired", || {
-        redis.cli(&["EXISTS", "lh:g:{shop/web}:lease"]) == "0"
+        !server.lease_held("shop/web")
     })
     .await;
-    let s = setup(&redis, vec![pod_json("a", Some("leader"))]).await;
+    let s = setup(&server, vec![pod_json("a", Some("leader"))]).await;
     reconcile(Arc::new(group()), s.ctx.clone()).await.unwrap();
     let w = writes(&s.seen);
     assert!(
@@ -414,6 +410,7 @@ async fn a_crashed_leader_loses_its_label_before_a_successor_exists() {
     );
     let status = w.iter().find(|r| r.contains("/status")).expect("status");
     assert!(status.contains("NoLeader"), "{status}");
+}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -455,14 +452,13 @@ async fn redis_unavailable_touches_no_label_and_reports_it() {
     drop(a);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_step_down_annotation_reaches_the_leader_once() {
-    let redis = RedisServer::start();
-    let (a, ga) = elect(&redis, "shop/a").await;
+on_both_stores! {
+async fn the_step_down_annotation_reaches_the_leader_once(server) {
+    let (a, ga) = elect(&server, "shop/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
-    let (b, gb) = elect(&redis, "shop/b").await;
+    let (b, gb) = elect(&server, "shop/b").await;
     let s = setup(
-        &redis,
+        &server,
         vec![
             pod_json("a", Some("leader")),
             pod_json("b", Some("follower")),
@@ -488,6 +484,7 @@ async fn the_step_down_annotation_reaches_the_leader_once() {
     assert!(status.contains(r#""handledStepDown":"now""#), "{status}");
     a.close().await.unwrap();
     b.close().await.unwrap();
+}
 }
 
 /// A standby replica (not holding the controllers' lease) writes nothing.

@@ -38,18 +38,21 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-The Redis URL: the in-release Redis when deployed (it wins over redis.url),
-else redis.url. redis.sentinelSecret is refused unless the URL is a Sentinel
-one, as the binary refuses --redis-sentinel-password-file.
+The store URL: store.url when set (PostgreSQL, or any Redis URL), else the
+in-release Redis when deployed (it wins over redis.url), else redis.url.
+redis.sentinelSecret is refused unless the URL is a Sentinel one, as the
+binary refuses --redis-sentinel-password-file.
 */}}
-{{- define "leasehold.redisUrl" -}}
+{{- define "leasehold.storeUrl" -}}
 {{- $url := "" }}
-{{- if .Values.redis.deploy }}
+{{- if .Values.store.url }}
+{{- $url = .Values.store.url }}
+{{- else if .Values.redis.deploy }}
 {{- $url = printf "redis://%s-redis.%s.svc:6379" (include "leasehold.fullname" .) .Release.Namespace }}
 {{- else if .Values.redis.url }}
 {{- $url = .Values.redis.url }}
 {{- else }}
-{{- fail "redis: set redis.url to your Redis (redis://host:6379, redis+sentinel://s1:26379,s2:26379/MASTER, redis+cluster://n1:6379,n2:6379; rediss... for TLS), or redis.deploy=true for a throwaway one" }}
+{{- fail "redis: set redis.url to your Redis (redis://host:6379, redis+sentinel://s1:26379,s2:26379/MASTER, redis+cluster://n1:6379,n2:6379; rediss... for TLS), or redis.deploy=true for a throwaway one, or store.url to your PostgreSQL (postgres://user@host:5432/db)" }}
 {{- end }}
 {{- if and .Values.redis.sentinelSecret (not (contains "+sentinel://" $url)) }}
 {{- fail "redis.sentinelSecret is for a redis+sentinel:// or rediss+sentinel:// redis.url only (not with redis.deploy=true)" }}

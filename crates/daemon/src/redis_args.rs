@@ -91,6 +91,12 @@ impl RedisArgs {
     /// the flag at fault.
     pub fn connect(&self) -> Result<Store, FlagError> {
         let url = self.url()?;
+        // The URL's flag by the name it was given.
+        let url_flag = if self.store_url.is_some() {
+            "--store-url"
+        } else {
+            "--redis-url"
+        };
         let secret = |p: Vec<u8>| {
             String::from_utf8_lossy(&p)
                 .trim_end_matches(['\r', '\n'])
@@ -131,7 +137,7 @@ impl RedisArgs {
                 | leasehold_engine::ConnectError::PostgresTls) => {
                     FlagError::new("--redis-ca-file", e)
                 }
-                e => FlagError::new("--store-url", e),
+                e => FlagError::new(url_flag, e),
             })?;
         Ok(store.with_replica_acks(
             self.redis_replica_acks,

@@ -33,7 +33,6 @@ use leasehold_engine::{ElectionConfig, Event, Group, Node, NodeConfig, Role, Sto
 use tokio::sync::broadcast;
 
 pub use redis::LocalRedis;
-pub use store::{Kind, StoreFixture, StoreServer};
 
 /// A free port on 127.0.0.1.
 pub fn free_port() -> u16 {
@@ -138,6 +137,26 @@ impl RedisServer {
     /// A plain synchronous command, for inspecting state from the test.
     pub fn cli(&self, args: &[&str]) -> String {
         self.0.cli(args).expect("redis-cli")
+    }
+}
+
+/// Anything a node can be started on: [`RedisServer`], or either store's
+/// `store::StoreServer`.
+pub trait StoreFixture {
+    /// A fresh handle on the store, under the prefix `lh`.
+    fn store(&self) -> Store;
+
+    /// The store's URL.
+    fn url(&self) -> String;
+}
+
+impl StoreFixture for RedisServer {
+    fn store(&self) -> Store {
+        RedisServer::store(self)
+    }
+
+    fn url(&self) -> String {
+        self.0.url()
     }
 }
 

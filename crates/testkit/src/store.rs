@@ -8,32 +8,48 @@ use leasehold_engine::store::postgres::PgStore;
 use leasehold_engine::Store;
 
 use crate::postgres::LocalPostgres;
-use crate::RedisServer;
+use crate::{RedisServer, StoreFixture};
+
+/// One test per store from one body: `on_both_stores! { async fn
+/// name(server) { ... } }` makes the module `name` with the tests `redis`
+/// and `postgres`, each running the body with a mutable `server`, a
+/// [`StoreServer`] of its kind (a PostgreSQL that cannot be had here is a
+/// skip, said out loud; a failure under CI). The calling crate needs tokio.
+#[macro_export]
+macro_rules! on_both_stores {
+    ($(#[doc = $doc:expr])* async fn $name:ident($server:ident) $body:block) => {
+        $(#[doc = $doc])*
+        mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            #[allow(unused_mut)]
+            async fn body(mut $server: $crate::store::StoreServer) $body
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                let kind = $crate::store::Kind::Redis;
+                if let Some(server) = $crate::store::StoreServer::start_or_skip(kind, "redis") {
+                    body(server).await;
+                }
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn postgres() {
+                let kind = $crate::store::Kind::Postgres;
+                if let Some(server) = $crate::store::StoreServer::start_or_skip(kind, "postgres") {
+                    body(server).await;
+                }
+            }
+        }
+    };
+}
 
 /// Which store a test runs against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Redis,
     Postgres,
-}
-
-/// Anything a node can be started on.
-pub trait StoreFixture {
-    /// A fresh handle on the store, under the prefix `lh`.
-    fn store(&self) -> Store;
-
-    /// The store's URL.
-    fn url(&self) -> String;
-}
-
-impl StoreFixture for RedisServer {
-    fn store(&self) -> Store {
-        RedisServer::store(self)
-    }
-
-    fn url(&self) -> String {
-        self.0.url()
-    }
 }
 
 /// A throwaway server of either kind.
@@ -89,6 +105,21 @@ impl StoreServer {
             Self::Redis(r) => r.url(),
             Self::Postgres(p) => p.url(),
         }
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        match self {
+            Self::Redis(r) => r.port,
+            Self::Postgres(p) => p.port,
+        }
+    }
+
+    /// The URL of the server as reached on another port of 127.0.0.1 (a
+    /// proxy in front of it).
+    pub fn url_at(&self, port: u16) -> String {
+        self.url()
+            .replacen(&format!(":{}", self.port()), &format!(":{port}"), 1)
     }
 
     /// SIGSTOP: connections stay open, nothing answers.
@@ -195,6 +226,31 @@ impl StoreServer {
                     "SELECT count(*) FROM lh.members WHERE grp = {} AND node = {}",
                     quote(group),
                     quote(node)
+                )) == "1"
+            }
+        }
+    }
+
+    /// The ttl a group's nodes adopt, as written by the controller ("" when
+    /// none is).
+    pub fn adopted_ttl_ms(&self, group: &str) -> String {
+        match self {
+            Self::Redis(r) => r.cli(&["HGET", &format!("lh:g:{{{group}}}:config"), "ttlMs"]),
+            Self::Postgres(_) => self.sql(&format!(
+                "SELECT ttl_ms FROM lh.groups WHERE name = {}",
+                quote(group)
+            )),
+        }
+    }
+
+    /// Whether someone holds `group`'s lease now (store clock).
+    pub fn lease_held(&self, group: &str) -> bool {
+        match self {
+            Self::Redis(r) => r.cli(&["EXISTS", &format!("lh:g:{{{group}}}:lease")]) == "1",
+            Self::Postgres(_) => {
+                self.sql(&format!(
+                    "SELECT count(*) FROM lh.groups WHERE name = {} AND holder IS NOT NULL AND expires_ms > lh.now_ms()",
+                    quote(group)
                 )) == "1"
             }
         }

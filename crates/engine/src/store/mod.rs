@@ -532,7 +532,15 @@ mod tests {
     #[test]
     fn a_bad_url_names_the_option() {
         let err = Store::connect("http://nope", "leasehold").unwrap_err();
-        assert!(err.to_string().starts_with("redis_url is invalid"), "{err}");
+        assert!(
+            err.to_string().starts_with("the store URL is invalid"),
+            "{err}"
+        );
+        assert!(err.to_string().contains("postgres://"), "{err}");
+        let err = Store::connect("postgres://a@b@c/d", "leasehold").unwrap_err();
+        assert!(err.to_string().contains("%40"), "{err}");
+        let err = Store::connect("postgres://h/d", &"p".repeat(60)).unwrap_err();
+        assert!(err.to_string().contains("over 55 bytes"), "{err}");
         let err = Store::connect("redis://127.0.0.1:1", "bad prefix").unwrap_err();
         assert!(err.to_string().contains("prefix"), "{err}");
     }

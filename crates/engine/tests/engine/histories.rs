@@ -16,7 +16,8 @@ use leasehold_engine::Group;
 use testkit::fenced::FencedSink;
 use testkit::postgres::LocalPostgres;
 use testkit::proxy::Proxy;
-use testkit::{eventually, fast, node, Kind, RedisServer, StoreFixture, StoreServer};
+use testkit::store::{Kind, StoreServer};
+use testkit::{eventually, fast, node, RedisServer, StoreFixture};
 
 const GROUP: &str = "test/histories";
 

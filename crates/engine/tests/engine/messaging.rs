@@ -12,7 +12,8 @@ use leasehold_engine::{
     PublishOptions, Store, TopicError,
 };
 use testkit::proxy::Proxy;
-use testkit::{next_event, node, RedisServer, StoreFixture, StoreServer};
+use testkit::store::StoreServer;
+use testkit::{next_event, node, RedisServer, StoreFixture};
 
 const WAIT: Duration = Duration::from_secs(3);
 

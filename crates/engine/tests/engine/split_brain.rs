@@ -3,7 +3,7 @@
 //! pauses and per-node network partitions (longer and shorter than the ttl),
 //! while a monitor samples every node's `leader_term()` every millisecond.
 //!
-//! Each run prints its seed; `LEASEHOLD_SEED=N` replays one, and
+//! It runs on both stores. Each run prints its seed; `LEASEHOLD_SEED=N` replays one, and
 //! `LEASEHOLD_SPLIT_BRAIN_STEPS` makes runs longer.
 
 use leasehold_testkit as testkit;
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use leasehold_engine::{ElectionConfig, Group, Node, Store};
 use testkit::proxy::Proxy;
-use testkit::RedisServer;
+use testkit::store::{Kind, StoreServer};
 
 const GROUP: &str = "test/split";
 const SLOTS: usize = 4;
@@ -21,6 +21,8 @@ const SLOTS: usize = 4;
 struct Slot {
     id: String,
     proxy: Proxy,
+    /// The store's URL through the proxy.
+    url: String,
     node: Option<Node>,
 }
 
@@ -38,7 +40,7 @@ fn cfg(long_retry: bool) -> ElectionConfig {
 }
 
 async fn start(slot: &mut Slot, watched: &Watched, i: usize, config: ElectionConfig) {
-    let store = Store::connect(&slot.proxy.url(), "lh").unwrap();
+    let store = Store::connect(&slot.url, "lh").unwrap();
     let node = Node::start(store, &slot.id, testkit::node_config())
         .await
         .unwrap();
@@ -81,18 +83,23 @@ fn monitor(
     })
 }
 
-async fn run(seed: u64, steps: usize) {
+async fn run(kind: Kind, seed: u64, steps: usize) {
     // Odd seeds use a retry interval longer than the ttl.
     let config = cfg(seed % 2 == 1);
-    println!("split-brain run: LEASEHOLD_SEED={seed} {config:?}");
+    println!("split-brain run on {kind:?}: LEASEHOLD_SEED={seed} {config:?}");
     let mut rng = fastrand::Rng::with_seed(seed);
-    let redis = RedisServer::start();
+    let Some(mut server) = StoreServer::start_or_skip(kind, &format!("{kind:?}").to_lowercase())
+    else {
+        return;
+    };
     let watched: Watched = Arc::new(Mutex::new((0..SLOTS).map(|_| None).collect()));
     let mut slots = Vec::new();
     for i in 0..SLOTS {
+        let proxy = Proxy::start(server.port()).await;
         slots.push(Slot {
             id: format!("test/n{i}"),
-            proxy: Proxy::start(redis.port).await,
+            url: server.url_at(proxy.port),
+            proxy,
             node: None,
         });
     }
@@ -138,10 +145,10 @@ async fn run(seed: u64, steps: usize) {
             }
             (6, _) => {
                 let ms = rng.u64(20..400);
-                redis.pause();
+                server.pause();
                 tokio::time::sleep(Duration::from_millis(ms)).await;
-                redis.resume();
-                log.push(format!("redis pause {ms}ms"));
+                server.resume();
+                log.push(format!("store pause {ms}ms"));
             }
             (_, false) => {
                 start(slot, &watched, i, config).await;
@@ -176,8 +183,12 @@ async fn run(seed: u64, steps: usize) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_two_nodes_ever_lead_the_same_group() {
+on_both_stores! {
+/// Two runs per store (a short and a long retry interval), each on a
+/// server of its own.
+async fn no_two_nodes_ever_lead_the_same_group(server) {
+    let kind = server.kind();
+    drop(server);
     let steps = std::env::var("LEASEHOLD_SPLIT_BRAIN_STEPS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -186,11 +197,12 @@ async fn no_two_nodes_ever_lead_the_same_group() {
         .ok()
         .and_then(|s| s.parse().ok())
     {
-        Some(seed) => run(seed, steps).await,
+        Some(seed) => run(kind, seed, steps).await,
         None => {
             let seed = fastrand::u64(..);
-            run(seed & !1, steps).await;
-            run(seed | 1, steps).await;
+            run(kind, seed & !1, steps).await;
+            run(kind, seed | 1, steps).await;
         }
     }
+}
 }

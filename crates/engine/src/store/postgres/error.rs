@@ -6,6 +6,11 @@ use std::fmt;
 use tokio_postgres::config::Host;
 use tokio_postgres::Config;
 
+/// The longest prefix: a schema name is at most 63 bytes, and the
+/// notification channels are named `PREFIX.release`, `PREFIX.inbox` and
+/// `PREFIX.events`, identifiers of at most 63 bytes too.
+pub const MAX_PREFIX_BYTES: usize = 63 - ".release".len();
+
 /// Where a URL points, for messages: the hosts and the database, never the
 /// password.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -87,7 +92,7 @@ pub enum PgStartError {
         found: i32,
         ours: i32,
     },
-    #[error("{target}: the prefix {schema:?} is over {max} bytes: PostgreSQL keeps names of at most 63, and the store's notification channels add \".release\" to it", max = super::MAX_PREFIX_BYTES)]
+    #[error("{target}: the prefix {schema:?} is over {max} bytes: PostgreSQL keeps names of at most 63, and the store's notification channels add \".release\" to it", max = MAX_PREFIX_BYTES)]
     LongPrefix { target: Target, schema: String },
     #[error("{target}: schema {schema:?} holds schema version {found:?}, which is not a version leasehold wrote: give another --prefix, or repair its meta table")]
     BadSchemaVersion {

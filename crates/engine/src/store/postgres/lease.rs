@@ -14,8 +14,8 @@
 
 use tokio_postgres::Row;
 
+use super::handle::{failed, PgStore};
 use super::session::Op;
-use super::PgStore;
 use crate::config::ElectionConfig;
 use crate::store::outcome::{Claim, GroupState, Renewal};
 use crate::store::safety::SettingWarning;
@@ -52,7 +52,7 @@ impl PgStore {
         candidacy_ms: u64,
         _confirmed: Option<u64>,
     ) -> Result<Claim, StoreError> {
-        let session = self.session().await.map_err(super::failed)?;
+        let session = self.session().await.map_err(failed)?;
         let history = session.history_key();
         let started_ms = session.history.started_us / 1000;
         let rows = self

@@ -15,7 +15,10 @@
 //!
 //! A pooler in transaction mode (PgBouncer's `pool_mode = transaction`)
 //! cannot carry LISTEN: the store must reach PostgreSQL directly or through
-//! a pooler in session mode (docs/postgres.md).
+//! a pooler in session mode (docs/postgres.md). The listener tells: after
+//! LISTEN it notifies itself, and a notification that does not come back
+//! within [`ECHO_TIMEOUT`] is reported as an error naming the pooler, and
+//! the followers poll as while the listener is down.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -32,6 +35,9 @@ use crate::sync::locked;
 
 /// How often the listener's connection is checked.
 pub(super) const CHECK_EVERY: Duration = Duration::from_secs(1);
+
+/// How long the listener waits for its own notification after LISTEN.
+const ECHO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long a check may take before the connection counts as lost.
 const CHECK_TIMEOUT: Duration = Duration::from_secs(2);
@@ -204,6 +210,31 @@ async fn listen(
             ident(&channels.events)
         ))
         .await?;
+    // Its own notification must come back on this connection (an inbox
+    // hint for no node: nobody acts on it).
+    client
+        .execute("SELECT pg_notify($1, '')", &[&channels.inbox])
+        .await?;
+    let echo = tokio::time::timeout(ECHO_TIMEOUT, async {
+        while let Some(n) = notifications.recv().await {
+            if n.channel() == channels.inbox && n.payload().is_empty() {
+                return true;
+            }
+            dispatch(channels, routes, n);
+        }
+        false
+    })
+    .await;
+    if echo != Ok(true) {
+        if echo.is_err() {
+            tracing::error!(
+                "postgres: the listener's own notification did not come back within {ECHO_TIMEOUT:?}: \
+                 a pooler in transaction mode (PgBouncer's pool_mode = transaction) drops LISTEN; \
+                 connect to PostgreSQL directly or through a pooler in session mode. Followers poll meanwhile"
+            );
+        }
+        return Ok(());
+    }
     backoff.reset();
     {
         let mut routes = locked(routes);

@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
 
+use super::handle::{failed, PgStore};
 use super::lease::big;
 use super::listener::POLL_WHILE_DOWN;
 use super::session::Op;
-use super::PgStore;
 use crate::store::inbox::{Cursors, Entry, InboxCursor, Message, Queue, Read};
 use crate::store::messaging::{Destination, NodeInfo, Outgoing, PublishOutcome};
 use crate::store::wakeup::{Interest, Wakeup};
@@ -203,11 +203,11 @@ impl PgStore {
         op: Op,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<u64, StoreError> {
-        let session = self.session().await.map_err(super::failed)?;
+        let session = self.session().await.map_err(failed)?;
         let result = session.execute(op, self.schema(), params).await;
         result.map_err(|e| {
             self.shared.slot.failed(&session, &e);
-            super::failed(e)
+            failed(e)
         })
     }
 }

@@ -3,8 +3,10 @@
 //! statement or one call of a function of that schema (sql/v1.sql), with
 //! the database's clock. Wake-ups come through LISTEN/NOTIFY on one
 //! connection per process (listener.rs); commands share one pipelined
-//! connection ([`session`]), made on first use and made again after it
-//! failed, each time checked and migrated as at start.
+//! connection (session.rs), made on first use and made again after it
+//! failed, each time checked and migrated as at start. The handle is
+//! [`PgStore`] (handle.rs); the operations are in lease.rs, registry.rs and
+//! messaging.rs.
 //!
 //! Every check at start changes nothing when it fails: the credentials,
 //! the server's version and role (a standby is refused) are read before the
@@ -12,6 +14,7 @@
 //! transaction under an advisory lock.
 
 mod error;
+mod handle;
 mod history;
 mod lease;
 mod listener;
@@ -20,234 +23,9 @@ mod registry;
 mod schema;
 mod session;
 
-use std::sync::Arc;
-
-use tokio_postgres::Config;
-
-use error::causes;
-pub use error::{PgStartError, Target};
+pub use error::{PgStartError, Target, MAX_PREFIX_BYTES};
+pub use handle::{is_postgres_url, PgStore};
 pub use history::History;
 pub(crate) use messaging::PgReader;
 pub use schema::SCHEMA_VERSION;
-use session::{Op, Session, Slot};
-
-use crate::store::StoreError;
-
-/// How long a connection attempt may take unless the URL says
-/// (`connect_timeout`): a black-holed host must not hold a start for the
-/// kernel's TCP timeout.
-const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The oldest server accepted: 14 (13 and older are past their end of life).
-pub const MIN_SERVER_VERSION: i32 = 14_00_00;
-
-/// The longest prefix: a schema name is at most 63 bytes, and the
-/// notification channels are named `PREFIX.release`, `PREFIX.inbox` and
-/// `PREFIX.events`, identifiers of at most 63 bytes too.
-pub const MAX_PREFIX_BYTES: usize = 63 - ".release".len();
-
-/// A handle on one database and the schema (the prefix) in it: cheap to
-/// clone, shared by every loop of a process.
-#[derive(Clone)]
-pub struct PgStore {
-    shared: Arc<Shared>,
-}
-
-struct Shared {
-    config: Config,
-    target: Target,
-    schema: String,
-    slot: Slot,
-    listener: listener::Listener,
-}
-
-impl std::fmt::Debug for PgStore {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PgStore")
-            .field("target", &self.shared.target)
-            .field("schema", &self.shared.schema)
-            .finish_non_exhaustive()
-    }
-}
-
-impl PgStore {
-    /// Prepares a store on `url` (`postgres://` or `postgresql://`, or
-    /// libpq's `key=value` form) and the schema `prefix`, without
-    /// connecting: the first call connects (see [`PgStore::open`] to do it
-    /// now). `password` wins over one in the URL.
-    pub fn new(url: &str, prefix: &str, password: Option<&str>) -> Result<Self, PgStartError> {
-        check_userinfo(url)?;
-        // The parser's cause names the option at fault, never its value.
-        let mut config: Config = url
-            .parse()
-            .map_err(|e: tokio_postgres::Error| PgStartError::Url(causes(&e)))?;
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(CONNECT_TIMEOUT);
-        }
-        config.keepalives_idle(crate::config::TCP_KEEPALIVE);
-        if let Some(password) = password {
-            config.password(password);
-        }
-        if config.get_application_name().is_none() {
-            config.application_name("leasehold");
-        }
-        let target = Target::of(&config);
-        if prefix.len() > MAX_PREFIX_BYTES {
-            return Err(PgStartError::LongPrefix {
-                target,
-                schema: prefix.to_owned(),
-            });
-        }
-        Ok(Self {
-            shared: Arc::new(Shared {
-                listener: listener::Listener::new(prefix),
-                slot: Slot::default(),
-                config,
-                target,
-                schema: prefix.to_owned(),
-            }),
-        })
-    }
-
-    /// Connects to `url`, checks the server, and creates or migrates the
-    /// schema `prefix`: what a process does at start, to refuse a database
-    /// that cannot serve before it does anything else.
-    pub async fn open(url: &str, prefix: &str) -> Result<Self, PgStartError> {
-        let store = Self::new(url, prefix, None)?;
-        store.session().await?;
-        Ok(store)
-    }
-
-    /// Connects now if not connected (see [`PgStore::open`]).
-    pub async fn check(&self) -> Result<(), PgStartError> {
-        self.session().await.map(drop)
-    }
-
-    /// The store's history as read by the current connection.
-    pub async fn history(&self) -> Result<History, PgStartError> {
-        Ok(self.session().await?.history.clone())
-    }
-
-    /// Reads the history again, on the current connection.
-    pub async fn read_history(&self) -> Result<History, PgStartError> {
-        let session = self.session().await?;
-        History::read(&session.client, &self.shared.schema)
-            .await
-            .map_err(|source| PgStartError::Query {
-                target: self.shared.target.clone(),
-                source,
-            })
-    }
-
-    pub fn target(&self) -> &Target {
-        &self.shared.target
-    }
-
-    fn schema(&self) -> &str {
-        &self.shared.schema
-    }
-
-    /// Lease writes wait for the synchronous standbys
-    /// (`synchronous_commit = remote_apply`) unless `acks` is off.
-    pub(crate) fn with_replica_acks(self, acks: crate::store::ReplicaAcks) -> Self {
-        self.shared
-            .slot
-            .set_remote_apply(!matches!(acks, crate::store::ReplicaAcks::Off));
-        self
-    }
-
-    /// How many times the store found a server of another history
-    /// (a promoted standby, a restarted server): the moment to look at
-    /// its settings again.
-    pub fn primaries_found(&self) -> u64 {
-        self.shared.slot.histories_seen()
-    }
-
-    async fn session(&self) -> Result<Arc<Session>, PgStartError> {
-        self.shared
-            .slot
-            .get(
-                &self.shared.config,
-                &self.shared.target,
-                &self.shared.schema,
-            )
-            .await
-    }
-
-    /// Runs `op` with `params`, returning its rows.
-    async fn query(
-        &self,
-        op: Op,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
-        let session = self.session().await.map_err(failed)?;
-        self.query_on(&session, op, params).await
-    }
-
-    /// Runs `op` on `session` (a claim runs on the connection whose
-    /// history it passes).
-    async fn query_on(
-        &self,
-        session: &Arc<Session>,
-        op: Op,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
-        let result = session.query(op, &self.shared.schema, params).await;
-        result.map_err(|e| {
-            self.shared.slot.failed(session, &e);
-            failed(e)
-        })
-    }
-
-    /// Runs `op`, which answers one row.
-    async fn query_one(
-        &self,
-        op: Op,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<tokio_postgres::Row, StoreError> {
-        self.query(op, params)
-            .await?
-            .into_iter()
-            .next()
-            .ok_or_else(|| StoreError::Reply(format!("{op:?}: no row")))
-    }
-
-    /// The database's clock, in ms since the epoch.
-    pub async fn time_ms(&self) -> Result<u64, StoreError> {
-        let row = self.query_one(Op::Time, &[]).await?;
-        Ok(row.get::<_, i64>(0).max(0) as u64)
-    }
-
-    pub async fn ping(&self) -> Result<(), StoreError> {
-        self.query(Op::Ping, &[]).await.map(drop)
-    }
-}
-
-/// A store error from PostgreSQL's.
-fn failed(e: impl std::error::Error + Send + Sync + 'static) -> StoreError {
-    StoreError::Failed {
-        store: "postgres",
-        source: Arc::new(e),
-    }
-}
-
-/// A URL whose user or password holds a raw `@` would be split at the
-/// first one, and part of the password taken for the host (and printed as
-/// such in every error): refused, without echoing it.
-fn check_userinfo(url: &str) -> Result<(), PgStartError> {
-    let Some((_, rest)) = url.split_once("://") else {
-        return Ok(());
-    };
-    let authority = rest.split(['/', '?']).next().unwrap_or_default();
-    if authority.matches('@').count() > 1 {
-        return Err(PgStartError::Url(
-            "an '@' in the user or password must be percent-encoded as %40".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// Whether `url` names a PostgreSQL server.
-pub fn is_postgres_url(url: &str) -> bool {
-    url.starts_with("postgres://") || url.starts_with("postgresql://")
-}
+pub use session::MIN_SERVER_VERSION;

@@ -4,9 +4,9 @@
 //! and a sweep of the same node run one after the other; sweepers skip the
 //! rows another holds (`FOR UPDATE SKIP LOCKED`) instead of queueing.
 
+use super::handle::{failed, PgStore};
 use super::lease::big;
 use super::session::Op;
-use super::PgStore;
 use crate::store::outcome::{Heartbeat, Sweep};
 use crate::store::StoreError;
 
@@ -67,7 +67,7 @@ impl PgStore {
         field: &str,
         value: &str,
     ) -> Result<bool, StoreError> {
-        let session = self.session().await.map_err(super::failed)?;
+        let session = self.session().await.map_err(failed)?;
         let n = session
             .execute(
                 Op::SetField,
@@ -79,7 +79,7 @@ impl PgStore {
             Ok(n) => Ok(n == 1),
             Err(e) => {
                 self.shared.slot.failed(&session, &e);
-                Err(super::failed(e))
+                Err(failed(e))
             }
         }
     }

@@ -19,6 +19,9 @@ use super::history::History;
 use super::schema::{self, ident};
 use crate::sync::locked;
 
+/// The oldest server accepted: 14 (13 and older are past their end of life).
+pub const MIN_SERVER_VERSION: i32 = 14_00_00;
+
 /// The statements of the store, one per operation; `{s}` is the quoted
 /// schema, `{c}` the prefix of the notification channels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -309,11 +312,11 @@ async fn check_server(client: &Client, target: &Target) -> Result<(), PgStartErr
             source,
         })?;
     let (number, version, standby): (i32, String, bool) = (row.get(0), row.get(1), row.get(2));
-    if number < super::MIN_SERVER_VERSION {
+    if number < MIN_SERVER_VERSION {
         return Err(PgStartError::Version {
             target: target.clone(),
             found: version,
-            needed: super::MIN_SERVER_VERSION / 10_000,
+            needed: MIN_SERVER_VERSION / 10_000,
         });
     }
     if standby {

@@ -52,8 +52,9 @@ pub(crate) struct Parsed {
 }
 
 pub(crate) const URL_FORMS: &str = "redis://[user:password@]host[:port][/db], rediss://… for TLS, \
-redis+sentinel://[user:password@]host[:port][,host[:port]…]/MASTER[/db] or \
-redis+cluster://[user:password@]host[:port][,host[:port]…] (rediss+sentinel://, rediss+cluster:// for TLS)";
+redis+sentinel://[user:password@]host[:port][,host[:port]…]/MASTER[/db], \
+redis+cluster://[user:password@]host[:port][,host[:port]…] (rediss+sentinel://, rediss+cluster:// for TLS), \
+or for PostgreSQL postgres://[user@]host[:port][,host[:port]…]/database";
 
 /// What is wrong with a URL's form (its `Display` is the sentence
 /// [`ConnectError::UrlForm`] shows).
@@ -579,9 +580,9 @@ fn owner_in(slots: &Value, slot: i64, asked: &str) -> Option<(String, u16)> {
 /// Why [`crate::Store::connect`] refused to start.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
-    #[error("redis_url is invalid ({0}); expected {forms}", forms = URL_FORMS)]
+    #[error("the store URL is invalid ({0}); expected {forms}", forms = URL_FORMS)]
     Url(redis::RedisError),
-    #[error("redis_url is invalid ({0}); expected {forms}", forms = URL_FORMS)]
+    #[error("the store URL is invalid ({0}); expected {forms}", forms = URL_FORMS)]
     UrlForm(#[from] UrlError),
     #[error(transparent)]
     Prefix(#[from] ConfigError),
