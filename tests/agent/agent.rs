@@ -966,3 +966,43 @@ async fn at_the_file_descriptor_limit_the_accept_loop_does_not_spin() {
     .await;
     drop(agent);
 }
+
+/// A PostgreSQL database that refuses for a reason a retry will not cure
+/// (here: a schema written by a newer leasehold) stops the agent at start
+/// with an error that says which and names the flag, and changes nothing;
+/// the same database once it can serve takes the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_postgres_that_refuses_stops_the_agent_at_start_and_says_why() {
+    let test = "a_postgres_that_refuses_stops_the_agent_at_start_and_says_why";
+    let Some(mut server) = testkit::store::StoreServer::start_postgres_with(&[], test) else {
+        return;
+    };
+    let pg = server.postgres().unwrap();
+    pg.psql("UPDATE lh.meta SET value = '99' WHERE key = 'schema_version'")
+        .unwrap();
+    let port = free_port();
+    let mut flags = args("t/refused", &pg.url(), port, GROUP);
+    flags[1] = "--store-url".into();
+    let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+    let started = Instant::now();
+    let (status, stderr) = run_to_end(&flags);
+    assert!(!status.success(), "the agent started: {stderr}");
+    assert!(
+        stderr.contains("--store-url")
+            && stderr.contains("version 99, newer than this leasehold")
+            && stderr.contains("127.0.0.1"),
+        "{stderr}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    assert_eq!(
+        pg.psql("SELECT value FROM lh.meta WHERE key = 'schema_version'")
+            .unwrap(),
+        "99",
+        "left as it was"
+    );
+    assert_eq!(
+        pg.psql("SELECT count(*) FROM lh.nodes").unwrap(),
+        "0",
+        "nothing written"
+    );
+}

@@ -346,7 +346,7 @@ impl Agent {
     /// listen address, the role directory), then starts the node, joins
     /// the groups and starts the API server, the role files and the command.
     async fn start(args: &AgentArgs, settings: Settings) -> Result<Self, AgentError> {
-        let store = args.redis.connect()?;
+        let store = args.redis.connect_checked().await?;
         let (listener, probe_listener) = Self::bind(args).await?;
         let role_files = match &args.role_dir {
             Some(dir) => Some(role_file::RoleFiles::create(dir.clone())?),

@@ -23,12 +23,28 @@ pub enum Scenario {
     All,
 }
 
+/// Which store the bench starts when it is given no URL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum StoreKind {
+    Redis,
+    Postgres,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct BenchArgs {
-    /// Redis to use; when absent, a redis-server is started on a free port
-    /// (needed for the Redis pause scenarios, which stop and resume it).
-    #[arg(long, env = "LEASEHOLD_REDIS_URL")]
+    /// The store to use (redis://... or postgres://...); when absent, a
+    /// throwaway server of the kind --store names is started on a free port
+    /// (needed for the pause scenarios, which stop and resume it).
+    #[arg(
+        long = "store-url",
+        visible_alias = "redis-url",
+        env = "LEASEHOLD_REDIS_URL"
+    )]
     pub redis_url: Option<String>,
+    /// Which store to start when no URL is given. The replicas, Sentinel
+    /// and controller scenarios run on Redis only.
+    #[arg(long, value_enum, default_value = "redis")]
+    pub store: StoreKind,
     #[arg(long, value_enum, default_value = "all")]
     pub scenario: Scenario,
     /// Trials per takeover scenario.

@@ -165,8 +165,10 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         let holder_bound = 1000.0 / timings.renew_interval_ms as f64;
         rows.push(Row::new(
             format!(
-                "holder at rest, {n} group(s), ttl {} / renew {} ms: Redis calls/s per group",
-                timings.ttl_ms, timings.renew_interval_ms
+                "holder at rest, {n} group(s), ttl {} / renew {} ms: {} calls/s per group",
+                timings.ttl_ms,
+                timings.renew_interval_ms,
+                super::local::name(url)
             ),
             format!("≈ 1 renewal per renew interval = {holder_bound:.2}/s"),
             format!(
@@ -179,8 +181,9 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         ));
         rows.push(Row::new(
             format!(
-                "follower at rest, {n} group(s), ttl {} ms: Redis calls/s per group",
-                timings.ttl_ms
+                "follower at rest, {n} group(s), ttl {} ms: {} calls/s per group",
+                timings.ttl_ms,
+                super::local::name(url)
             ),
             format!("≤ 1 per ttl = {follower_goal:.2}/s [seed: 1 per retry interval = {:.2}/s]", 1000.0 / timings.retry_interval_ms as f64),
             format!(

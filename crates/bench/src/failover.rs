@@ -15,9 +15,9 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use super::agents::{wait_agreed, AgentProcess, GROUP, NAMESPACE};
 use super::args::BenchArgs;
+use super::local::{name, LocalStore};
 use super::report::progress;
 use super::report::Series;
-use leasehold_testkit::LocalRedis;
 
 const AGENTS: usize = 3;
 
@@ -161,18 +161,18 @@ impl Bench<'_> {
         self.agents[victim].restart().await
     }
 
-    /// Redis stalled (SIGSTOP) for `pause`: time from SIGCONT until exactly
-    /// one agent leads again.
+    /// The store stalled (SIGSTOP) for `pause`: time from SIGCONT until
+    /// exactly one agent leads again.
     async fn pause(
         &mut self,
-        redis: &LocalRedis,
+        server: &mut LocalStore,
         pause: Duration,
         series: &mut Series,
     ) -> anyhow::Result<()> {
         self.steady().await?;
-        redis.pause()?;
+        server.pause()?;
         tokio::time::sleep(pause).await;
-        redis.resume()?;
+        server.resume()?;
         let resumed = Instant::now();
         // Exactly one agent leads (the takeover docs/behaviour.md E6 bounds); the others
         // learning who it is comes after, and is waited for by `steady`.
@@ -188,7 +188,7 @@ impl Bench<'_> {
             }
             if resumed.elapsed() > self.settle_limit() {
                 bail!(
-                    "no single leader within {:?} of Redis resuming",
+                    "no single leader within {:?} of the store resuming",
                     self.settle_limit()
                 );
             }
@@ -203,9 +203,10 @@ impl Bench<'_> {
 #[allow(clippy::too_many_lines)]
 pub async fn run(
     url: &str,
-    local: Option<&LocalRedis>,
+    local: Option<&mut LocalStore>,
     args: &BenchArgs,
 ) -> anyhow::Result<Vec<Series>> {
+    let store_name = name(url);
     let timings = args.timings()?;
     let prefix = super::report::prefix();
     let store = Store::connect(url, &prefix).map_err(anyhow::Error::msg)?;
@@ -226,14 +227,14 @@ pub async fn run(
     let n = args.trials;
     let mut crash = Series::new("crash (SIGKILL): kill to new leader", ttl + retry, None);
     let mut crash_gap = Series::new(
-        "crash: old lease expiry to new acquisition (Redis clock)",
+        &format!("crash: old lease expiry to new acquisition ({store_name} clock)"),
         retry,
         Some(10),
     );
     let mut graceful = Series::new("graceful (SIGTERM): signal to new leader", retry, Some(50));
     let mut step_down = Series::new("step-down (API): request to new leader", retry, Some(50));
     let mut swept = Series::new(
-        "dead node: registration expiry to sweep (Redis clock)",
+        &format!("dead node: registration expiry to sweep ({store_name} clock)"),
         args.node_lease_ms(),
         Some(50),
     );
@@ -259,22 +260,39 @@ pub async fn run(
     }
     let mut out = vec![crash, crash_gap, graceful, step_down, swept];
     match local {
-        Some(redis) => {
-            let mut short = Series::new("Redis paused < ttl: resume to one leader", retry, None);
-            let mut long = Series::new("Redis paused > ttl: resume to one leader", retry, None);
-            let (short_pause, long_pause) = (Duration::from_millis(ttl / 2), Duration::from_millis(ttl * 2));
+        Some(server) => {
+            let mut short = Series::new(
+                &format!("{store_name} paused < ttl: resume to one leader"),
+                retry,
+                None,
+            );
+            let mut long = Series::new(
+                &format!("{store_name} paused > ttl: resume to one leader"),
+                retry,
+                None,
+            );
+            let (short_pause, long_pause) = (
+                Duration::from_millis(ttl / 2),
+                Duration::from_millis(ttl * 2),
+            );
             for k in 1..=n {
-                progress(&format!("Redis paused for {short_pause:?}, trial {k} of {n}"));
-                bench.pause(redis, short_pause, &mut short).await?;
+                progress(&format!(
+                    "{store_name} paused for {short_pause:?}, trial {k} of {n}"
+                ));
+                bench.pause(server, short_pause, &mut short).await?;
             }
             for k in 1..=n {
-                progress(&format!("Redis paused for {long_pause:?}, trial {k} of {n}"));
-                bench.pause(redis, long_pause, &mut long).await?;
+                progress(&format!(
+                    "{store_name} paused for {long_pause:?}, trial {k} of {n}"
+                ));
+                bench.pause(server, long_pause, &mut long).await?;
             }
             out.push(short);
             out.push(long);
         }
-        None => progress("Redis pause scenarios skipped: they need the bench's own redis-server (no --redis-url)"),
+        None => {
+            progress("pause scenarios skipped: they need the bench's own store (no --store-url)")
+        }
     }
     for mut a in bench.agents {
         a.signal(Signal::SIGTERM);

@@ -33,6 +33,7 @@ mod commandstats;
 mod controller;
 mod cost;
 mod failover;
+mod local;
 mod messaging;
 mod replicas;
 mod report;
@@ -44,7 +45,7 @@ use anyhow::{bail, Context as _};
 use args::{BenchArgs, Scenario};
 use args::{MAX_CONTROLLER_GROUPS, MAX_COST_GROUPS};
 use clap::{Parser, Subcommand};
-use leasehold_testkit::LocalRedis;
+use local::LocalStore;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -132,19 +133,20 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     {
         bail!("--cost-groups: {n} is out of range: each count must be from 1 to {MAX_COST_GROUPS}");
     }
-    let (local, url) = match &args.redis_url {
+    let (mut local, url) = match &args.redis_url {
         Some(url) => (None, url.clone()),
         None => {
-            let local = LocalRedis::start()?;
+            let local = LocalStore::start(args.store)?;
             let url = local.url();
             (Some(local), url)
         }
     };
+    let redis = local::name(&url) == "Redis";
     let all = args.scenario == Scenario::All;
     let mut series = Vec::new();
     let mut rows = Vec::new();
     if all || args.scenario == Scenario::Failover {
-        series.extend(failover::run(&url, local.as_ref(), &args).await?);
+        series.extend(failover::run(&url, local.as_mut(), &args).await?);
     }
     if all || args.scenario == Scenario::Cost {
         rows.extend(cost::run(&url, &args).await?);
@@ -155,14 +157,22 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if all || args.scenario == Scenario::Idle {
         rows.extend(messaging::idle(&url, &args).await?);
     }
-    if all || args.scenario == Scenario::Replicas {
+    let redis_only = [Scenario::Replicas, Scenario::Sentinel, Scenario::Controller];
+    if !redis && redis_only.contains(&args.scenario) {
+        bail!("--scenario {:?} runs on Redis only", args.scenario);
+    }
+    if (all && redis) || args.scenario == Scenario::Replicas {
         rows.extend(replicas::run(&args).await?);
     }
-    if all || args.scenario == Scenario::Sentinel {
+    if (all && redis) || args.scenario == Scenario::Sentinel {
         rows.extend(sentinel::run(&args).await?);
     }
     if args.scenario == Scenario::Controller {
         rows.extend(controller::run(&url, &args).await?);
+    } else if all && !redis {
+        eprintln!(
+            "bench: the replicas, Sentinel and controller scenarios run on Redis only: skipped"
+        );
     } else if all {
         match leasehold_testkit::kube::missing() {
             None => rows.extend(controller::run(&url, &args).await?),

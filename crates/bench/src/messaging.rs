@@ -399,8 +399,9 @@ async fn agent_throughput(
     Ok(n as f64 / took.as_secs_f64())
 }
 
-/// Redis calls per second of idle nodes: client calls (EVALSHA, XREAD, ...)
-/// and all commands including those run inside scripts.
+/// Store calls per second of idle nodes: client calls (EVALSHA, XREAD, ...,
+/// or PostgreSQL's statements) and all commands including those run inside
+/// scripts.
 pub async fn idle(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let prefix = prefix();
     progress(&format!(
@@ -420,8 +421,14 @@ pub async fn idle(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
             .await?,
         );
     }
-    // Let start-up traffic settle before measuring.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Let start-up traffic settle before measuring; PostgreSQL publishes
+    // an idle backend's counts up to 10 s late (commandstats.rs).
+    let settle = if super::local::name(url) == "PostgreSQL" {
+        12
+    } else {
+        2
+    };
+    tokio::time::sleep(Duration::from_secs(settle)).await;
     let before = commandstats::calls(url).await?;
     tokio::time::sleep(Duration::from_secs(args.idle_seconds)).await;
     let after = commandstats::calls(url).await?;
@@ -433,7 +440,8 @@ pub async fn idle(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     }
     Ok(vec![Row {
         scenario: format!(
-            "Redis calls/s per idle node ({} ms lease)",
+            "{} calls/s per idle node ({} ms lease)",
+            super::local::name(url),
             args.idle_lease_ms
         ),
         goal: "< 0.9 calls/s".into(),

@@ -13,6 +13,10 @@ use leasehold_engine::{ReplicaAcks, Store};
 
 use crate::error::FlagError;
 
+/// How long the look at the store at start may take: a store that does not
+/// answer within it is left to the calls' retries.
+const START_CHECK: std::time::Duration = std::time::Duration::from_secs(10);
+
 #[derive(Debug, Clone, clap::Args)]
 pub struct RedisArgs {
     /// The store holding the engine's state. Redis: redis://[user[:password]@]host[:port][/db] (rediss:// for TLS); behind Sentinel redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/MASTER[/db]; a Redis Cluster redis+cluster://[user[:password]@]host[:port][,host[:port]...] (rediss+sentinel://, rediss+cluster:// for TLS). PostgreSQL: postgres://[user@]host[:port][,host[:port]...]/database[?target_session_attrs=read-write].
@@ -87,16 +91,36 @@ impl RedisArgs {
         }
     }
 
+    /// [`RedisArgs::connect`], then a look at the store now: one that
+    /// refuses for a reason a retry will not cure (a PostgreSQL database
+    /// with bad credentials, without the right to create the schema, a
+    /// standby, too old, or a schema of a newer leasehold) is an error at
+    /// start that says which, naming the URL's flag; one that does not
+    /// answer yet is normal weather, left to the calls' retries.
+    pub async fn connect_checked(&self) -> Result<Store, FlagError> {
+        let store = self.connect()?;
+        let refusal = tokio::time::timeout(START_CHECK, store.refusal()).await;
+        if let Ok(Some(why)) = refusal {
+            let flag = self.url_flag();
+            return Err(FlagError::worded(flag, format!("{flag}: {why}")));
+        }
+        Ok(store)
+    }
+
+    /// The URL's flag by the name it was given.
+    fn url_flag(&self) -> &'static str {
+        if self.store_url.is_some() {
+            "--store-url"
+        } else {
+            "--redis-url"
+        }
+    }
+
     /// Reads the files and prepares the (lazy) connection; an error names
     /// the flag at fault.
     pub fn connect(&self) -> Result<Store, FlagError> {
         let url = self.url()?;
-        // The URL's flag by the name it was given.
-        let url_flag = if self.store_url.is_some() {
-            "--store-url"
-        } else {
-            "--redis-url"
-        };
+        let url_flag = self.url_flag();
         let secret = |p: Vec<u8>| {
             String::from_utf8_lossy(&p)
                 .trim_end_matches(['\r', '\n'])

@@ -134,7 +134,7 @@ pub async fn run_with(
     )?;
     let node_id = NamespacedName::new(&args.namespace, &args.pod_name).to_string();
     validate_name("node id", &node_id).map_err(|e| FlagError::new("--namespace/--pod-name", e))?;
-    let store = args.redis.connect()?;
+    let store = args.redis.connect_checked().await?;
     let listener = http::bind(args.listen).await?;
     let mut registry = metrics::new_registry();
     let redis_settings = SettingsWatch::start(store.clone(), &mut registry).await;

@@ -165,6 +165,18 @@ impl Store {
         }
     }
 
+    /// What the store says when it refuses to serve for a reason a retry
+    /// will not cure (on PostgreSQL: credentials, privileges, version, a
+    /// standby, the schema), checked now, as a process does at start; `None`
+    /// for a store that serves or does not answer yet (normal weather: the
+    /// calls retry). Redis's refusals are the calls' own errors.
+    pub async fn refusal(&self) -> Option<String> {
+        match &self.inner {
+            Inner::Redis(_) => None,
+            Inner::Postgres(s) => s.refusal().await.map(|e| e.to_string()),
+        }
+    }
+
     /// Connects now and checks that the store can serve: on PostgreSQL,
     /// the credentials, the server's version and role, and the schema
     /// (created or migrated here), each refused with an error that says

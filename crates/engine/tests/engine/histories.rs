@@ -118,6 +118,24 @@ async fn a_flushed_store_never_repeats_a_term() {
 // it lagged, a crash under `synchronous_commit = off`. Each hands a term to
 // a node that then dies with the data, as above.
 
+/// `n` joins and leads under a term the fenced sink has not seen (it
+/// would refuse a term used before); returns the group and the term.
+async fn leads_fenced(
+    n: &leasehold_engine::Node,
+    sink: &mut FencedSink,
+    limit: Duration,
+) -> (Group, u64) {
+    let g = n.join(GROUP, fast()).unwrap();
+    let term = leads(&g, limit, &format!("{} leads", n.id())).await;
+    assert!(
+        sink.write(n.id(), term),
+        "{} led under term {term}, first used by {:?}",
+        n.id(),
+        sink.holder(term)
+    );
+    (g, term)
+}
+
 /// A node of its own store on `url` (a multi-host URL reaches whichever
 /// server takes writes).
 async fn node_on(url: &str, id: &str) -> leasehold_engine::Node {
@@ -139,9 +157,7 @@ async fn a_postgres_started_on_an_older_copy_never_repeats_a_term() {
     };
     let mut sink = FencedSink::default();
     let a = node(&server, "test/a").await;
-    let ga = a.join(GROUP, fast()).unwrap();
-    let first = leads(&ga, Duration::from_secs(3), "a leads").await;
-    assert!(sink.write("a", first));
+    let (_ga, first) = leads_fenced(&a, &mut sink, Duration::from_secs(3)).await;
     // A crash-consistent copy of the volume, as a snapshot takes it.
     let pg = server.postgres().unwrap();
     pg.pause().unwrap();
@@ -149,10 +165,7 @@ async fn a_postgres_started_on_an_older_copy_never_repeats_a_term() {
     pg.resume();
     a.close().await.unwrap();
     let b = node(&server, "test/b").await;
-    let gb = b.join(GROUP, fast()).unwrap();
-    let lost = leads(&gb, Duration::from_secs(3), "b leads").await;
-    assert!(lost > first);
-    assert!(sink.write("b", lost));
+    let (gb, lost) = leads_fenced(&b, &mut sink, Duration::from_secs(3)).await;
     // b dies with the server (killed first, so b cannot reach the new one).
     server.postgres().unwrap().kill();
     drop(gb);
@@ -164,13 +177,8 @@ async fn a_postgres_started_on_an_older_copy_never_repeats_a_term() {
         "the copy holds the older term"
     );
     let c = node(&server, "test/c").await;
-    let gc = c.join(GROUP, fast()).unwrap();
-    let term = leads(&gc, first_lease_bound(), "c leads on the older copy").await;
-    assert!(
-        sink.write("c", term),
-        "c led under term {term} after {lost} (first used by {:?})",
-        sink.holder(term)
-    );
+    let (_gc, term) = leads_fenced(&c, &mut sink, first_lease_bound()).await;
+    assert!(term > lost);
     assert!(
         leasehold_engine::term::epoch(term) > 0,
         "a new epoch: {term}"
@@ -199,9 +207,7 @@ async fn a_promoted_standby_that_lagged_never_repeats_a_term() {
     );
     let mut sink = FencedSink::default();
     let a = node_on(&url, "test/a").await;
-    let ga = a.join(GROUP, fast()).unwrap();
-    let first = leads(&ga, Duration::from_secs(3), "a leads").await;
-    assert!(sink.write("a", first));
+    let (_ga, first) = leads_fenced(&a, &mut sink, Duration::from_secs(3)).await;
     let replicated = format!("SELECT counter FROM lh.groups WHERE name = '{GROUP}'");
     eventually(Duration::from_secs(10), "the standby has term t", || {
         standby.psql(&replicated).ok().as_deref() == Some(first.to_string().as_str())
@@ -211,10 +217,7 @@ async fn a_promoted_standby_that_lagged_never_repeats_a_term() {
     link.pause();
     a.close().await.unwrap();
     let b = node_on(&url, "test/b").await;
-    let gb = b.join(GROUP, fast()).unwrap();
-    let lost = leads(&gb, Duration::from_secs(3), "b leads").await;
-    assert!(lost > first);
-    assert!(sink.write("b", lost));
+    let (gb, lost) = leads_fenced(&b, &mut sink, Duration::from_secs(3)).await;
     server.postgres().unwrap().kill();
     drop(gb);
     drop(b);
@@ -227,18 +230,9 @@ async fn a_promoted_standby_that_lagged_never_repeats_a_term() {
         "the promoted standby lacks the last term"
     );
     let c = node_on(&url, "test/c").await;
-    let gc = c.join(GROUP, fast()).unwrap();
-    let term = leads(
-        &gc,
-        first_lease_bound() * 3,
-        "c leads on the promoted standby",
-    )
-    .await;
-    assert!(
-        sink.write("c", term),
-        "c led under term {term} after {lost} (first used by {:?})",
-        sink.holder(term)
-    );
+    // The standby's promotion, then the nodes finding it, then one ttl.
+    let (_gc, term) = leads_fenced(&c, &mut sink, first_lease_bound() * 3).await;
+    assert!(term > lost);
     assert!(
         leasehold_engine::term::epoch(term) > 0,
         "a new epoch: {term}"
@@ -265,26 +259,17 @@ async fn a_crash_under_synchronous_commit_off_never_repeats_a_term() {
     );
     let mut sink = FencedSink::default();
     let a = node(&server, "test/a").await;
-    let ga = a.join(GROUP, fast()).unwrap();
-    let first = leads(&ga, Duration::from_secs(3), "a leads").await;
-    assert!(sink.write("a", first));
+    let (_ga, _first) = leads_fenced(&a, &mut sink, Duration::from_secs(3)).await;
     a.close().await.unwrap();
     let b = node(&server, "test/b").await;
-    let gb = b.join(GROUP, fast()).unwrap();
-    let lost = leads(&gb, Duration::from_secs(3), "b leads").await;
-    assert!(sink.write("b", lost));
+    let (gb, lost) = leads_fenced(&b, &mut sink, Duration::from_secs(3)).await;
     server.postgres().unwrap().kill();
     drop(gb);
     drop(b);
     server.postgres().unwrap().restart_on_own_data().unwrap();
     let c = node(&server, "test/c").await;
-    let gc = c.join(GROUP, fast()).unwrap();
-    let term = leads(&gc, first_lease_bound(), "c leads after the crash").await;
-    assert!(
-        sink.write("c", term),
-        "c led under term {term} after {lost} (first used by {:?})",
-        sink.holder(term)
-    );
+    let (_gc, term) = leads_fenced(&c, &mut sink, first_lease_bound()).await;
+    assert!(term > lost);
     assert_eq!(sink.duplicates, 0);
     c.close().await.unwrap();
 }

@@ -95,6 +95,18 @@ impl PgStore {
         self.session().await.map(drop)
     }
 
+    /// Why this database cannot serve, if it says so: a refusal a retry
+    /// will not cure (credentials, privileges, version, a standby, the
+    /// schema), as opposed to a server that does not answer yet.
+    pub async fn refusal(&self) -> Option<PgStartError> {
+        match self.check().await {
+            Err(e) if !matches!(e, PgStartError::Connect { .. } | PgStartError::Query { .. }) => {
+                Some(e)
+            }
+            _ => None,
+        }
+    }
+
     /// The store's history as read by the current connection.
     pub async fn history(&self) -> Result<History, PgStartError> {
         Ok(self.session().await?.history.clone())

@@ -33,8 +33,11 @@ use crate::backoff::Backoff;
 use crate::store::wakeup::Wakeup;
 use crate::sync::locked;
 
-/// How often the listener's connection is checked.
-pub(super) const CHECK_EVERY: Duration = Duration::from_secs(1);
+/// How often the listener's connection is checked. A lost listener costs
+/// only speed (followers still claim when the lease they saw runs out), so
+/// the check is rare enough to keep an idle node's statements low; TCP
+/// keepalives (10 s idle) catch a dead peer sooner.
+pub(super) const CHECK_EVERY: Duration = Duration::from_secs(30);
 
 /// How long the listener waits for its own notification after LISTEN.
 const ECHO_TIMEOUT: Duration = Duration::from_secs(5);
@@ -65,6 +68,9 @@ struct Channels {
 struct Routes {
     /// Whether the connection is up and LISTENing now.
     listening: bool,
+    /// Counts the connections that LISTENed: a reader that saw the same
+    /// one throughout a quiet wait missed no hint.
+    generation: u64,
     wakeups: Vec<mpsc::UnboundedSender<Wakeup>>,
     inboxes: HashMap<String, Vec<Weak<Notify>>>,
     events: Vec<mpsc::UnboundedSender<Vec<u8>>>,
@@ -145,9 +151,10 @@ impl Listener {
         notify
     }
 
-    /// Whether hints arrive now.
-    pub fn listening(&self) -> bool {
-        locked(&self.routes).listening
+    /// The connection hints arrive on now, if any: its generation.
+    pub fn listening(&self) -> Option<u64> {
+        let routes = locked(&self.routes);
+        routes.listening.then_some(routes.generation)
     }
 
     pub fn follow_events(&self, config: &Config) -> mpsc::UnboundedReceiver<Vec<u8>> {
@@ -239,6 +246,7 @@ async fn listen(
     {
         let mut routes = locked(routes);
         routes.listening = true;
+        routes.generation += 1;
         routes.look_again();
     }
     let mut check = tokio::time::interval(CHECK_EVERY);

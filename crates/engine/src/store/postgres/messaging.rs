@@ -111,6 +111,7 @@ impl PgStore {
             store: self.clone(),
             node: node.to_owned(),
             notify,
+            quiet: None,
         })
     }
 
@@ -217,6 +218,10 @@ pub(crate) struct PgReader {
     store: PgStore,
     node: String,
     notify: Arc<Notify>,
+    /// After a wait that no poke ended: the cursors read up to and the
+    /// listener's generation throughout. A read from the same cursors on
+    /// the same listener finds nothing new, and waits without a statement.
+    quiet: Option<(String, String, u64)>,
 }
 
 impl PgReader {
@@ -232,16 +237,31 @@ impl PgReader {
         let notified = self.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let reads = self.read_now(after, room, commands_only).await?;
-        let Some(block) = block.filter(|_| reads.is_empty()) else {
-            return Ok(reads);
-        };
-        let wait = if self.store.shared.listener.listening() {
+        let listening = self.store.shared.listener.listening();
+        let here = (after.commands.0.clone(), after.inbox.0.clone());
+        let quiet = matches!((&self.quiet, listening), (Some((c, i, g)), Some(now))
+            if *c == here.0 && *i == here.1 && *g == now);
+        self.quiet = None;
+        if !quiet || block.is_none() {
+            let reads = self.read_now(after, room, commands_only).await?;
+            if !reads.is_empty() || block.is_none() {
+                return Ok(reads);
+            }
+        }
+        let block = block.unwrap_or_default();
+        let wait = if listening.is_some() {
             block
         } else {
             block.min(POLL_WHILE_DOWN)
         };
-        let _ = tokio::time::timeout(wait, notified).await;
+        if tokio::time::timeout(wait, notified).await.is_err()
+            && listening.is_some()
+            && self.store.shared.listener.listening() == listening
+        {
+            // No poke on a listener that stayed up: nothing came.
+            self.quiet = listening.map(|g| (here.0, here.1, g));
+            return Ok(Vec::new());
+        }
         self.read_now(after, room, commands_only).await
     }
 

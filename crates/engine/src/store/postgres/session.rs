@@ -285,12 +285,20 @@ impl Slot {
         Ok(session)
     }
 
-    /// A call on `session` failed with `e`: a closed connection, or one to
-    /// a server that turned standby, is dropped so the next call connects
-    /// again (to the primary, with a multi-host URL).
+    /// A call on `session` failed with `e`: a closed connection, one to a
+    /// server that turned standby, or one whose prepared statements name
+    /// what is gone (the schema dropped or restored meanwhile) is dropped,
+    /// so the next call connects again (to the primary, with a multi-host
+    /// URL), and migrates and reads the history again.
     pub fn failed(&self, session: &Arc<Session>, e: &tokio_postgres::Error) {
-        let standby = e.code() == Some(&SqlState::READ_ONLY_SQL_TRANSACTION);
-        if session.client.is_closed() || standby {
+        let stale = [
+            SqlState::READ_ONLY_SQL_TRANSACTION,
+            SqlState::UNDEFINED_FUNCTION,
+            SqlState::UNDEFINED_TABLE,
+            SqlState::INVALID_SCHEMA_NAME,
+            SqlState::FEATURE_NOT_SUPPORTED,
+        ];
+        if session.client.is_closed() || e.code().is_some_and(|c| stale.contains(c)) {
             let mut current = locked(&self.current);
             if current.as_ref().is_some_and(|s| Arc::ptr_eq(s, session)) {
                 *current = None;

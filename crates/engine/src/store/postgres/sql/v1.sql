@@ -287,7 +287,7 @@ END $$;
 CREATE FUNCTION {s}.group_state(p_group text)
 RETURNS TABLE (o_holder text, o_term bigint, o_pttl bigint, o_now bigint, o_members text[],
                o_until bigint[])
-LANGUAGE plpgsql STABLE AS $$
+LANGUAGE plpgsql AS $$
 DECLARE
     g {s}.groups%ROWTYPE;
 BEGIN
@@ -530,9 +530,13 @@ BEGIN
     -- Pass 1: who each message may reach.
     FOR m IN 1 .. n LOOP
         IF p_modes[m] = 'topic' THEN
-            SELECT coalesce(array_agg(DISTINCT node), '{}') INTO v_ids FROM {s}.subscriptions
-                WHERE pattern = p_targets[m]
-                   OR (is_pattern AND {s}.matches(pattern, p_targets[m]));
+            -- The topic's own subscribers by index, and the patterns (few)
+            -- matched one by one.
+            SELECT coalesce(array_agg(node), '{}') INTO v_ids FROM (
+                SELECT node FROM {s}.subscriptions WHERE pattern = p_targets[m]
+                UNION
+                SELECT node FROM {s}.subscriptions
+                    WHERE is_pattern AND {s}.matches(pattern, p_targets[m])) AS t;
         ELSE
             v_ids := ARRAY[p_targets[m]];
         END IF;
