@@ -518,21 +518,20 @@ async fn direct_messages_reach_one_live_node(server) {
 }
 }
 
+on_both_stores! {
 /// docs/behaviour.md N3: messages
 /// published meanwhile wait in the inbox and are delivered on reconnection.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn short_disconnect_delivers_messages_published_meanwhile() {
-    let redis = RedisServer::start();
-    let proxy = Proxy::start(redis.port).await;
+async fn short_disconnect_delivers_messages_published_meanwhile(server) {
+    let proxy = Proxy::start(server.port()).await;
     let config = NodeConfig {
         lease_duration_ms: 2_000,
         heartbeat_interval_ms: 300,
         sweep_interval_ms: 2_000,
     };
-    let a = node_with(&proxy.url(), "test/a", config, InboxConfig::default()).await;
+    let a = node_with(&server.url_at(proxy.port), "test/a", config, InboxConfig::default()).await;
     a.subscribe("t").await.unwrap();
     let mut rx = a.inbox().unwrap();
-    let p = node(&redis, "test/pub").await;
+    let p = node(&server, "test/pub").await;
     proxy.pause();
     for i in 0..5u8 {
         assert_eq!(
@@ -559,6 +558,7 @@ async fn short_disconnect_delivers_messages_published_meanwhile() {
     a.close().await.unwrap();
     p.close().await.unwrap();
 }
+}
 
 fn d_id(d: &Delivery) -> u64 {
     match d {
@@ -567,21 +567,20 @@ fn d_id(d: &Delivery) -> u64 {
     }
 }
 
+on_both_stores! {
 /// docs/behaviour.md N4, N9: swept, then Recovered comes before any newer message, the
 /// subscriptions are restored, retained messages are not replayed, and what
 /// was published while it was gone is lost.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paused_longer_than_lease_loses_what_was_published_meanwhile_then_recovers() {
-    let redis = RedisServer::start();
-    let proxy = Proxy::start(redis.port).await;
+async fn paused_longer_than_lease_loses_what_was_published_meanwhile_then_recovers(server) {
+    let proxy = Proxy::start(server.port()).await;
     let a = node_with(
-        &proxy.url(),
+        &server.url_at(proxy.port),
         "test/a",
         testkit::node_config(),
         InboxConfig::default(),
     )
     .await;
-    let p = node(&redis, "test/pub").await;
+    let p = node(&server, "test/pub").await;
     p.publish_retained("t", b"retained", None).await.unwrap();
     a.subscribe("t").await.unwrap();
     let mut rx = a.inbox().unwrap();
@@ -613,6 +612,7 @@ async fn paused_longer_than_lease_loses_what_was_published_meanwhile_then_recove
     nothing_for(&mut rx, Duration::from_millis(200)).await;
     a.close().await.unwrap();
     p.close().await.unwrap();
+}
 }
 
 on_both_stores! {

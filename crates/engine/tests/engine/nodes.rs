@@ -139,32 +139,31 @@ async fn close_removes_the_node_at_once(server) {
 }
 }
 
+on_both_stores! {
 /// docs/behaviour.md N3: a disconnection shorter than the lease loses nothing,
 /// the node is neither swept nor recovered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn short_disconnect_keeps_the_registration() {
-    let redis = RedisServer::start();
-    let proxy = Proxy::start(redis.port).await;
+async fn short_disconnect_keeps_the_registration(server) {
+    let proxy = Proxy::start(server.port()).await;
     let config = NodeConfig {
         lease_duration_ms: 1_500,
         heartbeat_interval_ms: 200,
         sweep_interval_ms: 1_500,
     };
     let a = Node::start(
-        Store::connect(&proxy.url(), "lh").unwrap(),
+        Store::connect(&server.url_at(proxy.port), "lh").unwrap(),
         "test/a",
         config,
     )
     .await
     .unwrap();
-    let b = Node::start(redis.store(), "test/b", config).await.unwrap();
+    let b = Node::start(server.store(), "test/b", config).await.unwrap();
     let mut a_events = a.events();
     let mut b_events = b.events();
     proxy.pause();
     tokio::time::sleep(Duration::from_millis(500)).await;
     proxy.resume();
     tokio::time::sleep(Duration::from_millis(1_500)).await;
-    assert!(registered(&redis, "test/a"));
+    assert!(server.registered("test/a"));
     for rx in [&mut a_events, &mut b_events] {
         while let Ok(e) = rx.try_recv() {
             assert!(
@@ -176,21 +175,21 @@ async fn short_disconnect_keeps_the_registration() {
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+}
 
+on_both_stores! {
 /// docs/behaviour.md N4, N9: the node is swept, then notices on its next heartbeat,
 /// registers again and emits Recovered.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn paused_longer_than_lease_is_swept_then_recovers() {
-    let redis = RedisServer::start();
-    let proxy = Proxy::start(redis.port).await;
+async fn paused_longer_than_lease_is_swept_then_recovers(server) {
+    let proxy = Proxy::start(server.port()).await;
     let a = Node::start(
-        Store::connect(&proxy.url(), "lh").unwrap(),
+        Store::connect(&server.url_at(proxy.port), "lh").unwrap(),
         "test/a",
         node_config(),
     )
     .await
     .unwrap();
-    let b = node(&redis, "test/b").await;
+    let b = node(&server, "test/b").await;
     let mut a_events = a.events();
     let mut b_events = b.events();
     proxy.pause();
@@ -205,19 +204,17 @@ async fn paused_longer_than_lease_is_swept_then_recovers() {
             nodes: vec!["test/a".into()]
         }
     );
-    assert!(!registered(&redis, "test/a"));
+    assert!(!server.registered("test/a"));
     proxy.resume();
     next_event(&mut a_events, Duration::from_millis(600 + 400), |e| {
         matches!(e, Event::Recovered { .. })
     })
     .await;
-    assert!(registered(&redis, "test/a"));
-    assert_eq!(
-        redis.cli(&["HGET", "lh:node:test/a", "incarnation"]),
-        a.incarnation()
-    );
+    assert!(server.registered("test/a"));
+    assert_eq!(server.node_field("test/a", "incarnation"), a.incarnation());
     a.close().await.unwrap();
     b.close().await.unwrap();
+}
 }
 
 on_both_stores! {

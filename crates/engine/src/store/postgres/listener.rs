@@ -88,9 +88,16 @@ impl Routes {
         }
     }
 
+    /// Hints may be missed from now on: the followers claim at their retry
+    /// interval, and inbox readers wake to poll.
     fn lost(&mut self) {
         self.listening = false;
         self.wakeups.retain(|s| s.send(Wakeup::Lost).is_ok());
+        for notifies in self.inboxes.values() {
+            for notify in notifies.iter().filter_map(Weak::upgrade) {
+                notify.notify_one();
+            }
+        }
     }
 }
 

@@ -78,7 +78,7 @@ impl Op {
                  SELECT pg_notify('{c}.release', name) FROM up"
             }
             Op::RestoreTerm => {
-                "INSERT INTO {s}.groups AS g (name, counter) VALUES ($1, $2)
+                "INSERT INTO {s}.groups AS g (name, counter) SELECT $1::text, $2::bigint WHERE $2::bigint > 0
                  ON CONFLICT (name) DO UPDATE SET counter = excluded.counter
                  WHERE g.counter < excluded.counter
                  RETURNING 1"
@@ -106,14 +106,14 @@ impl Op {
             Op::AckInbox => "SELECT * FROM {s}.ack_inbox($1, $2)",
             Op::AckCommands => "SELECT {s}.ack_commands($1, $2)",
             Op::InboxState => {
-                "SELECT greatest(inbox_last - inbox_first + 1, 0), dropped FROM {s}.nodes WHERE id = $1"
+                "SELECT inbox_len, dropped FROM {s}.nodes WHERE id = $1"
             }
             Op::Subscriptions => {
                 "SELECT pattern FROM {s}.subscriptions WHERE node = $1 ORDER BY pattern"
             }
             Op::ListNodes => {
                 "SELECT id, lease_until_ms, registered_at_ms, heartbeat_at_ms,
-                        greatest(inbox_last - inbox_first + 1, 0), dropped,
+                        inbox_len, dropped,
                         coalesce(fields ->> 'groups', ''), {s}.now_ms()
                  FROM {s}.nodes ORDER BY lease_until_ms, id"
             }
@@ -229,13 +229,11 @@ impl Session {
         self.client.execute(statement, params).await
     }
 
-    /// The history as text, the form `claim` compares.
+    /// The history as text, the form `claim` compares: the server's part
+    /// (`claim` adds the oid of `meta`, read at each claim).
     pub fn history_key(&self) -> String {
         let h = &self.history;
-        format!(
-            "{}:{}:{}:{}",
-            h.system, h.timeline, h.started_us, h.meta_oid
-        )
+        format!("{}:{}:{}", h.system, h.timeline, h.started_us)
     }
 }
 

@@ -41,9 +41,9 @@ CREATE TABLE {s}.members (
     PRIMARY KEY (grp, node)
 ) WITH (fillfactor = 50);
 
--- The node registry. Each queue of a node (0: its engine's commands, 1:
--- its inbox) holds the entries first..last: their count is the backlog,
--- and the row's lock orders the writers of the node's queues.
+-- The node registry, with the length of each of a node's queues (0: its
+-- engine's commands, 1: its inbox). The row's lock orders everything that
+-- writes a node's queues: every function takes it first.
 CREATE TABLE {s}.nodes (
     id text PRIMARY KEY,
     incarnation text NOT NULL,
@@ -52,10 +52,8 @@ CREATE TABLE {s}.nodes (
     heartbeat_at_ms bigint NOT NULL,
     fields jsonb NOT NULL DEFAULT '{}',
     inbox_max bigint NOT NULL DEFAULT {DEFAULT_INBOX},
-    commands_first bigint NOT NULL DEFAULT 1,
-    commands_last bigint NOT NULL DEFAULT 0,
-    inbox_first bigint NOT NULL DEFAULT 1,
-    inbox_last bigint NOT NULL DEFAULT 0,
+    commands_len bigint NOT NULL DEFAULT 0,
+    inbox_len bigint NOT NULL DEFAULT 0,
     dropped bigint NOT NULL DEFAULT 0
 );
 CREATE INDEX nodes_lease_until ON {s}.nodes (lease_until_ms);
@@ -93,6 +91,11 @@ CREATE TABLE {s}.retained (
 
 -- Message ids: only ever grow (a sequence never hands a value out twice).
 CREATE SEQUENCE {s}.msgseq;
+-- Entry numbers, the inbox cursors: one sequence for every queue, so that
+-- a node swept and registered again numbers its entries after every one
+-- it ever had, as a new Redis stream's time-based ids do, and a reader's
+-- cursor from before still reads them.
+CREATE SEQUENCE {s}.entryseq;
 
 CREATE FUNCTION {s}.now_ms() RETURNS bigint LANGUAGE sql VOLATILE AS
 $$ SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint $$;
@@ -122,7 +125,9 @@ END $$;
 -- state must change (a first claim, a new history, a term from a lost
 -- history), so claims of different groups do not queue on it.
 -- p_history is the history the caller's connection read when it was made
--- (a restart or a failover ends every connection); p_started_ms the
+-- (a restart or a failover ends every connection): the system identifier,
+-- timeline and start; the oid of meta is read here, as a schema restored
+-- in place changes it under open connections. p_started_ms is the
 -- server's start, the earliest birth the store may record.
 CREATE FUNCTION {s}.claim(p_group text, p_id text, p_inc text, p_ttl bigint, p_seen bigint,
                           p_candidacy bigint, p_history text, p_started_ms bigint)
@@ -141,6 +146,7 @@ DECLARE
     v_wait bigint;
     v_registered text;
 BEGIN
+    p_history := p_history || ':' || '{s}.meta'::regclass::oid;
     INSERT INTO {s}.groups (name) VALUES (p_group) ON CONFLICT DO NOTHING;
     SELECT * INTO g FROM {s}.groups WHERE name = p_group FOR UPDATE;
     SELECT * INTO st FROM {s}.store WHERE id = 1;
@@ -270,18 +276,21 @@ END $$;
 -- group's followers (the notification goes out at commit).
 CREATE FUNCTION {s}.release(p_group text, p_id text, p_inc text, p_term bigint, p_withdraw boolean)
 RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE
+    v_released boolean;
 BEGIN
-    IF p_withdraw THEN
-        DELETE FROM {s}.members WHERE grp = p_group AND node = p_id;
-    END IF;
+    -- The group's row first, as claim and renew take it.
     UPDATE {s}.groups SET holder = NULL, incarnation = NULL, expires_ms = NULL
         WHERE name = p_group AND holder = p_id AND incarnation = p_inc AND lease_term = p_term
           AND expires_ms > {s}.now_ms();
-    IF FOUND THEN
-        PERFORM pg_notify('{c}.release', p_group);
-        RETURN true;
+    v_released := FOUND;
+    IF p_withdraw THEN
+        DELETE FROM {s}.members WHERE grp = p_group AND node = p_id;
     END IF;
-    RETURN false;
+    IF v_released THEN
+        PERFORM pg_notify('{c}.release', p_group);
+    END IF;
+    RETURN v_released;
 END $$;
 
 CREATE FUNCTION {s}.group_state(p_group text)
@@ -324,44 +333,47 @@ BEGIN
 END $$;
 
 -- Append one entry to a node's inbox (queue 1), dropping (and counting)
--- its oldest entries past p_max. The caller holds the node's row lock.
+-- its oldest entries past p_max (NULL: none dropped, as for the recovery
+-- marker). The caller holds the node's row lock.
 CREATE FUNCTION {s}.deliver(p_node text, p_kind text, p_msg_id bigint, p_topic text,
                             p_sender text, p_payload bytea, p_retained boolean, p_max bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    v_first bigint;
-    v_last bigint;
+    v_len bigint;
     v_over bigint;
 BEGIN
-    UPDATE {s}.nodes SET inbox_last = inbox_last + 1 WHERE id = p_node
-        RETURNING inbox_first, inbox_last INTO v_first, v_last;
+    UPDATE {s}.nodes SET inbox_len = inbox_len + 1 WHERE id = p_node RETURNING inbox_len INTO v_len;
     IF NOT FOUND THEN RETURN; END IF;
     INSERT INTO {s}.inbox (node, queue, seq, kind, msg_id, topic, sender, payload, retained)
-        VALUES (p_node, 1, v_last, p_kind, p_msg_id, p_topic, p_sender, p_payload, p_retained);
-    v_over := v_last - v_first + 1 - greatest(p_max, 1);
+        VALUES (p_node, 1, nextval('{s}.entryseq'), p_kind, p_msg_id, p_topic, p_sender,
+                p_payload, p_retained);
+    v_over := v_len - greatest(p_max, 1);
     IF v_over > 0 THEN
-        DELETE FROM {s}.inbox WHERE node = p_node AND queue = 1 AND seq < v_first + v_over;
-        UPDATE {s}.nodes SET inbox_first = v_first + v_over, dropped = dropped + v_over
+        DELETE FROM {s}.inbox WHERE node = p_node AND queue = 1 AND seq IN (
+            SELECT seq FROM {s}.inbox WHERE node = p_node AND queue = 1 ORDER BY seq LIMIT v_over);
+        UPDATE {s}.nodes SET inbox_len = inbox_len - v_over, dropped = dropped + v_over
             WHERE id = p_node;
     END IF;
 END $$;
 
 -- Append a command to a node's command queue (queue 0), which keeps the
--- newest COMMANDS_MAX.
+-- newest COMMANDS_MAX. The caller holds the node's row lock.
 CREATE FUNCTION {s}.command(p_node text, p_msg_id bigint, p_sender text, p_payload bytea)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    v_first bigint;
-    v_last bigint;
+    v_len bigint;
+    v_over bigint;
 BEGIN
-    UPDATE {s}.nodes SET commands_last = commands_last + 1 WHERE id = p_node
-        RETURNING commands_first, commands_last INTO v_first, v_last;
+    UPDATE {s}.nodes SET commands_len = commands_len + 1 WHERE id = p_node
+        RETURNING commands_len INTO v_len;
     IF NOT FOUND THEN RETURN; END IF;
     INSERT INTO {s}.inbox (node, queue, seq, kind, msg_id, sender, payload)
-        VALUES (p_node, 0, v_last, 'command', p_msg_id, p_sender, p_payload);
-    IF v_last - v_first + 1 > {COMMANDS_MAX} THEN
-        DELETE FROM {s}.inbox WHERE node = p_node AND queue = 0 AND seq <= v_last - {COMMANDS_MAX};
-        UPDATE {s}.nodes SET commands_first = v_last - {COMMANDS_MAX} + 1 WHERE id = p_node;
+        VALUES (p_node, 0, nextval('{s}.entryseq'), 'command', p_msg_id, p_sender, p_payload);
+    v_over := v_len - {COMMANDS_MAX};
+    IF v_over > 0 THEN
+        DELETE FROM {s}.inbox WHERE node = p_node AND queue = 0 AND seq IN (
+            SELECT seq FROM {s}.inbox WHERE node = p_node AND queue = 0 ORDER BY seq LIMIT v_over);
+        UPDATE {s}.nodes SET commands_len = commands_len - v_over WHERE id = p_node;
     END IF;
 END $$;
 
@@ -394,8 +406,7 @@ BEGIN
         SELECT p_id, sub, sub ~ '[*>]' FROM unnest(p_subs) AS sub
         ON CONFLICT DO NOTHING;
     IF p_recovery THEN
-        PERFORM {s}.deliver(p_id, 'recovered', 0, '', '', '', false,
-                            (SELECT inbox_max FROM {s}.nodes WHERE id = p_id));
+        PERFORM {s}.deliver(p_id, 'recovered', 0, '', '', '', false, NULL);
         PERFORM pg_notify('{c}.inbox', p_id);
     END IF;
     RETURN coalesce(v_prev, '');
@@ -474,15 +485,17 @@ CREATE FUNCTION {s}.subscribe(p_id text, p_sub text, p_max bigint)
 RETURNS bigint LANGUAGE plpgsql AS $$
 DECLARE
     v_pattern boolean := p_sub ~ '[*>]';
+    v_registered boolean;
     v_now bigint;
     v_count bigint := 0;
     r record;
 BEGIN
+    -- The node's row first, as register and the publishers take it.
+    PERFORM 1 FROM {s}.nodes WHERE id = p_id FOR UPDATE;
+    v_registered := FOUND;
     INSERT INTO {s}.subscriptions (node, pattern, is_pattern) VALUES (p_id, p_sub, v_pattern)
         ON CONFLICT DO NOTHING;
-    IF NOT FOUND THEN RETURN 0; END IF;
-    PERFORM 1 FROM {s}.nodes WHERE id = p_id FOR UPDATE;
-    IF NOT FOUND THEN RETURN 0; END IF;
+    IF NOT FOUND OR NOT v_registered THEN RETURN 0; END IF;
     v_now := {s}.now_ms();
     FOR r IN
         SELECT * FROM {s}.retained
@@ -557,7 +570,7 @@ BEGIN
             FROM {s}.nodes WHERE id = v_live[1]);
         IF NOT coalesce(v_stream, false) AND p_refuse[m] THEN
             SELECT id INTO v_full FROM {s}.nodes
-                WHERE id = ANY (v_live) AND inbox_last - inbox_first + 1 >= inbox_max
+                WHERE id = ANY (v_live) AND inbox_len >= inbox_max
                 ORDER BY id LIMIT 1;
             IF FOUND THEN
                 o_code := -1; o_node := v_full; RETURN NEXT; CONTINUE;
@@ -570,7 +583,9 @@ BEGIN
                         CASE WHEN p_retain[m] > 0 THEN v_now + p_retain[m] END)
                 ON CONFLICT (topic) DO UPDATE SET msg_id = excluded.msg_id,
                     sender = excluded.sender, payload = excluded.payload,
-                    expires_ms = excluded.expires_ms;
+                    expires_ms = excluded.expires_ms
+                -- A publish that committed later with a lower id is older.
+                WHERE {s}.retained.msg_id < excluded.msg_id;
         END IF;
         FOR v_node IN SELECT id, inbox_max FROM {s}.nodes WHERE id = ANY (v_live) ORDER BY id LOOP
             IF coalesce(v_stream, false) THEN
@@ -588,19 +603,30 @@ BEGIN
 END $$;
 
 -- The reader has taken every inbox entry up to p_seq: they go. Returns
--- (backlog, dropped so far).
+-- (backlog, dropped so far). The node's row is locked first, as the
+-- publishers lock it.
 CREATE FUNCTION {s}.ack_inbox(p_id text, p_seq bigint)
 RETURNS TABLE (o_backlog bigint, o_dropped bigint) LANGUAGE plpgsql AS $$
+DECLARE
+    v_gone bigint;
 BEGIN
-    DELETE FROM {s}.inbox WHERE node = p_id AND queue = 1 AND seq <= p_seq;
-    UPDATE {s}.nodes SET inbox_first = greatest(inbox_first, p_seq + 1) WHERE id = p_id
-        RETURNING greatest(inbox_last - inbox_first + 1, 0), dropped INTO o_backlog, o_dropped;
+    PERFORM 1 FROM {s}.nodes WHERE id = p_id FOR UPDATE;
+    WITH gone AS (
+        DELETE FROM {s}.inbox WHERE node = p_id AND queue = 1 AND seq <= p_seq RETURNING 1)
+    SELECT count(*) INTO v_gone FROM gone;
+    UPDATE {s}.nodes SET inbox_len = greatest(inbox_len - v_gone, 0) WHERE id = p_id
+        RETURNING inbox_len, dropped INTO o_backlog, o_dropped;
     IF NOT FOUND THEN o_backlog := 0; o_dropped := 0; END IF;
     RETURN NEXT;
 END $$;
 
 CREATE FUNCTION {s}.ack_commands(p_id text, p_seq bigint) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE
+    v_gone bigint;
 BEGIN
-    DELETE FROM {s}.inbox WHERE node = p_id AND queue = 0 AND seq <= p_seq;
-    UPDATE {s}.nodes SET commands_first = greatest(commands_first, p_seq + 1) WHERE id = p_id;
+    PERFORM 1 FROM {s}.nodes WHERE id = p_id FOR UPDATE;
+    WITH gone AS (
+        DELETE FROM {s}.inbox WHERE node = p_id AND queue = 0 AND seq <= p_seq RETURNING 1)
+    SELECT count(*) INTO v_gone FROM gone;
+    UPDATE {s}.nodes SET commands_len = greatest(commands_len - v_gone, 0) WHERE id = p_id;
 END $$;
