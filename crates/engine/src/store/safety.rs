@@ -13,7 +13,15 @@ pub struct SettingWarning {
 }
 
 impl SettingWarning {
-    /// Every setting checked, for metric labels.
-    pub const SETTINGS: [&'static str; 3] =
-        ["maxmemory-policy", "min-replicas-to-write", "persistence"];
+    /// Every setting checked, for metric labels: Redis's three, then
+    /// PostgreSQL's three (a process reports those of its own store; the
+    /// other store's read 0).
+    pub const SETTINGS: [&'static str; 6] = [
+        "maxmemory-policy",
+        "min-replicas-to-write",
+        "persistence",
+        "fsync",
+        "synchronous_commit",
+        "synchronous_standby_names",
+    ];
 }

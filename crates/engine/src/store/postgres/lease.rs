@@ -246,5 +246,7 @@ mod tests {
             all,
             ["fsync", "synchronous_commit", "synchronous_standby_names"]
         );
+        // Each has its gauge (the daemon labels them from SETTINGS).
+        assert!(all.iter().all(|s| SettingWarning::SETTINGS.contains(s)));
     }
 }
