@@ -95,6 +95,19 @@ macro_rules! on {
     };
 }
 
+/// Like `on!`, for a call about `$group`, bound to `$g` as that
+/// implementation addresses it (key names on Redis, the name on
+/// PostgreSQL).
+macro_rules! on_group {
+    ($store:expr, $group:expr, $s:ident, $g:ident => $call:expr) => {
+        match (&$store.inner, $group) {
+            (Inner::Redis($s), GroupRef::Redis($g)) => $call,
+            (Inner::Postgres($s), GroupRef::Postgres($g)) => $call,
+            _ => Err(GroupRef::mismatch()),
+        }
+    };
+}
+
 impl Store {
     /// Prepares a connection to `url` (`redis://`, or `rediss://` for TLS
     /// checked against the system's root certificates, or the file named by
@@ -274,33 +287,9 @@ impl Store {
         candidacy_ms: u64,
         confirmed: Option<u64>,
     ) -> Result<Claim, StoreError> {
-        match (&self.inner, group) {
-            (Inner::Redis(s), GroupRef::Redis(keys)) => {
-                s.claim(
-                    keys,
-                    id,
-                    incarnation,
-                    ttl_ms,
-                    seen_term,
-                    candidacy_ms,
-                    confirmed,
-                )
-                .await
-            }
-            (Inner::Postgres(s), GroupRef::Postgres(name)) => {
-                s.claim(
-                    name,
-                    id,
-                    incarnation,
-                    ttl_ms,
-                    seen_term,
-                    candidacy_ms,
-                    confirmed,
-                )
-                .await
-            }
-            _ => Err(GroupRef::mismatch()),
-        }
+        on_group!(self, group, s, g => s
+            .claim(g, id, incarnation, ttl_ms, seen_term, candidacy_ms, confirmed)
+            .await)
     }
 
     pub(crate) async fn renew(
@@ -312,17 +301,9 @@ impl Store {
         ttl_ms: u64,
         candidacy_ms: u64,
     ) -> Result<Renewal, StoreError> {
-        match (&self.inner, group) {
-            (Inner::Redis(s), GroupRef::Redis(keys)) => {
-                s.renew(keys, id, incarnation, term, ttl_ms, candidacy_ms)
-                    .await
-            }
-            (Inner::Postgres(s), GroupRef::Postgres(name)) => {
-                s.renew(name, id, incarnation, term, ttl_ms, candidacy_ms)
-                    .await
-            }
-            _ => Err(GroupRef::mismatch()),
-        }
+        on_group!(self, group, s, g => s
+            .renew(g, id, incarnation, term, ttl_ms, candidacy_ms)
+            .await)
     }
 
     /// Compare-and-delete of the lease this incarnation holds under `term`
@@ -336,15 +317,7 @@ impl Store {
         term: Option<u64>,
         withdraw: bool,
     ) -> Result<bool, StoreError> {
-        match (&self.inner, group) {
-            (Inner::Redis(s), GroupRef::Redis(keys)) => {
-                s.release(keys, id, incarnation, term, withdraw).await
-            }
-            (Inner::Postgres(s), GroupRef::Postgres(name)) => {
-                s.release(name, id, incarnation, term, withdraw).await
-            }
-            _ => Err(GroupRef::mismatch()),
-        }
+        on_group!(self, group, s, g => s.release(g, id, incarnation, term, withdraw).await)
     }
 
     /// Holder, term, lease time left and live members of a group.

@@ -3,6 +3,22 @@
 
 use crate::config::ElectionConfig;
 
+/// A group's timings as a store holds them: all three present and valid,
+/// or nothing (a half-written or invalid config is ignored, not
+/// half-applied). Both stores read them through this.
+pub(crate) fn adopted_timings(
+    ttl_ms: Option<u64>,
+    renew_interval_ms: Option<u64>,
+    retry_interval_ms: Option<u64>,
+) -> Option<ElectionConfig> {
+    let config = ElectionConfig {
+        ttl_ms: ttl_ms?,
+        renew_interval_ms: renew_interval_ms?,
+        retry_interval_ms: retry_interval_ms?,
+    };
+    config.validate().ok().map(|_| config)
+}
+
 /// Outcome of a claim attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Claim {

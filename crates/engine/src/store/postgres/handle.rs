@@ -127,10 +127,6 @@ impl PgStore {
         &self.shared.target
     }
 
-    pub(super) fn schema(&self) -> &str {
-        &self.shared.schema
-    }
-
     /// Lease writes wait for the synchronous standbys
     /// (`synchronous_commit = remote_apply`) unless `acks` is off.
     pub(crate) fn with_replica_acks(self, acks: crate::store::ReplicaAcks) -> Self {
@@ -179,6 +175,20 @@ impl PgStore {
         let result = session.query(op, &self.shared.schema, params).await;
         result.map_err(|e| {
             self.shared.slot.failed(session, &e);
+            failed(e)
+        })
+    }
+
+    /// Runs `op`, returning how many rows it changed.
+    pub(super) async fn execute(
+        &self,
+        op: Op,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<u64, StoreError> {
+        let session = self.session().await.map_err(failed)?;
+        let result = session.execute(op, &self.shared.schema, params).await;
+        result.map_err(|e| {
+            self.shared.slot.failed(&session, &e);
             failed(e)
         })
     }

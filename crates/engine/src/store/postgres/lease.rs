@@ -17,7 +17,7 @@ use tokio_postgres::Row;
 use super::handle::{failed, PgStore};
 use super::session::Op;
 use crate::config::ElectionConfig;
-use crate::store::outcome::{Claim, GroupState, Renewal};
+use crate::store::outcome::{adopted_timings, Claim, GroupState, Renewal};
 use crate::store::safety::SettingWarning;
 use crate::store::StoreError;
 
@@ -32,12 +32,7 @@ fn timings(row: &Row, at: usize) -> Option<ElectionConfig> {
         row.get::<_, Option<i64>>(at + i)
             .and_then(|n| u64::try_from(n).ok())
     };
-    let config = ElectionConfig {
-        ttl_ms: field(0)?,
-        renew_interval_ms: field(1)?,
-        retry_interval_ms: field(2)?,
-    };
-    config.validate().ok().map(|_| config)
+    adopted_timings(field(0), field(1), field(2))
 }
 
 impl PgStore {
@@ -53,7 +48,7 @@ impl PgStore {
         _confirmed: Option<u64>,
     ) -> Result<Claim, StoreError> {
         let session = self.session().await.map_err(failed)?;
-        let history = session.history_key();
+        let history = &session.history_key;
         let started_ms = session.history.started_us / 1000;
         let rows = self
             .query_on(

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
 
-use super::handle::{failed, PgStore};
+use super::handle::PgStore;
 use super::lease::big;
 use super::listener::POLL_WHILE_DOWN;
 use super::session::Op;
@@ -198,19 +198,6 @@ impl PgStore {
         while interest.changed().await.is_some() {}
         listener.unfollow_groups(&sink);
     }
-
-    async fn execute(
-        &self,
-        op: Op,
-        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<u64, StoreError> {
-        let session = self.session().await.map_err(failed)?;
-        let result = session.execute(op, self.schema(), params).await;
-        result.map_err(|e| {
-            self.shared.slot.failed(&session, &e);
-            failed(e)
-        })
-    }
 }
 
 /// Reads one node's queues; pokes from the listener end its waits.
@@ -238,9 +225,8 @@ impl PgReader {
         tokio::pin!(notified);
         notified.as_mut().enable();
         let listening = self.store.shared.listener.listening();
-        let here = (after.commands.0.clone(), after.inbox.0.clone());
         let quiet = matches!((&self.quiet, listening), (Some((c, i, g)), Some(now))
-            if *c == here.0 && *i == here.1 && *g == now);
+            if *c == after.commands.0 && *i == after.inbox.0 && *g == now);
         self.quiet = None;
         if !quiet || block.is_none() {
             let reads = self.read_now(after, room, commands_only).await?;
@@ -259,7 +245,7 @@ impl PgReader {
             && self.store.shared.listener.listening() == listening
         {
             // No poke on a listener that stayed up: nothing came.
-            self.quiet = listening.map(|g| (here.0, here.1, g));
+            self.quiet = listening.map(|g| (after.commands.0.clone(), after.inbox.0.clone(), g));
             return Ok(Vec::new());
         }
         self.read_now(after, room, commands_only).await

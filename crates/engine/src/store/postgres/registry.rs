@@ -4,7 +4,7 @@
 //! and a sweep of the same node run one after the other; sweepers skip the
 //! rows another holds (`FOR UPDATE SKIP LOCKED`) instead of queueing.
 
-use super::handle::{failed, PgStore};
+use super::handle::PgStore;
 use super::lease::big;
 use super::session::Op;
 use crate::store::outcome::{Heartbeat, Sweep};
@@ -67,21 +67,10 @@ impl PgStore {
         field: &str,
         value: &str,
     ) -> Result<bool, StoreError> {
-        let session = self.session().await.map_err(failed)?;
-        let n = session
-            .execute(
-                Op::SetField,
-                self.schema(),
-                &[&id, &incarnation, &field, &value],
-            )
-            .await;
-        match n {
-            Ok(n) => Ok(n == 1),
-            Err(e) => {
-                self.shared.slot.failed(&session, &e);
-                Err(failed(e))
-            }
-        }
+        let n = self
+            .execute(Op::SetField, &[&id, &incarnation, &field, &value])
+            .await?;
+        Ok(n == 1)
     }
 
     pub(crate) async fn sweep(&self, batch: usize) -> Result<Sweep, StoreError> {

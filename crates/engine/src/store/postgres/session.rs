@@ -132,6 +132,10 @@ impl Op {
 pub(super) struct Session {
     pub client: Client,
     pub history: History,
+    /// The history as `claim` compares it: the server's part (`claim`
+    /// adds the oid of `meta`, read at each claim). Made once per
+    /// connection, not per claim.
+    pub history_key: String,
     statements: Vec<OnceCell<Statement>>,
     _connection: AbortOnDropHandle<()>,
 }
@@ -186,9 +190,14 @@ impl Session {
             .await
             .map_err(query)?;
         let history = History::read(&client, schema).await.map_err(query)?;
+        let history_key = format!(
+            "{}:{}:{}",
+            history.system, history.timeline, history.started_us
+        );
         Ok(Self {
             client,
             history,
+            history_key,
             statements: (0..Op::ALL).map(|_| OnceCell::new()).collect(),
             _connection: connection,
         })
@@ -227,13 +236,6 @@ impl Session {
     ) -> Result<u64, tokio_postgres::Error> {
         let statement = self.statement(op, schema).await?;
         self.client.execute(statement, params).await
-    }
-
-    /// The history as text, the form `claim` compares: the server's part
-    /// (`claim` adds the oid of `meta`, read at each claim).
-    pub fn history_key(&self) -> String {
-        let h = &self.history;
-        format!("{}:{}:{}", h.system, h.timeline, h.started_us)
     }
 }
 

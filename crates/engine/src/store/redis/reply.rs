@@ -9,6 +9,7 @@
 use redis::Value;
 
 use crate::config::ElectionConfig;
+use crate::store::outcome::adopted_timings;
 use crate::store::StoreError;
 
 /// A group's timings from its config hash: all three present and valid, or
@@ -23,12 +24,7 @@ pub(super) fn group_config(value: Option<&Value>) -> Option<ElectionConfig> {
             .and_then(|v| as_int(v).ok())
             .and_then(|n| u64::try_from(n).ok())
     };
-    let config = ElectionConfig {
-        ttl_ms: field(0)?,
-        renew_interval_ms: field(1)?,
-        retry_interval_ms: field(2)?,
-    };
-    config.validate().ok().map(|_| config)
+    adopted_timings(field(0), field(1), field(2))
 }
 
 /// The node id part of a lease value `NODE_ID#INCARNATION#TERM`.
