@@ -7,8 +7,11 @@
 use leasehold_engine::store::postgres::PgStore;
 use leasehold_engine::Store;
 
+use std::time::Duration;
+
 use crate::postgres::LocalPostgres;
-use crate::{RedisServer, StoreFixture};
+use crate::proxy::Proxy;
+use crate::{eventually, RedisServer, StoreFixture};
 
 /// One test per store from one body: `on_both_stores! { async fn
 /// name(server) { ... } }` makes the module `name` with the tests `redis`
@@ -150,6 +153,68 @@ impl StoreServer {
         match self {
             Self::Redis(_) => None,
             Self::Postgres(p) => Some(p),
+        }
+    }
+
+    /// A replica of this server that follows it through a proxy the test
+    /// can pause (the replica lags) or cut; returns once it is in sync.
+    /// On Redis a `REPLICAOF`; on PostgreSQL a standby made by
+    /// `pg_basebackup -R`, and the primary's `synchronous_standby_names`
+    /// set to `'*'`, so a commit waits for it (the PostgreSQL analogue of a
+    /// replica that `WAIT` counts).
+    pub async fn replica(&self) -> (StoreServer, Proxy) {
+        let link = Proxy::start(self.port()).await;
+        match self {
+            Self::Redis(primary) => {
+                let replica = RedisServer::start();
+                // Sync at once (the default waits 5 s for more replicas).
+                primary.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
+                replica.cli(&["REPLICAOF", "127.0.0.1", &link.port.to_string()]);
+                eventually(Duration::from_secs(10), "the replica is in sync", || {
+                    primary
+                        .cli(&["INFO", "replication"])
+                        .contains("connected_slaves:1")
+                        && replica
+                            .cli(&["INFO", "replication"])
+                            .contains("master_link_status:up")
+                })
+                .await;
+                (Self::Redis(replica), link)
+            }
+            Self::Postgres(primary) => {
+                let standby =
+                    LocalPostgres::standby_through(primary, link.port).expect("a standby starts");
+                // (ALTER SYSTEM refuses to run in a transaction block, so
+                // one statement per call.)
+                primary
+                    .psql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+                    .expect("synchronous_standby_names");
+                primary.psql("SELECT pg_reload_conf()").expect("reload");
+                eventually(
+                    Duration::from_secs(10),
+                    "the standby is synchronous",
+                    || {
+                        primary
+                            .psql("SELECT sync_state FROM pg_stat_replication")
+                            .ok()
+                            .as_deref()
+                            == Some("sync")
+                    },
+                )
+                .await;
+                (Self::Postgres(standby), link)
+            }
+        }
+    }
+
+    /// Makes a replica a primary, as a failover does (`REPLICAOF NO ONE`;
+    /// `pg_promote()`, waiting for it to take writes).
+    pub fn promote(&self) {
+        match self {
+            Self::Redis(r) => {
+                r.cli(&["REPLICAOF", "NO", "ONE"]);
+            }
+            Self::Postgres(p) => p.promote().expect("pg_promote"),
         }
     }
 

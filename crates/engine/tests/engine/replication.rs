@@ -1,7 +1,11 @@
-//! A Redis primary with a replica, both started by the test; the replica
-//! follows the primary through a proxy, so the test can stall replication
-//! (the replica lags) and then promote the replica, as a failover does.
-//! Lease writes count only once the replica has them.
+//! A primary with a replica, both started by the test; the replica follows
+//! the primary through a proxy, so the test can stall replication (the
+//! replica lags) and then promote it, as a failover does. Lease writes count
+//! only once the replica has them: `WAIT` on Redis, a synchronous standby
+//! and `synchronous_commit = remote_apply` on PostgreSQL. The tests that
+//! hold for both stores run on both; the last one is about how a Redis
+//! primary counts its replicas (a PostgreSQL primary is told its standbys by
+//! `synchronous_standby_names` and never stops waiting for them).
 
 use leasehold_testkit as testkit;
 
@@ -10,7 +14,8 @@ use std::time::{Duration, Instant};
 use leasehold_engine::ElectionConfig;
 use leasehold_engine::{Group, Node, Store};
 use testkit::proxy::Proxy;
-use testkit::{eventually, node_config, RedisServer};
+use testkit::store::StoreServer;
+use testkit::{eventually, node_config, RedisServer, StoreFixture};
 
 const GROUP: &str = "test/group";
 
@@ -22,53 +27,37 @@ const CFG: ElectionConfig = ElectionConfig {
     retry_interval_ms: 300,
 };
 
-fn store_at(redis: &RedisServer) -> Store {
-    Store::connect(&redis.url(), "lh").expect("store")
-}
-
-/// A replica of `primary`, linked through a proxy; returns once the primary
-/// counts it and it is in sync.
-async fn replica_of(primary: &RedisServer) -> (RedisServer, Proxy) {
-    let replica = RedisServer::start();
-    // Sync at once (the default waits 5 s for more replicas to join).
-    primary.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
-    let link = Proxy::start(primary.port).await;
-    replica.cli(&["REPLICAOF", "127.0.0.1", &link.port.to_string()]);
-    eventually(Duration::from_secs(10), "the replica is in sync", || {
-        primary
-            .cli(&["INFO", "replication"])
-            .contains("connected_slaves:1")
-            && replica
-                .cli(&["INFO", "replication"])
-                .contains("master_link_status:up")
-    })
-    .await;
-    (replica, link)
-}
-
-async fn leader(redis: &RedisServer, id: &str) -> (Node, Group) {
-    let n = Node::start(store_at(redis), id, node_config())
+async fn leader(server: &impl StoreFixture, id: &str) -> (Node, Group) {
+    let n = Node::start(server.store(), id, node_config())
         .await
         .expect("node");
     let g = n.join(GROUP, CFG).expect("join");
     (n, g)
 }
 
+/// A store at `url` that never waits for replicas.
+fn unconfirmed(url: &str) -> Store {
+    use leasehold_engine::ReplicaAcks;
+    Store::connect(url, "lh")
+        .unwrap()
+        .with_replica_acks(ReplicaAcks::Off, Duration::from_millis(250))
+}
+
+on_both_stores! {
 /// The reproduction of the issue: A leads and releases under term 1
 /// (replicated); replication stalls; B claims on the primary; the replica
 /// is promoted without B's claim, and C claims on it. Before, B and C both
 /// led under term 2. Now B's claim is never confirmed, so B never leads:
 /// term 2 has one holder (and C's term, of a new history, is above it).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_promoted_lagging_replica_never_hands_out_a_term_twice() {
-    let primary = RedisServer::start();
-    let (replica, link) = replica_of(&primary).await;
+/// On PostgreSQL B's commit waits for the standby and never returns.
+async fn a_promoted_lagging_replica_never_hands_out_a_term_twice(primary) {
+    let (replica, link) = primary.replica().await;
     let (a, ga) = leader(&primary, "test/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
     assert_eq!(ga.leader_term(), Some(1));
     a.close().await.unwrap();
     eventually(Duration::from_secs(3), "term 1 replicated", || {
-        replica.cli(&["GET", "lh:g:{test/group}:term"]) == "1"
+        replica.stored_term(GROUP) == 1
     })
     .await;
 
@@ -86,7 +75,7 @@ async fn a_promoted_lagging_replica_never_hands_out_a_term_twice() {
     }
 
     // Failover: the replica is promoted without b's claim.
-    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    replica.promote();
     let (c, gc) = leader(&replica, "test/c").await;
     eventually(Duration::from_secs(3), "c leads on the new primary", || {
         gc.is_leader()
@@ -104,14 +93,14 @@ async fn a_promoted_lagging_replica_never_hands_out_a_term_twice() {
     drop(b);
     link.resume();
 }
+}
 
+on_both_stores! {
 /// With a healthy replica, claims and renewals are confirmed: a leader
 /// keeps leading through many renewals. When replication stalls, its next
 /// renewal is unconfirmed and it stops leading, as on any store error.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_renewal_the_replica_does_not_confirm_demotes_the_leader() {
-    let primary = RedisServer::start();
-    let (_replica, link) = replica_of(&primary).await;
+async fn a_renewal_the_replica_does_not_confirm_demotes_the_leader(primary) {
+    let (_replica, link) = primary.replica().await;
     let cfg = CFG;
     let (a, ga) = leader(&primary, "test/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
@@ -138,7 +127,9 @@ async fn a_renewal_the_replica_does_not_confirm_demotes_the_leader() {
     eventually(Duration::from_secs(3), "a leads again", || ga.is_leader()).await;
     a.close().await.unwrap();
 }
+}
 
+on_both_stores! {
 /// A store's history: a promoted replica has a new replication id, so the
 /// store counts as born again there. Here replicas are not waited for, so
 /// b leads under term 2 on a claim the replica never got; after the
@@ -146,29 +137,22 @@ async fn a_renewal_the_replica_does_not_confirm_demotes_the_leader() {
 /// would). Before, c got term 2 there at once, a second holder of term 2.
 /// Now no lease is handed out for one ttl, b's claims meanwhile lift the
 /// counter to the term it remembers, and the next leader's term is above 2.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_promoted_replica_is_a_store_born_again() {
-    use leasehold_engine::ReplicaAcks;
-    let primary = RedisServer::start();
-    let (replica, link) = replica_of(&primary).await;
-    let unconfirmed = |url: &str| {
-        Store::connect(url, "lh")
-            .unwrap()
-            .with_replica_acks(ReplicaAcks::Off, Duration::from_millis(250))
-    };
+/// (On PostgreSQL the promotion starts a new timeline.)
+async fn a_promoted_replica_is_a_store_born_again(primary) {
+    let (replica, link) = primary.replica().await;
     let (a, ga) = leader(&primary, "test/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
     a.close().await.unwrap();
     // (The claim that made term 1 also recorded the primary's replication
     // id; a script's writes replicate together.)
     eventually(Duration::from_secs(3), "term 1 replicated", || {
-        replica.cli(&["GET", "lh:g:{test/group}:term"]) == "1"
+        replica.stored_term(GROUP) == 1
     })
     .await;
 
     link.pause();
-    let b_route = Proxy::start(primary.port).await;
-    let b = Node::start(unconfirmed(&b_route.url()), "test/b", node_config())
+    let b_route = Proxy::start(primary.port()).await;
+    let b = Node::start(unconfirmed(&primary.url_at(b_route.port)), "test/b", node_config())
         .await
         .unwrap();
     let gb = b.join(GROUP, CFG).unwrap();
@@ -178,9 +162,9 @@ async fn a_promoted_replica_is_a_store_born_again() {
     .await;
 
     // Failover: the replica is promoted; b's connection moves to it.
-    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    replica.promote();
     let promoted = Instant::now();
-    b_route.retarget(replica.port);
+    b_route.retarget(replica.port());
     b_route.cut();
     let c = Node::start(unconfirmed(&replica.url()), "test/c", node_config())
         .await
@@ -210,6 +194,7 @@ async fn a_promoted_replica_is_a_store_born_again() {
     drop(b);
     c.close().await.unwrap();
 }
+}
 
 /// A primary that loses its replica (here the replica is promoted, as in a
 /// failover the node has not followed yet) is believed only after the
@@ -218,9 +203,10 @@ async fn a_promoted_replica_is_a_store_born_again() {
 /// the primary's "no replica" confirmed every write within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_that_lost_its_replica_is_believed_only_after_a_grace() {
-    let primary = RedisServer::start();
-    let (replica, _link) = replica_of(&primary).await;
-    let (a, ga) = leader(&primary, "test/a").await;
+    let primary = StoreServer::Redis(RedisServer::start());
+    let (replica, _link) = primary.replica().await;
+    let (primary, replica) = (primary.redis().unwrap(), replica.redis().unwrap());
+    let (a, ga) = leader(primary, "test/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
     replica.cli(&["REPLICAOF", "NO", "ONE"]);
     let lost = Instant::now();
@@ -256,6 +242,7 @@ async fn a_primary_that_lost_its_replica_is_believed_only_after_a_grace() {
     a.close().await.unwrap();
 }
 
+on_both_stores! {
 /// A failover that leaves the old primary a primary (never demoted, as a
 /// Sentinel that has not yet converted it leaves it), and a later one that
 /// goes back to it: its data is a branch the history left behind, and
@@ -266,17 +253,13 @@ async fn a_primary_that_lost_its_replica_is_believed_only_after_a_grace() {
 /// branch, is below it: a fenced resource refuses c as stale (and a
 /// claimant that saw b's term lifts the branch above it) but never sees
 /// one term from two holders. Replicas are not waited for here: this is
-/// the store's own defence.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_primary_left_behind_by_a_failover_never_repeats_a_term_when_found_again() {
-    use leasehold_engine::ReplicaAcks;
-    let old = RedisServer::start();
-    let (promoted, link) = replica_of(&old).await;
-    let route = Proxy::start(old.port).await;
+/// the store's own defence. (On PostgreSQL the old primary takes writes
+/// as well: a URL that names both servers reaches whichever answers first.)
+async fn a_primary_left_behind_by_a_failover_never_repeats_a_term_when_found_again(old) {
+    let (promoted, link) = old.replica().await;
+    let route = Proxy::start(old.port()).await;
     let member = |id: &'static str| {
-        let store = Store::connect(&route.url(), "lh")
-            .unwrap()
-            .with_replica_acks(ReplicaAcks::Off, Duration::from_millis(250));
+        let store = unconfirmed(&old.url_at(route.port));
         async move {
             let n = Node::start(store, id, node_config()).await.unwrap();
             let g = n.join(GROUP, CFG).unwrap();
@@ -289,14 +272,14 @@ async fn a_primary_left_behind_by_a_failover_never_repeats_a_term_when_found_aga
     assert!(sink.write("a", ga.leader_term().unwrap()));
     a.close().await.unwrap();
     eventually(Duration::from_secs(3), "term 1 replicated", || {
-        promoted.cli(&["GET", "lh:g:{test/group}:term"]) == "1"
+        promoted.stored_term(GROUP) == 1
     })
     .await;
 
     // Failover: the replica is promoted, the old primary stays a primary.
     link.pause();
-    promoted.cli(&["REPLICAOF", "NO", "ONE"]);
-    route.retarget(promoted.port);
+    promoted.promote();
+    route.retarget(promoted.port());
     route.cut();
     let (b, gb) = member("test/b").await;
     eventually(
@@ -310,7 +293,7 @@ async fn a_primary_left_behind_by_a_failover_never_repeats_a_term_when_found_aga
     // b dies with the promoted replica; the route goes back to the old one.
     drop(gb);
     drop(b);
-    route.retarget(old.port);
+    route.retarget(old.port());
     route.cut();
     let (c, gc) = member("test/c").await;
     eventually(Duration::from_secs(5), "c leads on the old primary", || {
@@ -327,4 +310,5 @@ async fn a_primary_left_behind_by_a_failover_never_repeats_a_term_when_found_aga
     );
     c.close().await.unwrap();
     link.resume();
+}
 }

@@ -128,11 +128,13 @@ impl PgStore {
     }
 
     /// Lease writes wait for the synchronous standbys
-    /// (`synchronous_commit = remote_apply`) unless `acks` is off.
+    /// (`synchronous_commit = remote_apply`, the default) unless `acks` is
+    /// off (`local`). PostgreSQL counts its standbys itself
+    /// (`synchronous_standby_names`), so `AtLeast(n)` waits as `All` does.
     pub(crate) fn with_replica_acks(self, acks: crate::store::ReplicaAcks) -> Self {
         self.shared
             .slot
-            .set_remote_apply(!matches!(acks, crate::store::ReplicaAcks::Off));
+            .set_acks_off(matches!(acks, crate::store::ReplicaAcks::Off));
         self
     }
 

@@ -216,9 +216,12 @@ async fn listen(
             }
         }
     }));
+    // Its own notification is a hint that needs no standby: commits here
+    // never wait for one (a stalled synchronous standby must not look like
+    // a pooler that drops LISTEN).
     client
         .batch_execute(&format!(
-            "LISTEN {}; LISTEN {}; LISTEN {}",
+            "SET synchronous_commit = local; LISTEN {}; LISTEN {}; LISTEN {}",
             ident(&channels.release),
             ident(&channels.inbox),
             ident(&channels.events)

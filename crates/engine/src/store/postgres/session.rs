@@ -147,7 +147,7 @@ impl Session {
         config: &Config,
         target: &Target,
         schema: &str,
-        remote_apply: bool,
+        acks_off: bool,
     ) -> Result<Self, PgStartError> {
         let (mut client, connection) =
             config
@@ -177,18 +177,23 @@ impl Session {
             target: target.clone(),
             source,
         };
-        check_server(&client, target).await?;
-        schema::migrate(&mut client, target, schema).await?;
-        // The store's own commits are durable (or on the synchronous
-        // standbys) whatever the server's default: a crash that reinitialises
-        // the server keeps its start time, so lost commits would go unseen.
-        let commit = if remote_apply { "remote_apply" } else { "on" };
+        // The store's own commits are durable, and on the synchronous
+        // standbys (the analogue of Redis's WAIT: a claim a promoted standby
+        // may lack never counts), whatever the server's default: a crash
+        // that reinitialises the server keeps its start time, so lost
+        // commits would go unseen. With replica acks off, `local`: durable
+        // here, never waiting for a standby (the migration's commit
+        // included: before, it waited on a stalled standby with acks off).
+        // Without synchronous standbys the two are the same.
+        let commit = if acks_off { "local" } else { "remote_apply" };
         client
             .batch_execute(&format!(
                 "SET synchronous_commit = {commit}; SET default_transaction_isolation = 'read committed'"
             ))
             .await
             .map_err(query)?;
+        check_server(&client, target).await?;
+        schema::migrate(&mut client, target, schema).await?;
         let history = History::read(&client, schema).await.map_err(query)?;
         let history_key = format!(
             "{}:{}:{}",
@@ -245,14 +250,15 @@ pub(super) struct Slot {
     current: Mutex<Option<Arc<Session>>>,
     /// One connection attempt at a time: callers that find none wait for it.
     connecting: tokio::sync::Mutex<()>,
-    remote_apply: AtomicBool,
+    /// Replica acks off: commits never wait for a standby.
+    acks_off: AtomicBool,
     last_history: Mutex<Option<History>>,
     histories: AtomicU64,
 }
 
 impl Slot {
-    pub fn set_remote_apply(&self, on: bool) {
-        self.remote_apply.store(on, Ordering::Relaxed);
+    pub fn set_acks_off(&self, off: bool) {
+        self.acks_off.store(off, Ordering::Relaxed);
     }
 
     pub fn histories_seen(&self) -> u64 {
@@ -272,8 +278,8 @@ impl Slot {
         if let Some(session) = locked(&self.current).clone() {
             return Ok(session);
         }
-        let remote_apply = self.remote_apply.load(Ordering::Relaxed);
-        let session = Arc::new(Session::open(config, target, schema, remote_apply).await?);
+        let acks_off = self.acks_off.load(Ordering::Relaxed);
+        let session = Arc::new(Session::open(config, target, schema, acks_off).await?);
         {
             let mut last = locked(&self.last_history);
             if last.as_ref().is_some_and(|h| *h != session.history) {
