@@ -1,11 +1,14 @@
-//! Chaos: several `leasehold agent` processes and a Redis this test controls,
-//! random faults, and the guarantees checked from outside, continuously,
-//! through the agents' HTTP API and Redis itself.
+//! Chaos: several `leasehold agent` processes and a store this test
+//! controls (Redis, then PostgreSQL: one body, `on_both_stores!`), random
+//! faults, and the guarantees checked from outside, continuously, through
+//! the agents' HTTP API and the store itself.
 //!
 //! Faults: SIGKILL of an agent (it comes back under a new pod name, so the
 //! dead node must be swept), SIGTERM, SIGSTOP for longer than the ttl, a
-//! step-down, Redis SIGSTOP, Redis restarting with its data lost, and per
-//! agent a TCP proxy to Redis that black-holes, cuts or delays traffic.
+//! step-down, the store SIGSTOPped, the store crashing and restarting (Redis
+//! with its data lost, PostgreSQL killed -9 and recovering from its WAL: a
+//! new history either way), and per agent a TCP proxy to the store that
+//! black-holes, cuts or delays traffic.
 //!
 //! Checks:
 //! - no stale leader: once a leader under term t has been seen, no agent may
@@ -16,8 +19,8 @@
 //!   ttl + retry + margin;
 //! - a killed node leaves the registry within its lease + the sweep interval;
 //! - every message sent to a live agent outside the windows in which
-//!   docs/behaviour.md allows a loss (N4: its lease ran out; X7: Redis lost
-//!   its data) arrives.
+//!   docs/behaviour.md allows a loss (N4: its lease ran out; X7: the store
+//!   lost its data) arrives.
 //!
 //! Short by default (CI). `LEASEHOLD_CHAOS_SECONDS=600` runs ten minutes;
 //! `LEASEHOLD_CHAOS_SEED=N` repeats a run. The seed is printed first.
@@ -32,7 +35,7 @@ use leasehold_engine::{Node, NodeConfig};
 use testkit::agent::{get, post, Agent};
 use testkit::free_port;
 use testkit::proxy::Proxy;
-use testkit::RedisServer;
+use testkit::StoreFixture;
 
 const GROUPS: [&str; 2] = ["alpha", "beta"];
 const AGENTS: usize = 4;
@@ -45,7 +48,7 @@ const LEASE_MS: u64 = 1000;
 fn args(name: &str, url: &str, port: u16) -> Vec<String> {
     [
         "agent".to_owned(),
-        format!("--redis-url={url}"),
+        format!("--store-url={url}"),
         "--prefix=lh".into(),
         "--namespace=chaos".into(),
         format!("--pod-name={name}"),
@@ -73,6 +76,8 @@ struct Slot {
     index: usize,
     generation: u32,
     proxy: Proxy,
+    /// The store's URL through the proxy.
+    url: String,
     agent: Option<Agent>,
     state: State,
     /// Proxy black-holed until then.
@@ -95,7 +100,7 @@ impl Slot {
     async fn start_next(&mut self) {
         self.generation += 1;
         let port = free_port();
-        let args = args(&self.name(), &self.proxy.url(), port);
+        let args = args(&self.name(), &self.url, port);
         let mut agent = Agent::start(&self.id(), port, args).await;
         agent.read_inbox();
         self.agent = Some(agent);
@@ -116,8 +121,8 @@ struct Record {
     stale_checks: u64,
     /// Windows in which a node may lose messages: node id -> [from, to).
     loss_windows: HashMap<String, Vec<(Instant, Instant)>>,
-    /// Redis faults: [from, to).
-    redis_windows: Vec<(Instant, Instant)>,
+    /// Store faults: [from, to).
+    store_windows: Vec<(Instant, Instant)>,
     /// Messages: node id -> send times of successful sends.
     sent: HashMap<String, Vec<Instant>>,
     /// Latest inbox count per node id, and when it was read.
@@ -171,7 +176,7 @@ impl Record {
         self.loss_windows
             .get(id)
             .is_some_and(|w| w.iter().any(within))
-            || self.redis_windows.iter().any(within)
+            || self.store_windows.iter().any(within)
     }
 }
 
@@ -190,8 +195,13 @@ fn pick<T: Copy>(rng: &mut fastrand::Rng, items: &[T]) -> T {
     items[rng.usize(..items.len())]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn agents_keep_their_guarantees_under_random_faults() {
+/// The two runs (one per store) take turns: each is timed against its
+/// bounds, on two shared cores.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+testkit::on_both_stores! {
+async fn agents_keep_their_guarantees_under_random_faults(server) {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let seconds: u64 = std::env::var("LEASEHOLD_CHAOS_SECONDS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -203,14 +213,14 @@ async fn agents_keep_their_guarantees_under_random_faults() {
     eprintln!("chaos: seed {seed} ({seconds} s; LEASEHOLD_CHAOS_SEED={seed} repeats it)");
     let mut rng = fastrand::Rng::with_seed(seed);
 
-    let mut redis = RedisServer::start();
-    let mut redis_paused: Option<Instant> = None;
+    let mut store_paused: Option<Instant> = None;
     let mut slots = Vec::new();
     for index in 0..AGENTS {
-        let proxy = Proxy::start(redis.port).await;
+        let proxy = Proxy::start(server.port()).await;
         let mut slot = Slot {
             index,
             generation: 0,
+            url: server.url_at(proxy.port),
             proxy,
             agent: None,
             state: State::Live,
@@ -222,16 +232,16 @@ async fn agents_keep_their_guarantees_under_random_faults() {
         let mut agent = Agent::start(
             &slot.id(),
             port,
-            args(&slot.name(), &slot.proxy.url(), port),
+            args(&slot.name(), &slot.url, port),
         )
         .await;
         agent.read_inbox();
         slot.agent = Some(agent);
         slots.push(slot);
     }
-    // The message sender talks to Redis directly, with a long lease.
+    // The message sender talks to the store directly, with a long lease.
     let sender = Node::start(
-        redis.store(),
+        server.store(),
         "chaos/sender",
         NodeConfig::with_lease(60_000),
     )
@@ -245,7 +255,13 @@ async fn agents_keep_their_guarantees_under_random_faults() {
 
     while start.elapsed() < run {
         let now = Instant::now();
-        // Faults that are over.
+        // Faults that are over: the store's first, so that no agent starts
+        // against a store this loop holds stopped (an agent checks its
+        // store before it answers).
+        if store_paused.is_some_and(|until| now >= until) {
+            server.resume();
+            store_paused = None;
+        }
         for slot in &mut slots {
             match slot.state {
                 State::Paused(until) if now >= until => {
@@ -255,7 +271,7 @@ async fn agents_keep_their_guarantees_under_random_faults() {
                         .signal(testkit::Signal::SIGCONT);
                     slot.state = State::Live;
                 }
-                State::Down(until) if now >= until => {
+                State::Down(until) if now >= until && store_paused.is_none() => {
                     slot.start_next().await;
                     slot.state = State::Live;
                 }
@@ -269,10 +285,6 @@ async fn agents_keep_their_guarantees_under_random_faults() {
                 slot.proxy.delay(Duration::ZERO);
                 slot.delayed = None;
             }
-        }
-        if redis_paused.is_some_and(|until| now >= until) {
-            redis.resume();
-            redis_paused = None;
         }
 
         // A new fault.
@@ -292,19 +304,19 @@ async fn agents_keep_their_guarantees_under_random_faults() {
                 "partition",
                 "cut",
                 "delay",
-                "redis-pause",
-                "redis-restart",
+                "store-pause",
+                "store-restart",
             ];
             let kind = pick(&mut rng, kinds);
             let slot = &mut slots[i];
             let agent_fault = matches!(kind, "kill" | "term" | "pause" | "partition");
-            // At most two agents faulted at once, and Redis loses its data
+            // At most two agents faulted at once, and the store restarts
             // only while two agents that know the terms are up: terms can
             // only carry on through nodes that remember them.
             let allowed = match kind {
                 _ if agent_fault => faulted < 2 && !slot.faulted(),
-                "redis-pause" | "redis-restart" => {
-                    redis_paused.is_none() && (kind != "redis-restart" || knowing >= 2)
+                "store-pause" | "store-restart" => {
+                    store_paused.is_none() && (kind != "store-restart" || knowing >= 2)
                 }
                 _ => !slot.faulted(),
             };
@@ -373,15 +385,15 @@ async fn agents_keep_their_guarantees_under_random_faults() {
                         slot.proxy.delay(Duration::from_millis(rng.u64(20..150)));
                         slot.delayed = Some(now + Duration::from_millis(rng.u64(500..3000)));
                     }
-                    "redis-pause" => {
+                    "store-pause" => {
                         let until = now + Duration::from_millis(rng.u64(100..2000));
-                        redis.pause();
-                        record.redis_windows.push((now, until));
-                        redis_paused = Some(until);
+                        server.pause();
+                        record.store_windows.push((now, until));
+                        store_paused = Some(until);
                     }
-                    "redis-restart" => {
-                        redis.restart();
-                        record.redis_windows.push((now, now));
+                    "store-restart" => {
+                        server.crash_restart();
+                        record.store_windows.push((now, Instant::now()));
                     }
                     _ => unreachable!(),
                 }
@@ -389,7 +401,7 @@ async fn agents_keep_their_guarantees_under_random_faults() {
         }
 
         // Messages to every live agent.
-        if now >= next_message && redis_paused.is_none() {
+        if now >= next_message && store_paused.is_none() {
             next_message = now + Duration::from_millis(50);
             for slot in slots.iter().filter(|s| s.agent.is_some()) {
                 let id = slot.id();
@@ -415,28 +427,27 @@ async fn agents_keep_their_guarantees_under_random_faults() {
         }
 
         // Killed nodes leave the registry within lease + sweep interval,
-        // unless Redis itself was stalled meanwhile.
+        // unless the store itself was stalled meanwhile.
         let bound = Duration::from_millis(2 * LEASE_MS + 500);
-        // (Never while Redis is stopped: redis-cli would wait for it, and
+        // (Never while the store is stopped: its client would wait for it, and
         // this loop is what resumes it.)
         let due: Vec<String> = record
             .killed
             .iter()
-            .filter(|_| redis_paused.is_none())
+            .filter(|_| store_paused.is_none())
             .filter(|(_, at)| {
                 let window_end = *at + bound;
                 now >= window_end
                     && now < window_end + Duration::from_millis(200)
-                    && !record.redis_windows.iter().any(|(f, t)| {
+                    && !record.store_windows.iter().any(|(f, t)| {
                         *f <= window_end && *t + Duration::from_millis(LEASE_MS) >= *at
                     })
             })
             .map(|(id, _)| id.clone())
             .collect();
         for id in due {
-            let registered = redis.cli(&["EXISTS", &format!("lh:node:{id}")]);
-            assert_eq!(
-                registered, "0",
+            assert!(
+                !server.registered(&id),
                 "seed {seed}: {id} was killed more than {bound:?} ago and is still registered"
             );
             *record.faults.entry("sweep checks").or_default() += 1;
@@ -446,8 +457,8 @@ async fn agents_keep_their_guarantees_under_random_faults() {
 
     // The faults stop.
     let quiet = Instant::now();
-    if redis_paused.is_some() {
-        redis.resume();
+    if store_paused.is_some() {
+        server.resume();
     }
     for slot in &mut slots {
         slot.proxy.resume();
@@ -492,7 +503,16 @@ async fn agents_keep_their_guarantees_under_random_faults() {
         }
         assert!(
             quiet.elapsed() < bound,
-            "seed {seed}: no single agreed leader per group within {bound:?} after the faults stopped"
+            "seed {seed}: no single agreed leader per group within {bound:?} after the faults stopped: {}",
+            statuses
+                .iter()
+                .map(|s| GROUPS
+                    .iter()
+                    .map(|g| format!("{g} {} {:?}", s.groups[*g].role, s.groups[*g].term))
+                    .collect::<Vec<_>>()
+                    .join(", "))
+                .collect::<Vec<_>>()
+                .join("; ")
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
@@ -505,10 +525,10 @@ async fn agents_keep_their_guarantees_under_random_faults() {
         .chain(["chaos/sender".to_owned()])
         .collect();
     testkit::eventually(sweep_bound, "only live nodes registered", || {
-        let keys = redis.cli(&["KEYS", "lh:node:*"]);
-        keys.lines()
-            .filter(|k| !k.ends_with(":inbox") && !k.ends_with(":subs"))
-            .all(|k| live.iter().any(|id| k == format!("lh:node:{id}")))
+        server
+            .registered_ids()
+            .iter()
+            .all(|id| live.contains(id))
     })
     .await;
 
@@ -553,4 +573,5 @@ async fn agents_keep_their_guarantees_under_random_faults() {
         }
     }
     let _ = sender.close().await;
+}
 }

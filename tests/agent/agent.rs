@@ -721,6 +721,32 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
             ]),
             "--redis-ca-file: the CA certificate is not PEM",
         ),
+        (
+            owned(&[
+                "agent",
+                "--store-url",
+                "postgres://app@127.0.0.1:1/app",
+                "--node-id",
+                "t/a",
+                "--group",
+                "g",
+                "--store-ca-file",
+                &not_pem,
+            ]),
+            "--redis-ca-file: PostgreSQL at 127.0.0.1:1, database \"app\": the CA certificate is not PEM",
+        ),
+        (
+            owned(&[
+                "agent",
+                "--store-url",
+                "postgres://app@127.0.0.1:1/app?sslmode=verify-full",
+                "--node-id",
+                "t/a",
+                "--group",
+                "g",
+            ]),
+            "--store-url: PostgreSQL at 127.0.0.1:1, database \"app\": sslmode=verify-full checks the server's certificate, but no CA was given",
+        ),
     ];
     for (args, expected) in cases {
         let started = Instant::now();

@@ -9,6 +9,7 @@
 use std::path::PathBuf;
 
 use leasehold_engine::config::{DEFAULT_PREFIX, REPLICA_WAIT};
+use leasehold_engine::store::postgres::{PgStartError, TlsError};
 use leasehold_engine::{ReplicaAcks, Store};
 
 use crate::error::FlagError;
@@ -35,8 +36,8 @@ pub struct RedisArgs {
     /// File holding the sentinels' own password, when they require one (a redis+sentinel:// URL's password is the primary's).
     #[arg(long, env = "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE")]
     pub redis_sentinel_password_file: Option<PathBuf>,
-    /// PEM file of the CA that signed a rediss:// server's certificate, if not a public one.
-    #[arg(long, env = "LEASEHOLD_REDIS_CA_FILE")]
+    /// PEM file of the CA that signed the store's certificate: a rediss:// server's, if not a public one; PostgreSQL's, which makes TLS required and checked (wins over the URL's sslrootcert).
+    #[arg(long, visible_alias = "store-ca-file", env = "LEASEHOLD_REDIS_CA_FILE")]
     pub redis_ca_file: Option<PathBuf>,
     /// Key prefix in Redis, schema in PostgreSQL (the same for the controller and every agent).
     #[arg(long, env = "LEASEHOLD_PREFIX", default_value = DEFAULT_PREFIX)]
@@ -157,8 +158,20 @@ impl RedisArgs {
             Store::connect_with_options(url, &self.prefix, options).map_err(|e| match e {
                 leasehold_engine::ConnectError::Prefix(e) => FlagError::new("--prefix", e),
                 e @ (leasehold_engine::ConnectError::CaWithoutTls
-                | leasehold_engine::ConnectError::InvalidCa(_)
-                | leasehold_engine::ConnectError::PostgresTls) => {
+                | leasehold_engine::ConnectError::InvalidCa(_)) => {
+                    FlagError::new("--redis-ca-file", e)
+                }
+                // A CA file that is no CA, or one given with sslmode=disable.
+                leasehold_engine::ConnectError::Postgres(e)
+                    if ca.is_some()
+                        && matches!(
+                            *e,
+                            PgStartError::Tls {
+                                source: TlsError::InvalidCa(_) | TlsError::CaWithoutTls,
+                                ..
+                            }
+                        ) =>
+                {
                     FlagError::new("--redis-ca-file", e)
                 }
                 e => FlagError::new(url_flag, e),

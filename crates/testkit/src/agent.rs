@@ -162,7 +162,12 @@ impl Agent {
         let child = command
             .args(&self.args)
             .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .env("RUST_LOG", "error")
+            // Errors only, unless a run asks for more
+            // (`LEASEHOLD_AGENT_LOG=debug`, say, while chasing a failure).
+            .env(
+                "RUST_LOG",
+                std::env::var("LEASEHOLD_AGENT_LOG").unwrap_or_else(|_| "error".into()),
+            )
             .env_remove("POD_NAME")
             .env_remove("POD_NAMESPACE")
             .stdin(Stdio::null())

@@ -403,6 +403,23 @@ pub fn openssl(dir: &std::path::Path, args: &[&str]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A CA made for a test (`ca.pem`, `ca.key`) and a server certificate it
+/// signed for the name `localhost` only (`srv.pem`, `srv.key`), in `dir`,
+/// with the `openssl` command.
+pub fn make_certificates(dir: &std::path::Path) -> anyhow::Result<()> {
+    #[rustfmt::skip]
+    openssl(dir, &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key",
+        "-out", "ca.pem", "-days", "2", "-subj", "/CN=leasehold-test-ca"])?;
+    #[rustfmt::skip]
+    openssl(dir, &["req", "-newkey", "rsa:2048", "-nodes", "-keyout", "srv.key",
+        "-out", "srv.csr", "-subj", "/CN=localhost"])?;
+    std::fs::write(dir.join("ext"), "subjectAltName=DNS:localhost\n")?;
+    #[rustfmt::skip]
+    openssl(dir, &["x509", "-req", "-in", "srv.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "srv.pem", "-days", "2", "-extfile", "ext"])?;
+    Ok(())
+}
+
 /// `name` on the PATH.
 pub fn on_path(name: &str) -> Option<std::path::PathBuf> {
     let paths = std::env::var_os("PATH")?;

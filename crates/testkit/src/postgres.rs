@@ -84,6 +84,36 @@ impl LocalPostgres {
     /// With more server settings, each `name=value` (`fsync=off`, ...).
     pub fn start_with(settings: &[&str]) -> anyhow::Result<Self> {
         let mut server = Self::unstarted(settings)?;
+        server.init()?;
+        server.spawn()?;
+        Ok(server)
+    }
+
+    /// With TLS on (`ssl = on`), its certificate made for `localhost` by a
+    /// CA of the test's own; returns the server and that CA's PEM.
+    pub fn start_with_tls() -> anyhow::Result<(Self, Vec<u8>)> {
+        let mut server = Self::unstarted(&[])?;
+        let tls = server.dir.join("tls");
+        std::fs::create_dir_all(&tls)?;
+        crate::make_certificates(&tls)?;
+        // The server refuses a key others may read.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(tls.join("srv.key"), std::fs::Permissions::from_mode(0o600))?;
+        server.own_dir()?;
+        server.settings.extend([
+            "ssl=on".to_owned(),
+            format!("ssl_cert_file={}", tls.join("srv.pem").display()),
+            format!("ssl_key_file={}", tls.join("srv.key").display()),
+        ]);
+        server.init()?;
+        server.spawn()?;
+        let ca = std::fs::read(tls.join("ca.pem"))?;
+        Ok((server, ca))
+    }
+
+    /// `initdb` into the data directory.
+    fn init(&mut self) -> anyhow::Result<()> {
+        let server = self;
         let initdb = server.bin.join("initdb");
         let data = server.data_dir();
         let out = server
@@ -109,8 +139,7 @@ impl LocalPostgres {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        server.spawn()?;
-        Ok(server)
+        Ok(())
     }
 
     /// A directory of its own and a free port, nothing in it yet.

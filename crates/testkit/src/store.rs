@@ -125,6 +125,16 @@ impl StoreServer {
             .replacen(&format!(":{}", self.port()), &format!(":{port}"), 1)
     }
 
+    /// The worst restart each store has in production: Redis comes back
+    /// empty (no persistence); PostgreSQL is killed (-9) and recovers from
+    /// its WAL, a new history for the store.
+    pub fn crash_restart(&mut self) {
+        match self {
+            Self::Redis(r) => r.restart(),
+            Self::Postgres(p) => p.restart_on_own_data().expect("postgres restarts"),
+        }
+    }
+
     /// SIGSTOP: connections stay open, nothing answers.
     pub fn pause(&mut self) {
         match self {
@@ -239,6 +249,25 @@ impl StoreServer {
         match self {
             Self::Postgres(p) => p.psql(query).expect("psql"),
             Self::Redis(_) => unreachable!("SQL on Redis"),
+        }
+    }
+
+    /// Every node id in the registry (live or not yet swept).
+    pub fn registered_ids(&self) -> Vec<String> {
+        match self {
+            Self::Redis(r) => r
+                .cli(&["KEYS", "lh:node:*"])
+                .lines()
+                .filter(|k| !k.ends_with(":inbox") && !k.ends_with(":subs"))
+                .filter_map(|k| k.strip_prefix("lh:node:"))
+                .map(str::to_owned)
+                .collect(),
+            Self::Postgres(_) => self
+                .sql("SELECT id FROM lh.nodes")
+                .lines()
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned)
+                .collect(),
         }
     }
 

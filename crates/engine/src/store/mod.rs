@@ -152,7 +152,8 @@ impl Store {
     /// `postgres://` and `postgresql://` name a PostgreSQL database, in
     /// which the prefix names leasehold's schema (libpq's URL, with its
     /// options: several hosts with `target_session_attrs=read-write`,
-    /// `connect_timeout`, `sslmode=disable|prefer`).
+    /// `connect_timeout`, `sslmode`, `sslrootcert`; the CA of
+    /// `options` checks a `rediss://` server's or PostgreSQL's certificate).
     pub fn connect_with_options(
         url: &str,
         prefix: &str,
@@ -160,10 +161,12 @@ impl Store {
     ) -> Result<Self, ConnectError> {
         config::validate_prefix(prefix)?;
         let inner = if postgres::is_postgres_url(url) {
-            if options.ca_pem.is_some() {
-                return Err(ConnectError::PostgresTls);
-            }
-            Inner::Postgres(PgStore::new(url, prefix, options.password)?)
+            Inner::Postgres(PgStore::with_ca(
+                url,
+                prefix,
+                options.password,
+                options.ca_pem,
+            )?)
         } else {
             Inner::Redis(RedisStore::connect(url, prefix, options)?)
         };

@@ -1,7 +1,10 @@
-//! `rediss://` against a real redis-server with TLS on, using a CA made for
-//! the test with the `openssl` command. Both connections of a node (commands
-//! and pub/sub) go over TLS: a step-down handover in milliseconds, with a
-//! retry interval of seconds, shows the pub/sub one works too.
+//! TLS to either store, with a CA made for the test by the `openssl`
+//! command. `rediss://` against a real redis-server with TLS on: both
+//! connections of a node (commands and pub/sub) go over TLS, and a
+//! step-down handover in milliseconds, with a retry interval of seconds,
+//! shows the pub/sub one works too. PostgreSQL with `ssl = on`: every
+//! connection of a node encrypted, and the certificate checked as libpq's
+//! `sslmode` says.
 
 use leasehold_testkit as testkit;
 
@@ -18,68 +21,11 @@ struct TlsRedis {
     child: Child,
 }
 
-fn openssl(dir: &std::path::Path, args: &[&str]) {
-    testkit::openssl(dir, args).unwrap_or_else(|e| panic!("{e}"));
-}
-
 impl TlsRedis {
     fn start() -> Self {
         let dir = std::env::temp_dir().join(format!("leasehold-tls-{:x}", fastrand::u64(..)));
         std::fs::create_dir_all(&dir).unwrap();
-        openssl(
-            &dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                "ca.key",
-                "-out",
-                "ca.pem",
-                "-days",
-                "2",
-                "-subj",
-                "/CN=leasehold-test-ca",
-            ],
-        );
-        openssl(
-            &dir,
-            &[
-                "req",
-                "-newkey",
-                "rsa:2048",
-                "-nodes",
-                "-keyout",
-                "srv.key",
-                "-out",
-                "srv.csr",
-                "-subj",
-                "/CN=localhost",
-            ],
-        );
-        std::fs::write(dir.join("ext"), "subjectAltName=DNS:localhost\n").unwrap();
-        openssl(
-            &dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                "srv.csr",
-                "-CA",
-                "ca.pem",
-                "-CAkey",
-                "ca.key",
-                "-CAcreateserial",
-                "-out",
-                "srv.pem",
-                "-days",
-                "2",
-                "-extfile",
-                "ext",
-            ],
-        );
+        testkit::make_certificates(&dir).unwrap_or_else(|e| panic!("{e}"));
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -202,4 +148,98 @@ async fn tls_with_an_untrusted_certificate_is_an_error_not_a_panic() {
         .unwrap_err()
         .to_string();
     assert!(err.to_lowercase().contains("certificate"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_tls_checks_the_certificate_as_sslmode_says() {
+    use leasehold_engine::store::postgres::PgStore;
+    use leasehold_engine::ConnectOptions;
+    use testkit::postgres::LocalPostgres;
+    if let Some(why) = testkit::postgres::missing() {
+        testkit::lacks("postgres_tls_checks_the_certificate_as_sslmode_says", &why);
+        return;
+    }
+    let (pg, ca) = LocalPostgres::start_with_tls().expect("postgres with TLS starts");
+    let at =
+        |host: &str, query: &str| format!("postgres://postgres@{host}:{}/postgres{query}", pg.port);
+    let dir = std::env::temp_dir().join(format!("leasehold-pgtls-{:x}", fastrand::u64(..)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca_file = dir.join("ca.pem");
+    std::fs::write(&ca_file, &ca).unwrap();
+    let rootcert = format!("sslrootcert={}", ca_file.display());
+
+    // The CA given as the processes' --store-ca-file gives it: TLS, the
+    // certificate checked for the host name; a node leads over it.
+    let options = ConnectOptions {
+        ca_pem: Some(&ca),
+        ..ConnectOptions::default()
+    };
+    let store = Store::connect_with_options(&at("localhost", ""), "lh", options).unwrap();
+    let node = Node::start(store, "test/a", node_config()).await.unwrap();
+    let cfg = ElectionConfig {
+        ttl_ms: 2_000,
+        renew_interval_ms: 500,
+        retry_interval_ms: 500,
+    };
+    let g = node.join("test/g", cfg).unwrap();
+    eventually(Duration::from_secs(5), "a leads over TLS", || g.is_leader()).await;
+    // Every connection of the node (commands, the listener) is encrypted.
+    let connections = "SELECT count(*) FILTER (WHERE NOT s.ssl) || ',' || count(*) \
+         FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'leasehold'";
+    let counts = pg.psql(connections).unwrap();
+    let (plain, all) = counts.split_once(',').unwrap();
+    assert!(
+        plain == "0" && all.parse::<u32>().unwrap() >= 2,
+        "plain,all = {counts}"
+    );
+    node.close().await.unwrap();
+
+    // The URL's own sslrootcert, libpq's way.
+    PgStore::open(
+        &at("localhost", &format!("?sslmode=verify-full&{rootcert}")),
+        "lh",
+    )
+    .await
+    .expect("verify-full to the certificate's host");
+    // 127.0.0.1 is not the name the certificate was made for ...
+    let wrong_name = PgStore::open(
+        &at("127.0.0.1", &format!("?sslmode=verify-full&{rootcert}")),
+        "lh",
+    )
+    .await
+    .expect_err("verify-full checks the host name")
+    .to_string();
+    assert!(wrong_name.contains("certificate"), "{wrong_name}");
+    // ... which verify-ca does not check, only the chain.
+    PgStore::open(
+        &at("127.0.0.1", &format!("?sslmode=verify-ca&{rootcert}")),
+        "lh",
+    )
+    .await
+    .expect("verify-ca checks the chain only");
+    // A CA that did not sign it: refused.
+    let other = dir.join("other");
+    std::fs::create_dir_all(&other).unwrap();
+    testkit::make_certificates(&other).unwrap();
+    let other_ca = std::fs::read(other.join("ca.pem")).unwrap();
+    let untrusted = PgStore::with_ca(&at("localhost", ""), "lh", None, Some(&other_ca))
+        .unwrap()
+        .check()
+        .await
+        .expect_err("another CA's certificate")
+        .to_string();
+    assert!(untrusted.contains("certificate"), "{untrusted}");
+    // require without a CA: encrypted, unchecked (libpq's require).
+    PgStore::open(&at("127.0.0.1", "?sslmode=require"), "lh")
+        .await
+        .expect("require without a CA");
+    // verify-full without a CA: refused before connecting, saying what to give.
+    let no_ca = PgStore::new(&at("localhost", "?sslmode=verify-full"), "lh", None)
+        .expect_err("a check with nothing to check against")
+        .to_string();
+    assert!(
+        no_ca.contains("--store-ca-file") && no_ca.contains("sslrootcert"),
+        "{no_ca}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

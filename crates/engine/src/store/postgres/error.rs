@@ -100,6 +100,12 @@ pub enum PgStartError {
         schema: String,
         found: String,
     },
+    #[error("{target}: {source}")]
+    Tls {
+        target: Target,
+        #[source]
+        source: super::endpoint::TlsError,
+    },
     #[error("{target}: {}", causes(source))]
     Query {
         target: Target,

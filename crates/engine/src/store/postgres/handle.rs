@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tokio_postgres::Config;
 
+use super::endpoint::{self, Endpoint};
 use super::error::{causes, PgStartError, Target, MAX_PREFIX_BYTES};
 use super::history::History;
 use super::listener;
@@ -26,7 +27,7 @@ pub struct PgStore {
 }
 
 pub(super) struct Shared {
-    pub config: Config,
+    pub endpoint: Endpoint,
     pub target: Target,
     pub schema: String,
     pub slot: Slot,
@@ -48,9 +49,23 @@ impl PgStore {
     /// connecting: the first call connects (see [`PgStore::open`] to do it
     /// now). `password` wins over one in the URL.
     pub fn new(url: &str, prefix: &str, password: Option<&str>) -> Result<Self, PgStartError> {
+        Self::with_ca(url, prefix, password, None)
+    }
+
+    /// Like [`PgStore::new`], with the PEM of the CA that signed the
+    /// server's certificate (it wins over the URL's `sslrootcert`; see
+    /// endpoint.rs for what each `sslmode` checks).
+    pub fn with_ca(
+        url: &str,
+        prefix: &str,
+        password: Option<&str>,
+        ca_pem: Option<&[u8]>,
+    ) -> Result<Self, PgStartError> {
         check_userinfo(url)?;
+        let tls = endpoint::take_from(url);
         // The parser's cause names the option at fault, never its value.
-        let mut config: Config = url
+        let mut config: Config = tls
+            .url
             .parse()
             .map_err(|e: tokio_postgres::Error| PgStartError::Url(causes(&e)))?;
         if config.get_connect_timeout().is_none() {
@@ -64,6 +79,29 @@ impl PgStore {
             config.application_name("leasehold");
         }
         let target = Target::of(&config);
+        let tls_error = |source| PgStartError::Tls {
+            target: target.clone(),
+            source,
+        };
+        let root_cert = match (ca_pem, &tls.sslrootcert) {
+            (None, Some(path)) => Some(std::fs::read(path).map_err(|e| {
+                tls_error(endpoint::TlsError::RootCert {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })
+            })?),
+            _ => None,
+        };
+        let ca = ca_pem.or(root_cert.as_deref());
+        let (check, required) =
+            endpoint::check_for(tls.sslmode.as_deref(), ca.is_some()).map_err(tls_error)?;
+        if required {
+            config.ssl_mode(tokio_postgres::config::SslMode::Require);
+        }
+        let endpoint = Endpoint {
+            tls: endpoint::connector(check, ca).map_err(tls_error)?,
+            config,
+        };
         if prefix.len() > MAX_PREFIX_BYTES {
             return Err(PgStartError::LongPrefix {
                 target,
@@ -74,7 +112,7 @@ impl PgStore {
             shared: Arc::new(Shared {
                 listener: listener::Listener::new(prefix),
                 slot: Slot::default(),
-                config,
+                endpoint,
                 target,
                 schema: prefix.to_owned(),
             }),
@@ -149,7 +187,7 @@ impl PgStore {
         self.shared
             .slot
             .get(
-                &self.shared.config,
+                &self.shared.endpoint,
                 &self.shared.target,
                 &self.shared.schema,
             )

@@ -25,9 +25,10 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
-use tokio_postgres::{AsyncMessage, Config, NoTls, Notification};
+use tokio_postgres::{AsyncMessage, Notification};
 use tokio_util::task::AbortOnDropHandle;
 
+use super::endpoint::Endpoint;
 use super::schema::ident;
 use crate::backoff::Backoff;
 use crate::store::wakeup::Wakeup;
@@ -119,10 +120,10 @@ impl Listener {
         &self.channels.events
     }
 
-    fn start(&self, config: &Config) {
+    fn start(&self, endpoint: &Endpoint) {
         self.task.get_or_init(|| {
             AbortOnDropHandle::new(tokio::spawn(run(
-                config.clone(),
+                endpoint.clone(),
                 self.channels.clone(),
                 self.routes.clone(),
             )))
@@ -131,8 +132,8 @@ impl Listener {
 
     /// Passes group wake-ups to `sink` until the returned guard is
     /// dropped; `sink` hears at once if the listener is up now.
-    pub fn follow_groups(&self, config: &Config, sink: mpsc::UnboundedSender<Wakeup>) {
-        self.start(config);
+    pub fn follow_groups(&self, endpoint: &Endpoint, sink: mpsc::UnboundedSender<Wakeup>) {
+        self.start(endpoint);
         let mut routes = locked(&self.routes);
         if routes.listening {
             let _ = sink.send(Wakeup::Listening(None));
@@ -148,8 +149,8 @@ impl Listener {
 
     /// A poke for each hint of entries for `node`, for as long as the
     /// returned `Notify` is kept.
-    pub fn follow_inbox(&self, config: &Config, node: &str) -> Arc<Notify> {
-        self.start(config);
+    pub fn follow_inbox(&self, endpoint: &Endpoint, node: &str) -> Arc<Notify> {
+        self.start(endpoint);
         let notify = Arc::new(Notify::new());
         let mut routes = locked(&self.routes);
         let list = routes.inboxes.entry(node.to_owned()).or_default();
@@ -164,8 +165,8 @@ impl Listener {
         routes.listening.then_some(routes.generation)
     }
 
-    pub fn follow_events(&self, config: &Config) -> mpsc::UnboundedReceiver<Vec<u8>> {
-        self.start(config);
+    pub fn follow_events(&self, endpoint: &Endpoint) -> mpsc::UnboundedReceiver<Vec<u8>> {
+        self.start(endpoint);
         let (tx, rx) = mpsc::unbounded_channel();
         locked(&self.routes).events.push(tx);
         rx
@@ -173,10 +174,10 @@ impl Listener {
 }
 
 /// Keeps one LISTEN connection up, for as long as the store lives.
-async fn run(config: Config, channels: Arc<Channels>, routes: Arc<Mutex<Routes>>) {
+async fn run(endpoint: Endpoint, channels: Arc<Channels>, routes: Arc<Mutex<Routes>>) {
     let mut backoff = Backoff::default();
     loop {
-        match listen(&config, &channels, &routes, &mut backoff).await {
+        match listen(&endpoint, &channels, &routes, &mut backoff).await {
             Ok(()) => tracing::debug!("postgres listener lost its connection"),
             Err(e) => {
                 tracing::debug!(error = %e, "postgres listener: no connection; followers poll")
@@ -190,12 +191,12 @@ async fn run(config: Config, channels: Arc<Channels>, routes: Arc<Mutex<Routes>>
 /// One connection's life: LISTEN, tell everyone to look again, then pass
 /// notifications on until the connection fails or a check does.
 async fn listen(
-    config: &Config,
+    endpoint: &Endpoint,
     channels: &Channels,
     routes: &Mutex<Routes>,
     backoff: &mut Backoff,
 ) -> Result<(), tokio_postgres::Error> {
-    let (client, mut connection) = config.connect(NoTls).await?;
+    let (client, mut connection) = endpoint.connect().await?;
     let (tx, mut notifications) = mpsc::unbounded_channel();
     // Polling the connection for its messages also drives the client's
     // queries on it.

@@ -106,7 +106,10 @@ impl PgStore {
     /// shared connection; the wait for new entries is a hint from the
     /// listener.
     pub(crate) async fn inbox_reader(&self, node: &str) -> Result<PgReader, StoreError> {
-        let notify = self.shared.listener.follow_inbox(&self.shared.config, node);
+        let notify = self
+            .shared
+            .listener
+            .follow_inbox(&self.shared.endpoint, node);
         Ok(PgReader {
             store: self.clone(),
             node: node.to_owned(),
@@ -186,7 +189,7 @@ impl PgStore {
 
     /// The engine events every node announces.
     pub(crate) fn follow_events(&self) -> mpsc::UnboundedReceiver<Vec<u8>> {
-        self.shared.listener.follow_events(&self.shared.config)
+        self.shared.listener.follow_events(&self.shared.endpoint)
     }
 
     /// Passes the groups' wake-ups to `sink` until `interest`'s sender is
@@ -194,7 +197,7 @@ impl PgStore {
     /// campaigns not in `interest` ignore theirs.
     pub(crate) async fn listen(&self, mut interest: Interest, sink: mpsc::UnboundedSender<Wakeup>) {
         let listener = &self.shared.listener;
-        listener.follow_groups(&self.shared.config, sink.clone());
+        listener.follow_groups(&self.shared.endpoint, sink.clone());
         while interest.changed().await.is_some() {}
         listener.unfollow_groups(&sink);
     }

@@ -13,6 +13,7 @@
 //! schema is touched, and the schema is created or migrated in one
 //! transaction under an advisory lock.
 
+mod endpoint;
 mod error;
 mod handle;
 mod history;
@@ -23,6 +24,7 @@ mod registry;
 mod schema;
 mod session;
 
+pub use endpoint::TlsError;
 pub use error::{PgStartError, Target, MAX_PREFIX_BYTES};
 pub use handle::{is_postgres_url, PgStore};
 pub use history::History;

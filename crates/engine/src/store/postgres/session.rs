@@ -11,9 +11,10 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::OnceCell;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::ToSql;
-use tokio_postgres::{Client, Config, NoTls, Row, Statement};
+use tokio_postgres::{Client, Row, Statement};
 use tokio_util::task::AbortOnDropHandle;
 
+use super::endpoint::Endpoint;
 use super::error::{reason, PgStartError, Target};
 use super::history::History;
 use super::schema::{self, ident};
@@ -144,14 +145,14 @@ impl Session {
     /// Connects, checks the server, migrates the schema and reads the
     /// history; changes nothing when a check fails.
     async fn open(
-        config: &Config,
+        endpoint: &Endpoint,
         target: &Target,
         schema: &str,
         acks_off: bool,
     ) -> Result<Self, PgStartError> {
         let (mut client, connection) =
-            config
-                .connect(NoTls)
+            endpoint
+                .connect()
                 .await
                 .map_err(|source| match source.code() {
                     Some(code)
@@ -267,7 +268,7 @@ impl Slot {
 
     pub async fn get(
         &self,
-        config: &Config,
+        endpoint: &Endpoint,
         target: &Target,
         schema: &str,
     ) -> Result<Arc<Session>, PgStartError> {
@@ -279,7 +280,7 @@ impl Slot {
             return Ok(session);
         }
         let acks_off = self.acks_off.load(Ordering::Relaxed);
-        let session = Arc::new(Session::open(config, target, schema, acks_off).await?);
+        let session = Arc::new(Session::open(endpoint, target, schema, acks_off).await?);
         {
             let mut last = locked(&self.last_history);
             if last.as_ref().is_some_and(|h| *h != session.history) {

@@ -597,9 +597,6 @@ pub enum ConnectError {
     /// long for a schema name).
     #[error(transparent)]
     Postgres(Box<crate::store::postgres::PgStartError>),
-    /// TLS to PostgreSQL is not built yet (docs/design/postgres-store.md).
-    #[error("a CA certificate was given for a PostgreSQL URL: TLS to PostgreSQL is not supported yet; reach it over a private network or a local socket, with sslmode=disable or prefer")]
-    PostgresTls,
 }
 
 impl From<crate::store::postgres::PgStartError> for ConnectError {
