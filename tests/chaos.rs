@@ -200,7 +200,7 @@ fn pick<T: Copy>(rng: &mut fastrand::Rng, items: &[T]) -> T {
 static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 testkit::on_both_stores! {
-async fn agents_keep_their_guarantees_under_random_faults(server) {
+async fn agents_keep_their_guarantees_under_random_faults(server: own) {
     let _turn = ONE_AT_A_TIME.lock().await;
     let seconds: u64 = std::env::var("LEASEHOLD_CHAOS_SECONDS")
         .ok()

@@ -116,7 +116,7 @@ async fn three_agents_agree_on_one_leader_and_the_api_says_so(server) {
 }
 
 on_both_stores! {
-async fn sigterm_on_the_leader_hands_over_within_the_retry_interval(server) {
+async fn sigterm_on_the_leader_hands_over_within_the_retry_interval(server: own) {
     let mut agents = start_agents(&server, 3).await;
     let l = agreed_leader(&agents, Duration::from_secs(3)).await;
     agents[l].signal(testkit::Signal::SIGTERM);

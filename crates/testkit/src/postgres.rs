@@ -11,9 +11,17 @@
 //! of every process of the server ([`LocalPostgres::pause`]), and a copy of
 //! its data directory to start from later (an older volume, a restored
 //! backup).
+//!
+//! Most tests need only a database: [`PgDatabase::in_shared`] makes one in
+//! the process's shared server (one cluster per test binary, started at
+//! the first such test, stopped and removed when the process exits), and
+//! drops it at the end. A test that stops, kills or replicates its server
+//! starts one of its own ([`PgDatabase::own`]).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
@@ -329,10 +337,15 @@ impl LocalPostgres {
     /// One statement through `psql` (unaligned, tuples only), for a test to
     /// look at or change state from outside the code under test.
     pub fn psql(&self, sql: &str) -> anyhow::Result<String> {
+        self.psql_in("postgres", sql)
+    }
+
+    /// [`LocalPostgres::psql`] in `database`.
+    pub fn psql_in(&self, database: &str, sql: &str) -> anyhow::Result<String> {
         let out = Command::new(self.bin.join("psql"))
             .args(["-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1"])
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string()])
-            .args(["-U", "postgres", "-d", "postgres", "-c", sql])
+            .args(["-U", "postgres", "-d", database, "-c", sql])
             .stdin(Stdio::null())
             .output()
             .context("run psql")?;
@@ -471,5 +484,123 @@ impl Drop for LocalPostgres {
     fn drop(&mut self) {
         self.kill();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The process's shared server: started once, by the first test that asks;
+/// a watchdog stops it and removes its directory when the process is gone
+/// (a static is never dropped).
+fn shared() -> Result<&'static LocalPostgres, String> {
+    static SHARED: OnceLock<Result<LocalPostgres, String>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            // Room for two tests at once, each with a hundred nodes of a
+            // command connection and a listener.
+            let server = LocalPostgres::start_with(&["max_connections=500"])
+                .map_err(|e| format!("{e:#}"))?;
+            let postmaster = server
+                .postmaster()
+                .ok_or("the shared server has no postmaster")?;
+            Command::new("sh")
+                .args([
+                    "-c",
+                    "while kill -0 \"$1\" 2>/dev/null; do sleep 0.5; done; \
+                     kill -QUIT \"$2\" 2>/dev/null; sleep 3; kill -KILL \"$2\" 2>/dev/null; \
+                     rm -rf \"$3\"",
+                    "leasehold-pg-watchdog",
+                ])
+                .arg(std::process::id().to_string())
+                .arg(postmaster.to_string())
+                .arg(&server.dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|e| format!("the shared server's watchdog: {e}"))?;
+            Ok(server)
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// A database for one test: in the process's shared server, or the
+/// `postgres` database of a server of its own.
+pub struct PgDatabase {
+    server: Server,
+    pub name: String,
+}
+
+enum Server {
+    Own(LocalPostgres),
+    Shared(&'static LocalPostgres),
+}
+
+impl PgDatabase {
+    /// A new database in the shared server (about a tenth of a second,
+    /// where a server of its own is one and a half).
+    pub fn in_shared() -> anyhow::Result<Self> {
+        static NEXT: AtomicU32 = AtomicU32::new(1);
+        let server = shared().map_err(|e| anyhow::anyhow!("the shared server: {e}"))?;
+        let name = format!("t{}", NEXT.fetch_add(1, Ordering::Relaxed));
+        server.psql(&format!("CREATE DATABASE {name}"))?;
+        Ok(Self {
+            server: Server::Shared(server),
+            name,
+        })
+    }
+
+    /// The `postgres` database of a server of its own.
+    pub fn own(server: LocalPostgres) -> Self {
+        Self {
+            server: Server::Own(server),
+            name: "postgres".into(),
+        }
+    }
+
+    /// The server, to read from.
+    pub fn server(&self) -> &LocalPostgres {
+        match &self.server {
+            Server::Own(s) => s,
+            Server::Shared(s) => s,
+        }
+    }
+
+    /// The server, to stop, kill or restart: only one of its own.
+    pub fn own_server(&mut self) -> &mut LocalPostgres {
+        match &mut self.server {
+            Server::Own(s) => s,
+            Server::Shared(_) => panic!(
+                "this test stops, kills or replicates its server, which is shared: \
+                 give it one of its own (on_both_stores! {{ async fn name(server: own) ... }})"
+            ),
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{}",
+            self.server().port,
+            self.name
+        )
+    }
+
+    pub fn port(&self) -> u16 {
+        self.server().port
+    }
+
+    /// One statement through `psql`, in this database.
+    pub fn psql(&self, sql: &str) -> anyhow::Result<String> {
+        self.server().psql_in(&self.name, sql)
+    }
+}
+
+impl Drop for PgDatabase {
+    fn drop(&mut self) {
+        if let Server::Shared(server) = &self.server {
+            let _ = server.psql(&format!(
+                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+                self.name
+            ));
+        }
     }
 }

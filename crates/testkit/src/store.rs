@@ -9,7 +9,7 @@ use leasehold_engine::Store;
 
 use std::time::Duration;
 
-use crate::postgres::LocalPostgres;
+use crate::postgres::{LocalPostgres, PgDatabase};
 use crate::proxy::Proxy;
 use crate::{eventually, RedisServer, StoreFixture};
 
@@ -17,10 +17,19 @@ use crate::{eventually, RedisServer, StoreFixture};
 /// name(server) { ... } }` makes the module `name` with the tests `redis`
 /// and `postgres`, each running the body with a mutable `server`, a
 /// [`StoreServer`] of its kind (a PostgreSQL that cannot be had here is a
-/// skip, said out loud; a failure under CI). The calling crate needs tokio.
+/// skip, said out loud; a failure under CI). On PostgreSQL that is a
+/// database of its own in the test binary's shared server; a body that
+/// stops, kills or replicates its server says so, `async fn name(server:
+/// own)`, and gets a server of its own. The calling crate needs tokio.
 #[macro_export]
 macro_rules! on_both_stores {
     ($(#[doc = $doc:expr])* async fn $name:ident($server:ident) $body:block) => {
+        $crate::on_both_stores!(@tests start_or_skip, $name, $server, $body, $(#[doc = $doc])*);
+    };
+    ($(#[doc = $doc:expr])* async fn $name:ident($server:ident: own) $body:block) => {
+        $crate::on_both_stores!(@tests start_own_or_skip, $name, $server, $body, $(#[doc = $doc])*);
+    };
+    (@tests $start:ident, $name:ident, $server:ident, $body:block, $(#[doc = $doc:expr])*) => {
         $(#[doc = $doc])*
         mod $name {
             #[allow(unused_imports)]
@@ -32,7 +41,7 @@ macro_rules! on_both_stores {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn redis() {
                 let kind = $crate::store::Kind::Redis;
-                if let Some(server) = $crate::store::StoreServer::start_or_skip(kind, "redis") {
+                if let Some(server) = $crate::store::StoreServer::$start(kind, "redis") {
                     body(server).await;
                 }
             }
@@ -40,7 +49,7 @@ macro_rules! on_both_stores {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn postgres() {
                 let kind = $crate::store::Kind::Postgres;
-                if let Some(server) = $crate::store::StoreServer::start_or_skip(kind, "postgres") {
+                if let Some(server) = $crate::store::StoreServer::$start(kind, "postgres") {
                     body(server).await;
                 }
             }
@@ -58,7 +67,7 @@ pub enum Kind {
 /// A throwaway server of either kind.
 pub enum StoreServer {
     Redis(RedisServer),
-    Postgres(LocalPostgres),
+    Postgres(PgDatabase),
 }
 
 impl StoreFixture for StoreServer {
@@ -72,16 +81,34 @@ impl StoreFixture for StoreServer {
 }
 
 impl StoreServer {
-    /// Starts one, or says why it cannot (a skip; fatal under CI).
+    /// A Redis server, or a database in the test binary's shared
+    /// PostgreSQL server; or why it cannot be had (a skip; fatal under CI).
     pub fn start_or_skip(kind: Kind, test: &str) -> Option<Self> {
+        match kind {
+            Kind::Redis => Some(Self::Redis(RedisServer::start())),
+            Kind::Postgres => {
+                if let Some(why) = crate::postgres::missing() {
+                    crate::lacks(test, &why);
+                    return None;
+                }
+                let database = PgDatabase::in_shared().expect("a database in the shared server");
+                preset(&database);
+                Some(Self::Postgres(database))
+            }
+        }
+    }
+
+    /// A server of its own, for a test that stops, kills or replicates it.
+    pub fn start_own_or_skip(kind: Kind, test: &str) -> Option<Self> {
         match kind {
             Kind::Redis => Some(Self::Redis(RedisServer::start())),
             Kind::Postgres => Self::start_postgres_with(&[], test),
         }
     }
 
-    /// A PostgreSQL server with more settings (`synchronous_commit=off`,
-    /// say), or why it cannot start (a skip; fatal under CI).
+    /// A PostgreSQL server of its own with more settings
+    /// (`synchronous_commit=off`, say), or why it cannot start (a skip;
+    /// fatal under CI).
     pub fn start_postgres_with(settings: &[&str], test: &str) -> Option<Self> {
         if let Some(why) = crate::postgres::missing() {
             crate::lacks(test, &why);
@@ -92,8 +119,9 @@ impl StoreServer {
         let mut all = vec!["max_connections=300"];
         all.extend_from_slice(settings);
         let pg = LocalPostgres::start_with(&all).expect("postgres starts");
-        preset(&pg);
-        Some(Self::Postgres(pg))
+        let database = PgDatabase::own(pg);
+        preset(&database);
+        Some(Self::Postgres(database))
     }
 
     pub fn kind(&self) -> Kind {
@@ -114,7 +142,7 @@ impl StoreServer {
     pub fn port(&self) -> u16 {
         match self {
             Self::Redis(r) => r.port,
-            Self::Postgres(p) => p.port,
+            Self::Postgres(p) => p.port(),
         }
     }
 
@@ -131,7 +159,10 @@ impl StoreServer {
     pub fn crash_restart(&mut self) {
         match self {
             Self::Redis(r) => r.restart(),
-            Self::Postgres(p) => p.restart_on_own_data().expect("postgres restarts"),
+            Self::Postgres(p) => p
+                .own_server()
+                .restart_on_own_data()
+                .expect("postgres restarts"),
         }
     }
 
@@ -139,14 +170,14 @@ impl StoreServer {
     pub fn pause(&mut self) {
         match self {
             Self::Redis(r) => r.pause(),
-            Self::Postgres(p) => p.pause().expect("SIGSTOP to postgres"),
+            Self::Postgres(p) => p.own_server().pause().expect("SIGSTOP to postgres"),
         }
     }
 
     pub fn resume(&mut self) {
         match self {
             Self::Redis(r) => r.resume(),
-            Self::Postgres(p) => p.resume(),
+            Self::Postgres(p) => p.own_server().resume(),
         }
     }
 
@@ -162,7 +193,7 @@ impl StoreServer {
     pub fn postgres(&mut self) -> Option<&mut LocalPostgres> {
         match self {
             Self::Redis(_) => None,
-            Self::Postgres(p) => Some(p),
+            Self::Postgres(p) => Some(p.own_server()),
         }
     }
 
@@ -172,7 +203,7 @@ impl StoreServer {
     /// `pg_basebackup -R`, and the primary's `synchronous_standby_names`
     /// set to `'*'`, so a commit waits for it (the PostgreSQL analogue of a
     /// replica that `WAIT` counts).
-    pub async fn replica(&self) -> (StoreServer, Proxy) {
+    pub async fn replica(&mut self) -> (StoreServer, Proxy) {
         let link = Proxy::start(self.port()).await;
         match self {
             Self::Redis(primary) => {
@@ -191,7 +222,9 @@ impl StoreServer {
                 .await;
                 (Self::Redis(replica), link)
             }
-            Self::Postgres(primary) => {
+            Self::Postgres(database) => {
+                // (Its settings change: a server of its own.)
+                let primary = database.own_server();
                 let standby =
                     LocalPostgres::standby_through(primary, link.port).expect("a standby starts");
                 // (ALTER SYSTEM refuses to run in a transaction block, so
@@ -212,7 +245,7 @@ impl StoreServer {
                     },
                 )
                 .await;
-                (Self::Postgres(standby), link)
+                (Self::Postgres(PgDatabase::own(standby)), link)
             }
         }
     }
@@ -224,7 +257,7 @@ impl StoreServer {
             Self::Redis(r) => {
                 r.cli(&["REPLICAOF", "NO", "ONE"]);
             }
-            Self::Postgres(p) => p.promote().expect("pg_promote"),
+            Self::Postgres(p) => p.server().promote().expect("pg_promote"),
         }
     }
 
@@ -389,7 +422,7 @@ fn quote(text: &str) -> String {
 
 /// Creates the schema `lh` (a throwaway runtime on a thread of its own:
 /// the caller may be inside one) and presets the birth and the epoch.
-fn preset(pg: &LocalPostgres) {
+fn preset(pg: &PgDatabase) {
     let url = pg.url();
     std::thread::spawn(move || {
         tokio::runtime::Builder::new_current_thread()

@@ -236,7 +236,7 @@ async fn unclean_restart_with_stable_id_reclaims_at_boot(server) {
 on_both_stores! {
 /// docs/behaviour.md E6: the leader demotes on its first failed
 /// renewal, then re-claims its still-held lease when Redis is back.
-async fn redis_briefly_unavailable_demotes_then_reclaims(server) {
+async fn redis_briefly_unavailable_demotes_then_reclaims(server: own) {
     let cfg = ElectionConfig {
         ttl_ms: 3_000,
         renew_interval_ms: 200,
@@ -298,7 +298,7 @@ on_both_stores! {
 /// A leader counts as leader only while its local view of the lease is valid:
 /// with renewals hanging (Redis paused) and a retry interval longer than the
 /// ttl, it stops leading when its local lease runs out, before Redis's expiry.
-async fn leader_stops_leading_when_its_local_lease_runs_out(server) {
+async fn leader_stops_leading_when_its_local_lease_runs_out(server: own) {
     let cfg = ElectionConfig {
         ttl_ms: 500,
         renew_interval_ms: 100,
@@ -335,7 +335,7 @@ async fn leader_stops_leading_when_its_local_lease_runs_out(server) {
 on_both_stores! {
 /// Shutdown with a hung connection (Redis paused) still returns within about
 /// three retry intervals, whatever the number of groups.
-async fn shutdown_with_hung_connection_is_bounded(server) {
+async fn shutdown_with_hung_connection_is_bounded(server: own) {
     let cfg = ElectionConfig {
         ttl_ms: 5_000,
         renew_interval_ms: 1_000,

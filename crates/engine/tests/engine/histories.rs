@@ -152,7 +152,7 @@ async fn node_on(url: &str, id: &str) -> leasehold_engine::Node {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_postgres_started_on_an_older_copy_never_repeats_a_term() {
     let test = "a_postgres_started_on_an_older_copy_never_repeats_a_term";
-    let Some(mut server) = StoreServer::start_or_skip(Kind::Postgres, test) else {
+    let Some(mut server) = StoreServer::start_own_or_skip(Kind::Postgres, test) else {
         return;
     };
     let mut sink = FencedSink::default();
@@ -195,7 +195,7 @@ async fn a_postgres_started_on_an_older_copy_never_repeats_a_term() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_promoted_standby_that_lagged_never_repeats_a_term() {
     let test = "a_promoted_standby_that_lagged_never_repeats_a_term";
-    let Some(mut server) = StoreServer::start_or_skip(Kind::Postgres, test) else {
+    let Some(mut server) = StoreServer::start_own_or_skip(Kind::Postgres, test) else {
         return;
     };
     let primary_port = server.postgres().unwrap().port;

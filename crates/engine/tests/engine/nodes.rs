@@ -220,7 +220,7 @@ async fn paused_longer_than_lease_is_swept_then_recovers(server) {
 on_both_stores! {
 /// A node whose lease expired notices it on its next heartbeat, swept or not
 /// (here its own sweeper may get there first; no other node runs).
-async fn expired_but_unswept_node_recovers_on_next_heartbeat(server) {
+async fn expired_but_unswept_node_recovers_on_next_heartbeat(server: own) {
     let a = node(&server, "test/a").await;
     let mut events = a.events();
     // Pausing Redis stops every clock-driven action but Redis's own clock.

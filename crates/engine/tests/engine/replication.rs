@@ -50,7 +50,7 @@ on_both_stores! {
 /// led under term 2. Now B's claim is never confirmed, so B never leads:
 /// term 2 has one holder (and C's term, of a new history, is above it).
 /// On PostgreSQL B's commit waits for the standby and never returns.
-async fn a_promoted_lagging_replica_never_hands_out_a_term_twice(primary) {
+async fn a_promoted_lagging_replica_never_hands_out_a_term_twice(primary: own) {
     let (replica, link) = primary.replica().await;
     let (a, ga) = leader(&primary, "test/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
@@ -99,7 +99,7 @@ on_both_stores! {
 /// With a healthy replica, claims and renewals are confirmed: a leader
 /// keeps leading through many renewals. When replication stalls, its next
 /// renewal is unconfirmed and it stops leading, as on any store error.
-async fn a_renewal_the_replica_does_not_confirm_demotes_the_leader(primary) {
+async fn a_renewal_the_replica_does_not_confirm_demotes_the_leader(primary: own) {
     let (_replica, link) = primary.replica().await;
     let cfg = CFG;
     let (a, ga) = leader(&primary, "test/a").await;
@@ -138,7 +138,7 @@ on_both_stores! {
 /// Now no lease is handed out for one ttl, b's claims meanwhile lift the
 /// counter to the term it remembers, and the next leader's term is above 2.
 /// (On PostgreSQL the promotion starts a new timeline.)
-async fn a_promoted_replica_is_a_store_born_again(primary) {
+async fn a_promoted_replica_is_a_store_born_again(primary: own) {
     let (replica, link) = primary.replica().await;
     let (a, ga) = leader(&primary, "test/a").await;
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
@@ -203,7 +203,7 @@ async fn a_promoted_replica_is_a_store_born_again(primary) {
 /// the primary's "no replica" confirmed every write within a second.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_that_lost_its_replica_is_believed_only_after_a_grace() {
-    let primary = StoreServer::Redis(RedisServer::start());
+    let mut primary = StoreServer::Redis(RedisServer::start());
     let (replica, _link) = primary.replica().await;
     let (primary, replica) = (primary.redis().unwrap(), replica.redis().unwrap());
     let (a, ga) = leader(primary, "test/a").await;
@@ -255,7 +255,7 @@ on_both_stores! {
 /// one term from two holders. Replicas are not waited for here: this is
 /// the store's own defence. (On PostgreSQL the old primary takes writes
 /// as well: a URL that names both servers reaches whichever answers first.)
-async fn a_primary_left_behind_by_a_failover_never_repeats_a_term_when_found_again(old) {
+async fn a_primary_left_behind_by_a_failover_never_repeats_a_term_when_found_again(old: own) {
     let (promoted, link) = old.replica().await;
     let route = Proxy::start(old.port()).await;
     let member = |id: &'static str| {

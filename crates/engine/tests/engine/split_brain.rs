@@ -88,7 +88,8 @@ async fn run(kind: Kind, seed: u64, steps: usize) {
     let config = cfg(seed % 2 == 1);
     println!("split-brain run on {kind:?}: LEASEHOLD_SEED={seed} {config:?}");
     let mut rng = fastrand::Rng::with_seed(seed);
-    let Some(mut server) = StoreServer::start_or_skip(kind, &format!("{kind:?}").to_lowercase())
+    let Some(mut server) =
+        StoreServer::start_own_or_skip(kind, &format!("{kind:?}").to_lowercase())
     else {
         return;
     };
