@@ -64,3 +64,48 @@ fn a_paused_server_answers_nothing_until_resumed() {
     pg.resume();
     assert_eq!(pg.psql("SELECT 1").unwrap(), "1");
 }
+
+/// Two tests' databases in the shared server are apart, the second made
+/// without another initdb, and each is gone when its test ends; a fault on
+/// the shared server is refused, since other tests run on it.
+#[test]
+fn shared_databases_are_apart_and_dropped_at_the_end() {
+    use testkit::postgres::PgDatabase;
+    if let Some(why) = testkit::postgres::missing() {
+        testkit::lacks("shared_databases_are_apart_and_dropped_at_the_end", &why);
+        return;
+    }
+    let a = PgDatabase::in_shared().unwrap();
+    let made = Instant::now();
+    let mut b = PgDatabase::in_shared().unwrap();
+    // (initdb alone takes a second and more on two cores.)
+    assert!(
+        made.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        made.elapsed()
+    );
+    assert_eq!(a.port(), b.port(), "one server");
+    assert_ne!(a.url(), b.url());
+    a.psql("CREATE TABLE only_in_a (v int)").unwrap();
+    assert_eq!(
+        b.psql("SELECT count(*) FROM pg_tables WHERE tablename = 'only_in_a'")
+            .unwrap(),
+        "0"
+    );
+    let name = a.name.clone();
+    drop(a);
+    let left = b
+        .server()
+        .psql(&format!(
+            "SELECT count(*) FROM pg_database WHERE datname = '{name}'"
+        ))
+        .unwrap();
+    assert_eq!(left, "0", "{name} outlived its test");
+    let fault = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        b.own_server();
+    }));
+    assert!(
+        fault.is_err(),
+        "a fault on the shared server was let through"
+    );
+}
