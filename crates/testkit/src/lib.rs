@@ -17,6 +17,7 @@ pub mod http;
 pub mod kube;
 #[cfg(feature = "kube")]
 pub mod kube_api;
+pub mod pgbouncer;
 pub mod postgres;
 pub mod procfs;
 pub mod proxy;

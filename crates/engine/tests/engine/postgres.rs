@@ -201,3 +201,76 @@ async fn a_wrong_password_is_refused_without_being_shown() {
         "{e}"
     );
 }
+
+/// Through PgBouncer in transaction mode LISTEN cannot work (the server
+/// session that listens goes back to the pool after each statement): the
+/// store says so at start, naming the pooler and the mode that works, and
+/// in session mode it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pooler_in_transaction_mode_is_refused_at_start_and_session_mode_serves() {
+    use leasehold_engine::Store;
+    use testkit::pgbouncer::LocalPgBouncer;
+    let test = "a_pooler_in_transaction_mode_is_refused_at_start_and_session_mode_serves";
+    if let Some(why) = testkit::pgbouncer::missing() {
+        testkit::lacks(test, &why);
+        return;
+    }
+    let Some(pg) = server(test) else {
+        return;
+    };
+    let transaction = LocalPgBouncer::start(&pg, "transaction").unwrap();
+    let store = Store::connect(&transaction.url("postgres"), "lh").unwrap();
+    let refusal = store
+        .refusal()
+        .await
+        .expect("a pooler in transaction mode is refused");
+    assert!(
+        refusal.contains("pool_mode = transaction")
+            && refusal.contains("session mode")
+            && refusal.contains(&format!("127.0.0.1:{}", transaction.port)),
+        "{refusal}"
+    );
+
+    // Session mode: no refusal, and a handover by notification (well
+    // within the retry interval, which a poll would wait for).
+    let session = LocalPgBouncer::start(&pg, "session").unwrap();
+    let url = session.url("postgres");
+    let store = Store::connect(&url, "lh").unwrap();
+    assert_eq!(store.refusal().await, None);
+    let cfg = leasehold_engine::ElectionConfig {
+        ttl_ms: 3_000,
+        renew_interval_ms: 1_000,
+        retry_interval_ms: 2_000,
+    };
+    let node = |id: &'static str| {
+        let store = Store::connect(&url, "lh").unwrap();
+        async move {
+            let n = leasehold_engine::Node::start(store, id, testkit::node_config())
+                .await
+                .unwrap();
+            let g = n.join("test/g", cfg).unwrap();
+            (n, g)
+        }
+    };
+    let (a, ga) = node("test/a").await;
+    testkit::eventually(std::time::Duration::from_secs(5), "a leads", || {
+        ga.is_leader()
+    })
+    .await;
+    let (b, gb) = node("test/b").await;
+    testkit::eventually(std::time::Duration::from_secs(5), "b follows a", || {
+        matches!(
+            &*gb.role().borrow(),
+            leasehold_engine::Role::Follower { .. }
+        )
+    })
+    .await;
+    a.step_down("test/g").await.unwrap();
+    let took = testkit::eventually(std::time::Duration::from_millis(1_000), "b leads", || {
+        gb.is_leader()
+    })
+    .await;
+    eprintln!("handover through PgBouncer in session mode: {took:?}");
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}

@@ -100,6 +100,8 @@ pub enum PgStartError {
         schema: String,
         found: String,
     },
+    #[error("{target}: a notification sent on one connection never reached another that LISTENs: a pooler in transaction or statement mode (PgBouncer's pool_mode = transaction) is in between; connect to PostgreSQL directly, or through a pooler in session mode")]
+    NoNotifications { target: Target },
     #[error("{target}: {source}")]
     Tls {
         target: Target,

@@ -135,14 +135,28 @@ impl PgStore {
 
     /// Why this database cannot serve, if it says so: a refusal a retry
     /// will not cure (credentials, privileges, version, a standby, the
-    /// schema), as opposed to a server that does not answer yet.
+    /// schema, notifications that never arrive), as opposed to a server
+    /// that does not answer yet. The last is checked with one notification
+    /// from the command connection to a second one (up to 5 s when none
+    /// comes).
     pub async fn refusal(&self) -> Option<PgStartError> {
         match self.check().await {
             Err(e) if !matches!(e, PgStartError::Connect { .. } | PgStartError::Query { .. }) => {
-                Some(e)
+                return Some(e)
             }
-            _ => None,
+            Err(_) => return None,
+            Ok(()) => {}
         }
+        let session = self.session().await.ok()?;
+        let arrive = listener::notifications_arrive(
+            &self.shared.endpoint,
+            self.shared.listener.inbox_channel(),
+            &session.client,
+        )
+        .await;
+        (arrive.ok() == Some(false)).then(|| PgStartError::NoNotifications {
+            target: self.shared.target.clone(),
+        })
     }
 
     /// The store's history as read by the current connection.

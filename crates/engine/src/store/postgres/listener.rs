@@ -15,10 +15,14 @@
 //!
 //! A pooler in transaction mode (PgBouncer's `pool_mode = transaction`)
 //! cannot carry LISTEN: the store must reach PostgreSQL directly or through
-//! a pooler in session mode (docs/postgres.md). The listener tells: after
-//! LISTEN it notifies itself, and a notification that does not come back
-//! within [`ECHO_TIMEOUT`] is reported as an error naming the pooler, and
-//! the followers poll as while the listener is down.
+//! a pooler in session mode (docs/postgres.md). A process refuses one at
+//! start ([`notifications_arrive`]: one notification from the command
+//! connection to a second one). The listener tells too: after LISTEN it
+//! notifies itself, and a notification that does not come back within
+//! [`ECHO_TIMEOUT`] is reported as an error naming the pooler, and the
+//! followers poll as while the listener is down. (Its own notification can
+//! come back through such a pooler when the pool hands it the same server
+//! session twice; the start check's, sent by another client, cannot.)
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -102,6 +106,49 @@ impl Routes {
     }
 }
 
+/// Whether a notification sent by `sender` (another connection: the
+/// command session) reaches a connection that LISTENs, as every wake-up
+/// must. Behind a pooler in transaction or statement mode it does not:
+/// the server session that ran LISTEN went back to the pool.
+pub(super) async fn notifications_arrive(
+    endpoint: &Endpoint,
+    channel: &str,
+    sender: &tokio_postgres::Client,
+) -> Result<bool, tokio_postgres::Error> {
+    let (client, mut connection) = endpoint.connect().await?;
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let _pump = AbortOnDropHandle::new(tokio::spawn(async move {
+        while let Some(Ok(message)) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+            if let AsyncMessage::Notification(n) = message {
+                if tx.send(n).is_err() {
+                    return;
+                }
+            }
+        }
+    }));
+    client
+        .batch_execute(&format!(
+            "SET synchronous_commit = local; LISTEN {}",
+            ident(channel)
+        ))
+        .await?;
+    // A payload no node has as its id: the other listeners ignore it.
+    let token = format!("?probe {:016x}", fastrand::u64(..));
+    sender
+        .execute("SELECT pg_notify($1, $2)", &[&channel, &token])
+        .await?;
+    let echo = tokio::time::timeout(ECHO_TIMEOUT, async {
+        while let Some(n) = rx.recv().await {
+            if n.payload() == token {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    Ok(echo == Ok(true))
+}
+
 impl Listener {
     pub fn new(schema: &str) -> Self {
         Self {
@@ -113,6 +160,11 @@ impl Listener {
             routes: Arc::default(),
             task: OnceLock::new(),
         }
+    }
+
+    /// The name of the inbox channel (a probe's).
+    pub fn inbox_channel(&self) -> &str {
+        &self.channels.inbox
     }
 
     /// The name of the events channel (for `pg_notify`).
