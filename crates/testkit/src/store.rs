@@ -285,6 +285,18 @@ impl StoreServer {
         }
     }
 
+    /// How many retained messages the store keeps (live or expired but
+    /// not yet removed).
+    pub fn retained_count(&self) -> u64 {
+        match self {
+            Self::Redis(r) => r.cli(&["KEYS", "lh:topic:*:retained"]).lines().count() as u64,
+            Self::Postgres(_) => self
+                .sql("SELECT count(*) FROM lh.retained")
+                .parse()
+                .unwrap_or(0),
+        }
+    }
+
     /// Every node id in the registry (live or not yet swept).
     pub fn registered_ids(&self) -> Vec<String> {
         match self {

@@ -497,6 +497,26 @@ async fn retained_messages_go_to_new_subscribers_first(server) {
 }
 
 on_both_stores! {
+/// A retained message that expired is gone from the store, not only
+/// skipped by readers (on Redis the key's own expiry; on PostgreSQL the
+/// sweep removes expired rows, at most a batch a pass).
+async fn an_expired_retained_message_leaves_the_store(server) {
+    let p = node(&server, "test/pub").await;
+    p.publish_retained("short.lived", b"1", Some(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    p.publish_retained("kept", b"2", None).await.unwrap();
+    assert_eq!(server.retained_count(), 2);
+    // Its ttl, then a sweep pass (the node's lease, 600 ms), and margin.
+    testkit::eventually(Duration::from_millis(200 + 600 + 1000), "the expired one gone", || {
+        server.retained_count() == 1
+    })
+    .await;
+    p.close().await.unwrap();
+}
+}
+
+on_both_stores! {
 async fn direct_messages_reach_one_live_node(server) {
     let a = node(&server, "test/a").await;
     let b = node(&server, "test/b").await;

@@ -274,3 +274,126 @@ async fn a_pooler_in_transaction_mode_is_refused_at_start_and_session_mode_serve
     a.close().await.unwrap();
     b.close().await.unwrap();
 }
+
+/// A node that subscribes while a retained message to that topic is being
+/// published gets it, as a subscriber or from the retained copy: never
+/// neither. The publisher is held, after it read who subscribes, by a lock
+/// the test takes on another subscriber's row; the node subscribes
+/// meanwhile. Before, the subscribe ran through (its read of the retained
+/// copies did not see the uncommitted one) and the message reached the
+/// other subscriber only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribe_racing_a_retained_publish_gets_the_message() {
+    use std::time::Duration;
+    use testkit::store::{Kind, StoreServer};
+    use testkit::{eventually, node};
+    let test = "a_subscribe_racing_a_retained_publish_gets_the_message";
+    let Some(server) = StoreServer::start_or_skip(Kind::Postgres, test) else {
+        return;
+    };
+    let pg = match &server {
+        StoreServer::Postgres(pg) => pg,
+        StoreServer::Redis(_) => unreachable!(),
+    };
+    let x = node(&server, "test/x").await;
+    let mut rx_x = x.inbox().unwrap();
+    x.subscribe("cfg").await.unwrap();
+    let n = node(&server, "test/n").await;
+    let mut rx_n = n.inbox().unwrap();
+    let p = node(&server, "test/p").await;
+    let (hold, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    hold.batch_execute("BEGIN; SELECT 1 FROM lh.nodes WHERE id = 'test/x' FOR UPDATE")
+        .await
+        .unwrap();
+    let publish = tokio::spawn(async move {
+        p.publish_retained("cfg", b"v1", None).await.unwrap();
+        p
+    });
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+         WHERE wait_event_type = 'Lock' AND query LIKE '%publish%'";
+    eventually(
+        Duration::from_secs(3),
+        "the publisher waits on x's row",
+        || pg.psql(waiting).unwrap() == "1",
+    )
+    .await;
+    let subscribe = tokio::spawn(async move {
+        n.subscribe("cfg").await.unwrap();
+        n
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    hold.batch_execute("COMMIT").await.unwrap();
+    let p = publish.await.unwrap();
+    let n = subscribe.await.unwrap();
+    for (who, rx) in [("x", &mut rx_x), ("n", &mut rx_n)] {
+        let delivery = tokio::time::timeout(Duration::from_secs(2), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{who} got nothing"));
+        match delivery {
+            Some(leasehold_engine::Delivery::Message(m)) => assert_eq!(m.payload, b"v1"),
+            other => panic!("{who}: {other:?}"),
+        }
+    }
+    for node in [x, n, p] {
+        node.close().await.unwrap();
+    }
+}
+
+/// Two publishers retaining the same topics in opposite orders, batch
+/// after batch, to topics with no subscriber (so no node row orders them
+/// first): every publish succeeds. Each batch writes its retained copies in
+/// topic order; written in message order, two batches could each hold a
+/// topic's row the other waits for, and PostgreSQL would end one with a
+/// deadlock error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_retaining_the_same_topics_in_opposite_orders_never_deadlock() {
+    use leasehold_engine::{Outbound, PublishOptions, Retain, To};
+    use testkit::node;
+    use testkit::store::{Kind, StoreServer};
+    let test = "batches_retaining_the_same_topics_in_opposite_orders_never_deadlock";
+    let Some(server) = StoreServer::start_or_skip(Kind::Postgres, test) else {
+        return;
+    };
+    let retained = PublishOptions {
+        retain: Retain::Forever,
+        ..PublishOptions::default()
+    };
+    let batch = |topics: [&str; 2]| {
+        topics
+            .iter()
+            .map(|t| Outbound {
+                to: To::Topic((*t).to_owned(), retained),
+                payload: b"x".to_vec(),
+            })
+            .collect::<Vec<_>>()
+    };
+    let mut tasks = Vec::new();
+    for (id, topics) in [("test/p1", ["a", "b"]), ("test/p2", ["b", "a"])] {
+        let p = node(&server, id).await;
+        let batch = batch(topics);
+        tasks.push(tokio::spawn(async move {
+            let mut failed = Vec::new();
+            for _ in 0..300 {
+                for result in p.publish_all(batch.clone()).await.unwrap() {
+                    if let Err(e) = result {
+                        failed.push(e.to_string());
+                    }
+                }
+            }
+            p.close().await.unwrap();
+            failed
+        }));
+    }
+    for task in tasks {
+        let failed = task.await.unwrap();
+        assert!(
+            failed.is_empty(),
+            "{} failed: {:?}",
+            failed.len(),
+            failed.first()
+        );
+    }
+}

@@ -229,7 +229,7 @@ impl PgStore {
         let result = session.query(op, &self.shared.schema, params).await;
         result.map_err(|e| {
             self.shared.slot.failed(session, &e);
-            failed(e)
+            statement_failed(e)
         })
     }
 
@@ -243,7 +243,7 @@ impl PgStore {
         let result = session.execute(op, &self.shared.schema, params).await;
         result.map_err(|e| {
             self.shared.slot.failed(&session, &e);
-            failed(e)
+            statement_failed(e)
         })
     }
 
@@ -277,6 +277,24 @@ pub(super) fn failed(e: impl std::error::Error + Send + Sync + 'static) -> Store
         store: "postgres",
         source: Arc::new(e),
     }
+}
+
+/// A store error from a failed statement, in words that say what failed:
+/// tokio-postgres's own text is only the kind ("db error"), the server's
+/// message ("deadlock detected", say) is its cause.
+pub(super) fn statement_failed(e: tokio_postgres::Error) -> StoreError {
+    failed(Described {
+        text: causes(&e),
+        source: e,
+    })
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("{text}")]
+struct Described {
+    text: String,
+    #[source]
+    source: tokio_postgres::Error,
 }
 
 /// A URL whose user or password holds a raw `@` would be split at the

@@ -3,6 +3,16 @@
 //! node's row lock), the inbox reader, acknowledgements, introspection of
 //! nodes, engine events and the followers' wake-ups. An inbox cursor is the
 //! number of the last entry taken.
+//!
+//! The locks that make it safe at READ COMMITTED (sql/v1.sql): everything
+//! that writes a node's queues locks the node's row first (publishers lock
+//! all their receivers' rows in id order, before they write); a batch
+//! writes its retained copies last, in topic order, so two batches never
+//! wait for each other's rows; and a subscribe takes an advisory lock that
+//! a batch that retains holds shared from before it reads who subscribes
+//! until it commits, so a subscribe meeting a retained publish either is
+//! seen by it or sees its retained copy. Expired retained copies go with
+//! the sweep, a batch a pass.
 
 use std::sync::Arc;
 use std::time::Duration;

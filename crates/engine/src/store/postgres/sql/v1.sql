@@ -88,6 +88,8 @@ CREATE TABLE {s}.retained (
     payload bytea NOT NULL,
     expires_ms bigint
 );
+-- The sweep removes the expired ones (Redis's keys expire by themselves).
+CREATE INDEX retained_expiry ON {s}.retained (expires_ms) WHERE expires_ms IS NOT NULL;
 
 -- Message ids: only ever grow (a sequence never hands a value out twice).
 CREATE SEQUENCE {s}.msgseq;
@@ -465,6 +467,10 @@ BEGIN
         PERFORM {s}.remove_node(v_id);
         o_swept := o_swept || v_id;
     END LOOP;
+    -- Expired retained messages, a batch a pass (readers skip them already).
+    DELETE FROM {s}.retained WHERE topic IN (
+        SELECT topic FROM {s}.retained WHERE expires_ms <= o_now
+            LIMIT p_batch FOR UPDATE SKIP LOCKED);
     SELECT min(lease_until_ms) INTO o_next FROM {s}.nodes;
     RETURN NEXT;
 END $$;
@@ -490,6 +496,12 @@ DECLARE
     v_count bigint := 0;
     r record;
 BEGIN
+    -- Publishers of retained messages hold this lock shared from before
+    -- they read who subscribes until they commit: taken here, a publish
+    -- either sees this subscription or has committed its retained copy
+    -- before the read below (without it, each could miss the other). It
+    -- comes before any row lock, as in publish.
+    PERFORM pg_advisory_xact_lock(hashtextextended('{c}.retained', 0));
     -- The node's row first, as register and the publishers take it.
     PERFORM 1 FROM {s}.nodes WHERE id = p_id FOR UPDATE;
     v_registered := FOUND;
@@ -534,12 +546,22 @@ DECLARE
     v_notify text[] := '{}';
     v_stream boolean;
     v_node record;
+    v_kept_topics text[] := '{}';
+    v_kept_ids bigint[] := '{}';
+    v_kept_payloads bytea[] := '{}';
+    v_kept_expiries bigint[] := '{}';
 BEGIN
     FOR m IN 1 .. n LOOP
         IF p_retain[m] < -1 OR p_retain[m] > {MAX_RETAIN} THEN
             RAISE EXCEPTION 'retain ttl out of range: %', p_retain[m] USING ERRCODE = '22023';
         END IF;
     END LOOP;
+    -- A batch that retains holds off subscribes until it commits (see
+    -- subscribe).
+    IF EXISTS (SELECT 1 FROM generate_subscripts(p_modes, 1) AS m
+               WHERE p_modes[m] = 'topic' AND p_retain[m] >= 0) THEN
+        PERFORM pg_advisory_xact_lock_shared(hashtextextended('{c}.retained', 0));
+    END IF;
     -- Pass 1: who each message may reach.
     FOR m IN 1 .. n LOOP
         IF p_modes[m] = 'topic' THEN
@@ -578,14 +600,11 @@ BEGIN
         END IF;
         v_id := nextval('{s}.msgseq');
         IF p_modes[m] = 'topic' AND p_retain[m] >= 0 THEN
-            INSERT INTO {s}.retained (topic, msg_id, sender, payload, expires_ms)
-                VALUES (p_targets[m], v_id, p_sender, p_payloads[m],
-                        CASE WHEN p_retain[m] > 0 THEN v_now + p_retain[m] END)
-                ON CONFLICT (topic) DO UPDATE SET msg_id = excluded.msg_id,
-                    sender = excluded.sender, payload = excluded.payload,
-                    expires_ms = excluded.expires_ms
-                -- A publish that committed later with a lower id is older.
-                WHERE {s}.retained.msg_id < excluded.msg_id;
+            v_kept_topics := v_kept_topics || p_targets[m];
+            v_kept_ids := v_kept_ids || v_id;
+            v_kept_payloads := v_kept_payloads || p_payloads[m];
+            v_kept_expiries := v_kept_expiries
+                || CASE WHEN p_retain[m] > 0 THEN v_now + p_retain[m] END;
         END IF;
         FOR v_node IN SELECT id, inbox_max FROM {s}.nodes WHERE id = ANY (v_live) ORDER BY id LOOP
             IF coalesce(v_stream, false) THEN
@@ -599,6 +618,19 @@ BEGIN
         v_notify := v_notify || v_live;
         o_code := v_id; o_node := cardinality(v_live)::text; RETURN NEXT;
     END LOOP;
+    -- The retained copies, the newest per topic, written in topic order:
+    -- two batches retaining the same topics in another order would
+    -- otherwise each hold a row the other waits for.
+    INSERT INTO {s}.retained (topic, msg_id, sender, payload, expires_ms)
+        SELECT DISTINCT ON (k.topic) k.topic, k.id, p_sender, k.payload, k.expires
+            FROM unnest(v_kept_topics, v_kept_ids, v_kept_payloads, v_kept_expiries)
+                AS k(topic, id, payload, expires)
+            ORDER BY k.topic, k.id DESC
+        ON CONFLICT (topic) DO UPDATE SET msg_id = excluded.msg_id,
+            sender = excluded.sender, payload = excluded.payload,
+            expires_ms = excluded.expires_ms
+        -- A publish that committed later with a lower id is older.
+        WHERE {s}.retained.msg_id < excluded.msg_id;
     PERFORM pg_notify('{c}.inbox', x) FROM (SELECT DISTINCT unnest(v_notify) AS x) d;
 END $$;
 
