@@ -494,10 +494,13 @@ fn shared() -> Result<&'static LocalPostgres, String> {
     static SHARED: OnceLock<Result<LocalPostgres, String>> = OnceLock::new();
     SHARED
         .get_or_init(|| {
-            // Room for two tests at once, each with a hundred nodes of a
-            // command connection and a listener.
-            let server = LocalPostgres::start_with(&["max_connections=500"])
-                .map_err(|e| format!("{e:#}"))?;
+            // Room for as many tests at once as cargo runs (one per core
+            // by default), each with a hundred nodes of a command
+            // connection and a listener.
+            let tests = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
+            let connections = format!("max_connections={}", 250 * tests.min(8));
+            let server =
+                LocalPostgres::start_with(&[&connections]).map_err(|e| format!("{e:#}"))?;
             let postmaster = server
                 .postmaster()
                 .ok_or("the shared server has no postmaster")?;

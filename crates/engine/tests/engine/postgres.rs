@@ -312,8 +312,10 @@ async fn a_subscribe_racing_a_retained_publish_gets_the_message() {
         p.publish_retained("cfg", b"v1", None).await.unwrap();
         p
     });
+    // (In this test's database: the shared server runs other tests.)
     let waiting = "SELECT count(*) FROM pg_stat_activity \
-         WHERE wait_event_type = 'Lock' AND query LIKE '%publish%'";
+         WHERE datname = current_database() AND wait_event_type = 'Lock' \
+         AND query LIKE '%publish%'";
     eventually(
         Duration::from_secs(3),
         "the publisher waits on x's row",

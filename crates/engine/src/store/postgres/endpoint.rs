@@ -8,9 +8,10 @@
 //! tokio-postgres-rustls):
 //!
 //! - with a CA (the CA file the process is given, or `sslrootcert`): the
-//!   chain and the host name, or the chain only with `verify-ca`; a CA
-//!   makes TLS required (a URL without `sslmode` would otherwise fall back
-//!   to plain text, and the CA would protect nothing);
+//!   chain and the host name, or the chain only with `verify-ca` and
+//!   `require` (as libpq); a CA makes TLS required (a URL without `sslmode`
+//!   would otherwise fall back to plain text, and the CA would protect
+//!   nothing);
 //! - `verify-ca` or `verify-full` without a CA is refused (this process
 //!   trusts no public roots: a database's CA is its operator's);
 //! - `require` or `prefer` without a CA: encrypted, the certificate not
@@ -52,8 +53,8 @@ pub(super) enum Check {
     Nothing,
     /// Signed by the CA (`verify-ca`).
     Chain,
-    /// Signed by the CA, for the host connected to (`verify-full`, and any
-    /// mode given with a CA).
+    /// Signed by the CA, for the host connected to (`verify-full`, and no
+    /// mode or `prefer` given with a CA).
     Full,
 }
 
@@ -80,7 +81,9 @@ pub(super) fn take_from(url: &str) -> UrlTls {
             }
             "sslmode" => {
                 found.sslmode = Some(value.to_owned());
-                Some(if value.starts_with("verify-") {
+                // Only the two modes libpq has: any other value is left for
+                // the parser to refuse, never read as a mode that checks.
+                Some(if matches!(value, "verify-ca" | "verify-full") {
                     "sslmode=require".to_owned()
                 } else {
                     word.to_owned()
@@ -106,17 +109,61 @@ pub(super) fn take_from(url: &str) -> UrlTls {
             format!("{base}?{}", params.join("&"))
         };
     } else {
-        // libpq's words; a value with spaces in quotes is left as it is.
-        found.url = url
-            .split_whitespace()
+        // libpq's words, a quoted value (spaces, \' inside) kept whole.
+        found.url = words(url)
+            .into_iter()
             .filter_map(|word| match word.split_once('=') {
-                Some((key, value)) => keep(key, value, word),
-                None => Some(word.to_owned()),
+                Some((key, value)) => keep(key.trim(), &unquote(value.trim()), &word),
+                None => Some(word),
             })
             .collect::<Vec<_>>()
             .join(" ");
     }
     found
+}
+
+/// libpq's `key=value` words: split at white space outside single quotes
+/// (in which a backslash escapes the next character), each kept as written.
+fn words(text: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let (mut quoted, mut escaped) = (false, false);
+    for c in text.chars() {
+        if escaped {
+            escaped = false;
+        } else if quoted && c == '\\' {
+            escaped = true;
+        } else if c == '\'' {
+            quoted = !quoted;
+        } else if c.is_whitespace() && !quoted {
+            if !word.is_empty() {
+                words.push(std::mem::take(&mut word));
+            }
+            continue;
+        }
+        word.push(c);
+    }
+    if !word.is_empty() {
+        words.push(word);
+    }
+    words
+}
+
+/// A word's value without its quotes and escapes.
+fn unquote(value: &str) -> String {
+    let Some(inner) = value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')) else {
+        return value.to_owned();
+    };
+    let mut out = String::new();
+    let mut chars = inner.chars();
+    while let Some(c) = chars.next() {
+        out.push(if c == '\\' {
+            chars.next().unwrap_or(c)
+        } else {
+            c
+        });
+    }
+    out
 }
 
 /// Why TLS cannot be set up as asked.
@@ -138,7 +185,8 @@ pub(super) fn check_for(sslmode: Option<&str>, ca: bool) -> Result<(Check, bool)
     match (sslmode, ca) {
         (Some("disable"), true) => Err(TlsError::CaWithoutTls),
         (Some(mode @ ("verify-ca" | "verify-full")), false) => Err(TlsError::NoCa(mode.to_owned())),
-        (Some("verify-ca"), true) => Ok((Check::Chain, true)),
+        // libpq checks the chain only for these two when given a CA.
+        (Some("verify-ca" | "require"), true) => Ok((Check::Chain, true)),
         (_, true) => Ok((Check::Full, true)),
         (_, false) => Ok((Check::Nothing, false)),
     }
@@ -312,6 +360,19 @@ mod tests {
             }
         );
 
+        // A quoted value keeps its spaces and escapes, and is not read as
+        // a setting of its own.
+        let t =
+            take_from("host=h password='a  b sslmode=verify-full \\' c' sslrootcert='/my ca.pem'");
+        assert_eq!(t.url, "host=h password='a  b sslmode=verify-full \\' c'");
+        assert_eq!(t.sslmode, None);
+        assert_eq!(t.sslrootcert.as_deref(), Some("/my ca.pem"));
+
+        // A mode libpq does not have is left for the parser to refuse.
+        let t = take_from("postgres://u@h/db?sslmode=verify-fulll");
+        assert_eq!(t.url, "postgres://u@h/db?sslmode=verify-fulll");
+        assert!(t.url.parse::<tokio_postgres::Config>().is_err());
+
         let t = take_from("host=h dbname=db sslmode=verify-ca sslrootcert=/ca.pem");
         assert_eq!(t.url, "host=h dbname=db sslmode=require");
         assert_eq!(t.sslmode.as_deref(), Some("verify-ca"));
@@ -328,6 +389,14 @@ mod tests {
         assert_eq!(
             check_for(Some("verify-ca"), true).unwrap(),
             (Check::Chain, true)
+        );
+        assert_eq!(
+            check_for(Some("require"), true).unwrap(),
+            (Check::Chain, true)
+        );
+        assert_eq!(
+            check_for(Some("verify-full"), true).unwrap(),
+            (Check::Full, true)
         );
         assert_eq!(
             check_for(Some("require"), false).unwrap(),

@@ -132,10 +132,17 @@ pub(super) async fn notifications_arrive(
             ident(channel)
         ))
         .await?;
-    // A payload no node has as its id: the other listeners ignore it.
+    // A payload no node has as its id: the other listeners ignore it. Its
+    // commit waits for no standby (a stalled synchronous one is not a
+    // pooler).
     let token = format!("?probe {:016x}", fastrand::u64(..));
+    let literal = |text: &str| format!("'{}'", text.replace('\'', "''"));
     sender
-        .execute("SELECT pg_notify($1, $2)", &[&channel, &token])
+        .batch_execute(&format!(
+            "BEGIN; SET LOCAL synchronous_commit = local; SELECT pg_notify({}, {}); COMMIT",
+            literal(channel),
+            literal(&token)
+        ))
         .await?;
     let echo = tokio::time::timeout(ECHO_TIMEOUT, async {
         while let Some(n) = rx.recv().await {
