@@ -550,16 +550,17 @@ DECLARE
     v_kept_ids bigint[] := '{}';
     v_kept_payloads bytea[] := '{}';
     v_kept_expiries bigint[] := '{}';
+    v_retains boolean := false;
 BEGIN
     FOR m IN 1 .. n LOOP
         IF p_retain[m] < -1 OR p_retain[m] > {MAX_RETAIN} THEN
             RAISE EXCEPTION 'retain ttl out of range: %', p_retain[m] USING ERRCODE = '22023';
         END IF;
+        v_retains := v_retains OR (p_modes[m] = 'topic' AND p_retain[m] >= 0);
     END LOOP;
     -- A batch that retains holds off subscribes until it commits (see
     -- subscribe).
-    IF EXISTS (SELECT 1 FROM generate_subscripts(p_modes, 1) AS m
-               WHERE p_modes[m] = 'topic' AND p_retain[m] >= 0) THEN
+    IF v_retains THEN
         PERFORM pg_advisory_xact_lock_shared(hashtextextended('{c}.retained', 0));
     END IF;
     -- Pass 1: who each message may reach.
@@ -621,16 +622,18 @@ BEGIN
     -- The retained copies, the newest per topic, written in topic order:
     -- two batches retaining the same topics in another order would
     -- otherwise each hold a row the other waits for.
-    INSERT INTO {s}.retained (topic, msg_id, sender, payload, expires_ms)
-        SELECT DISTINCT ON (k.topic) k.topic, k.id, p_sender, k.payload, k.expires
-            FROM unnest(v_kept_topics, v_kept_ids, v_kept_payloads, v_kept_expiries)
-                AS k(topic, id, payload, expires)
-            ORDER BY k.topic, k.id DESC
-        ON CONFLICT (topic) DO UPDATE SET msg_id = excluded.msg_id,
-            sender = excluded.sender, payload = excluded.payload,
-            expires_ms = excluded.expires_ms
-        -- A publish that committed later with a lower id is older.
-        WHERE {s}.retained.msg_id < excluded.msg_id;
+    IF v_retains THEN
+        INSERT INTO {s}.retained (topic, msg_id, sender, payload, expires_ms)
+            SELECT DISTINCT ON (k.topic) k.topic, k.id, p_sender, k.payload, k.expires
+                FROM unnest(v_kept_topics, v_kept_ids, v_kept_payloads, v_kept_expiries)
+                    AS k(topic, id, payload, expires)
+                ORDER BY k.topic, k.id DESC
+            ON CONFLICT (topic) DO UPDATE SET msg_id = excluded.msg_id,
+                sender = excluded.sender, payload = excluded.payload,
+                expires_ms = excluded.expires_ms
+            -- A publish that committed later with a lower id is older.
+            WHERE {s}.retained.msg_id < excluded.msg_id;
+    END IF;
     PERFORM pg_notify('{c}.inbox', x) FROM (SELECT DISTINCT unnest(v_notify) AS x) d;
 END $$;
 
