@@ -229,6 +229,20 @@ async fn postgres_tls_checks_the_certificate_as_sslmode_says() {
         .expect_err("another CA's certificate")
         .to_string();
     assert!(untrusted.contains("certificate"), "{untrusted}");
+    // A refusal for good: a process refuses it at start, naming the fix.
+    let refusal = Store::connect_with_options(
+        &at("localhost", ""),
+        "lh",
+        ConnectOptions {
+            ca_pem: Some(&other_ca),
+            ..ConnectOptions::default()
+        },
+    )
+    .unwrap()
+    .refusal()
+    .await
+    .expect("a certificate another CA signed is refused at start");
+    assert!(refusal.contains("--store-ca-file"), "{refusal}");
     // require without a CA: encrypted, unchecked (libpq's require).
     PgStore::open(&at("127.0.0.1", "?sslmode=require"), "lh")
         .await

@@ -235,6 +235,24 @@ pub(super) fn connector(
     Ok(MakeRustlsConnect::new(config))
 }
 
+/// Why the server's certificate was refused, if that is why `e` failed:
+/// a refusal a retry will not cure (the CA or the host name is wrong).
+pub(super) fn refused_certificate(e: &tokio_postgres::Error) -> Option<String> {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let tls = c.downcast_ref::<rustls::Error>().or_else(|| {
+            c.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        });
+        if let Some(rustls::Error::InvalidCertificate(why)) = tls {
+            return Some(format!("its certificate was refused: {why}"));
+        }
+        cause = c.source();
+    }
+    None
+}
+
 /// `require` without a CA: any certificate, but the handshake's own
 /// signatures are still checked (the session is encrypted to whoever holds
 /// the certificate's key).

@@ -102,6 +102,8 @@ pub enum PgStartError {
     },
     #[error("{target}: a notification sent on one connection never reached another that LISTENs: a pooler in transaction or statement mode (PgBouncer's pool_mode = transaction) is in between; connect to PostgreSQL directly, or through a pooler in session mode")]
     NoNotifications { target: Target },
+    #[error("{target}: {reason}: give the CA that signed it (--store-ca-file or sslrootcert), and a host name it was made for (or sslmode=verify-ca)")]
+    Certificate { target: Target, reason: String },
     #[error("{target}: {source}")]
     Tls {
         target: Target,

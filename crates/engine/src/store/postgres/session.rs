@@ -164,9 +164,15 @@ impl Session {
                             reason: reason(&source),
                         }
                     }
-                    _ => PgStartError::Connect {
-                        target: target.clone(),
-                        source,
+                    _ => match super::endpoint::refused_certificate(&source) {
+                        Some(reason) => PgStartError::Certificate {
+                            target: target.clone(),
+                            reason,
+                        },
+                        None => PgStartError::Connect {
+                            target: target.clone(),
+                            source,
+                        },
                     },
                 })?;
         let connection = AbortOnDropHandle::new(tokio::spawn(async move {
