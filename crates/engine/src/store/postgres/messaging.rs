@@ -1,14 +1,18 @@
 //! The messaging half of the PostgreSQL store: subscriptions, publishing
-//! into inboxes (rows of `inbox`, numbered per node and queue under the
-//! node's row lock), the inbox reader, acknowledgements, introspection of
+//! into inboxes (rows of `inbox`, numbered under the lock of the node's
+//! `queues` row), the inbox reader, acknowledgements, introspection of
 //! nodes, engine events and the followers' wake-ups. An inbox cursor is the
 //! number of the last entry taken.
 //!
 //! The locks that make it safe at READ COMMITTED (sql/v1.sql): everything
-//! that writes a node's queues locks the node's row first (publishers lock
-//! all their receivers' rows in id order, before they write); a batch
-//! writes its retained copies last, in topic order, so two batches never
-//! wait for each other's rows; and a subscribe takes an advisory lock that
+//! that appends to a node's queues locks its `queues` row first
+//! (publishers lock all their receivers' rows in id order, before they
+//! write), so entries commit in the order they are numbered; an ack locks
+//! only the node's `takes` row, which a publisher locks (shared) only to
+//! count a queue it finds full exactly, so acks and publishers do not
+//! queue for each other, nor heartbeats for either (the node's own row);
+//! a batch writes its retained copies last, in topic order, so two batches
+//! never wait for each other's rows; and a subscribe takes an advisory lock that
 //! a batch that retains holds shared from before it reads who subscribes
 //! until it commits, so a subscribe meeting a retained publish either is
 //! seen by it or sees its retained copy. Expired retained copies go with

@@ -3,6 +3,8 @@
 //! function of sql/v1.sql that locks the node's row first, so a heartbeat
 //! and a sweep of the same node run one after the other; sweepers skip the
 //! rows another holds (`FOR UPDATE SKIP LOCKED`) instead of queueing.
+//! Publishers and acks never lock the node's row (the queues' counts are
+//! rows of their own), so a busy inbox does not hold up a heartbeat.
 
 use super::handle::PgStore;
 use super::lease::big;

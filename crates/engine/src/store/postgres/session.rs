@@ -107,16 +107,20 @@ impl Op {
             Op::AckInbox => "SELECT * FROM {s}.ack_inbox($1, $2)",
             Op::AckCommands => "SELECT {s}.ack_commands($1, $2)",
             Op::InboxState => {
-                "SELECT inbox_len, dropped FROM {s}.nodes WHERE id = $1"
+                "SELECT greatest(q.inbox_len - t.inbox, 0), q.dropped
+                 FROM {s}.queues q JOIN {s}.takes t ON t.node = q.node WHERE q.node = $1"
             }
             Op::Subscriptions => {
                 "SELECT pattern FROM {s}.subscriptions WHERE node = $1 ORDER BY pattern"
             }
             Op::ListNodes => {
-                "SELECT id, lease_until_ms, registered_at_ms, heartbeat_at_ms,
-                        inbox_len, dropped,
-                        coalesce(fields ->> 'groups', ''), {s}.now_ms()
-                 FROM {s}.nodes ORDER BY lease_until_ms, id"
+                "SELECT n.id, n.lease_until_ms, n.registered_at_ms, n.heartbeat_at_ms,
+                        coalesce(greatest(q.inbox_len - t.inbox, 0), 0), coalesce(q.dropped, 0),
+                        coalesce(n.fields ->> 'groups', ''), {s}.now_ms()
+                 FROM {s}.nodes n
+                 LEFT JOIN {s}.queues q ON q.node = n.id
+                 LEFT JOIN {s}.takes t ON t.node = n.id
+                 ORDER BY n.lease_until_ms, n.id"
             }
             Op::Notify => "SELECT pg_notify($1, $2)",
             Op::Settings => {

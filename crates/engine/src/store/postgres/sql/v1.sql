@@ -41,9 +41,9 @@ CREATE TABLE {s}.members (
     PRIMARY KEY (grp, node)
 ) WITH (fillfactor = 50);
 
--- The node registry, with the length of each of a node's queues (0: its
--- engine's commands, 1: its inbox). The row's lock orders everything that
--- writes a node's queues: every function takes it first.
+-- The node registry. Its rows are the registrations only: heartbeats
+-- update them, and nothing that appends to a queue locks them, so a busy
+-- inbox never holds up a heartbeat.
 CREATE TABLE {s}.nodes (
     id text PRIMARY KEY,
     incarnation text NOT NULL,
@@ -51,12 +51,32 @@ CREATE TABLE {s}.nodes (
     registered_at_ms bigint NOT NULL,
     heartbeat_at_ms bigint NOT NULL,
     fields jsonb NOT NULL DEFAULT '{}',
-    inbox_max bigint NOT NULL DEFAULT {DEFAULT_INBOX},
+    inbox_max bigint NOT NULL DEFAULT {DEFAULT_INBOX}
+);
+CREATE INDEX nodes_lease_until ON {s}.nodes (lease_until_ms);
+
+-- A node's two queues (0: its engine's commands, 1: its inbox) as those
+-- who append see them: the entries put in and not dropped, and the inbox
+-- entries dropped. The row's lock orders everything that appends to the
+-- node's queues (entries numbered under it commit in number order), and
+-- removing the node takes it before deleting the entries.
+CREATE TABLE {s}.queues (
+    node text PRIMARY KEY,
     commands_len bigint NOT NULL DEFAULT 0,
     inbox_len bigint NOT NULL DEFAULT 0,
     dropped bigint NOT NULL DEFAULT 0
-);
-CREATE INDEX nodes_lease_until ON {s}.nodes (lease_until_ms);
+) WITH (fillfactor = 50);
+
+-- What the node's reader has taken from each queue. Only acks write it,
+-- so an ack never waits for a publisher: a queue holds its queues.*_len
+-- minus these. These counts only grow, so a publisher that reads them
+-- without a lock counts a queue long, never short; only when that count
+-- says full does it lock this row (FOR SHARE) and count again, exactly.
+CREATE TABLE {s}.takes (
+    node text PRIMARY KEY,
+    commands bigint NOT NULL DEFAULT 0,
+    inbox bigint NOT NULL DEFAULT 0
+) WITH (fillfactor = 50);
 
 CREATE TABLE {s}.subscriptions (
     node text NOT NULL,
@@ -336,47 +356,45 @@ END $$;
 
 -- Append one entry to a node's inbox (queue 1), dropping (and counting)
 -- its oldest entries past p_max (NULL: none dropped, as for the recovery
--- marker). The caller holds the node's row lock.
+-- marker). The update of the node's queues row takes its lock before the
+-- entry is numbered. For the few entries that are not published (the
+-- recovery marker, retained copies for a new subscription); publish
+-- appends its batch in bulk.
 CREATE FUNCTION {s}.deliver(p_node text, p_kind text, p_msg_id bigint, p_topic text,
                             p_sender text, p_payload bytea, p_retained boolean, p_max bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
     v_len bigint;
+    v_taken bigint;
     v_over bigint;
 BEGIN
-    UPDATE {s}.nodes SET inbox_len = inbox_len + 1 WHERE id = p_node RETURNING inbox_len INTO v_len;
+    UPDATE {s}.queues SET inbox_len = inbox_len + 1 WHERE node = p_node RETURNING inbox_len INTO v_len;
     IF NOT FOUND THEN RETURN; END IF;
     INSERT INTO {s}.inbox (node, queue, seq, kind, msg_id, topic, sender, payload, retained)
         VALUES (p_node, 1, nextval('{s}.entryseq'), p_kind, p_msg_id, p_topic, p_sender,
                 p_payload, p_retained);
-    v_over := v_len - greatest(p_max, 1);
-    IF v_over > 0 THEN
-        DELETE FROM {s}.inbox WHERE node = p_node AND queue = 1 AND seq IN (
-            SELECT seq FROM {s}.inbox WHERE node = p_node AND queue = 1 ORDER BY seq LIMIT v_over);
-        UPDATE {s}.nodes SET inbox_len = inbox_len - v_over, dropped = dropped + v_over
-            WHERE id = p_node;
-    END IF;
+    IF p_max IS NULL THEN RETURN; END IF;
+    SELECT inbox INTO v_taken FROM {s}.takes WHERE node = p_node;
+    IF v_len - coalesce(v_taken, 0) <= greatest(p_max, 1) THEN RETURN; END IF;
+    SELECT inbox INTO v_taken FROM {s}.takes WHERE node = p_node FOR SHARE;
+    PERFORM {s}.trim_inbox(p_node, v_len - coalesce(v_taken, 0) - greatest(p_max, 1));
 END $$;
 
--- Append a command to a node's command queue (queue 0), which keeps the
--- newest COMMANDS_MAX. The caller holds the node's row lock.
-CREATE FUNCTION {s}.command(p_node text, p_msg_id bigint, p_sender text, p_payload bytea)
-RETURNS void LANGUAGE plpgsql AS $$
+-- Drop a node's p_over oldest inbox entries and count them. The caller
+-- holds the node's queues row and, locked FOR SHARE, its takes row: no
+-- ack runs meanwhile, so the count it read is exact.
+CREATE FUNCTION {s}.trim_inbox(p_node text, p_over bigint) RETURNS void LANGUAGE plpgsql AS $$
 DECLARE
-    v_len bigint;
-    v_over bigint;
+    v_gone bigint;
 BEGIN
-    UPDATE {s}.nodes SET commands_len = commands_len + 1 WHERE id = p_node
-        RETURNING commands_len INTO v_len;
-    IF NOT FOUND THEN RETURN; END IF;
-    INSERT INTO {s}.inbox (node, queue, seq, kind, msg_id, sender, payload)
-        VALUES (p_node, 0, nextval('{s}.entryseq'), 'command', p_msg_id, p_sender, p_payload);
-    v_over := v_len - {COMMANDS_MAX};
-    IF v_over > 0 THEN
-        DELETE FROM {s}.inbox WHERE node = p_node AND queue = 0 AND seq IN (
-            SELECT seq FROM {s}.inbox WHERE node = p_node AND queue = 0 ORDER BY seq LIMIT v_over);
-        UPDATE {s}.nodes SET commands_len = commands_len - v_over WHERE id = p_node;
-    END IF;
+    IF p_over <= 0 THEN RETURN; END IF;
+    WITH gone AS (
+        DELETE FROM {s}.inbox WHERE node = p_node AND queue = 1 AND seq IN (
+            SELECT seq FROM {s}.inbox WHERE node = p_node AND queue = 1 ORDER BY seq LIMIT p_over)
+        RETURNING 1)
+    SELECT count(*) INTO v_gone FROM gone;
+    UPDATE {s}.queues SET inbox_len = inbox_len - v_gone, dropped = dropped + v_gone
+        WHERE node = p_node;
 END $$;
 
 -- Register (or re-register) a node incarnation (register.lua). Returns
@@ -392,18 +410,21 @@ BEGIN
     SELECT incarnation INTO v_prev FROM {s}.nodes WHERE id = p_id FOR UPDATE;
     v_now := {s}.now_ms();
     INSERT INTO {s}.nodes AS n (id, incarnation, lease_until_ms, registered_at_ms, heartbeat_at_ms,
-                               fields, inbox_max, dropped)
+                               fields, inbox_max)
         VALUES (p_id, p_inc, v_now + p_lease, v_now, v_now, p_fields - 'dropped',
-                coalesce((p_fields ->> 'inbox_max')::bigint, {DEFAULT_INBOX}),
-                coalesce((p_fields ->> 'dropped')::bigint, 0))
+                coalesce((p_fields ->> 'inbox_max')::bigint, {DEFAULT_INBOX}))
         ON CONFLICT (id) DO UPDATE SET
             incarnation = excluded.incarnation,
             lease_until_ms = excluded.lease_until_ms,
             registered_at_ms = excluded.registered_at_ms,
             heartbeat_at_ms = excluded.heartbeat_at_ms,
             fields = n.fields || excluded.fields,
-            inbox_max = coalesce((p_fields ->> 'inbox_max')::bigint, n.inbox_max),
-            dropped = coalesce((p_fields ->> 'dropped')::bigint, n.dropped);
+            inbox_max = coalesce((p_fields ->> 'inbox_max')::bigint, n.inbox_max);
+    INSERT INTO {s}.queues AS q (node, dropped)
+        VALUES (p_id, coalesce((p_fields ->> 'dropped')::bigint, 0))
+        ON CONFLICT (node) DO UPDATE SET
+            dropped = coalesce((p_fields ->> 'dropped')::bigint, q.dropped);
+    INSERT INTO {s}.takes (node) VALUES (p_id) ON CONFLICT DO NOTHING;
     INSERT INTO {s}.subscriptions (node, pattern, is_pattern)
         SELECT p_id, sub, sub ~ '[*>]' FROM unnest(p_subs) AS sub
         ON CONFLICT DO NOTHING;
@@ -447,6 +468,10 @@ BEGIN
         DELETE FROM {s}.members WHERE node = p_id AND grp = ANY (string_to_array(v_groups, ','));
     END IF;
     DELETE FROM {s}.subscriptions WHERE node = p_id;
+    -- The queues row first: it waits for the appends in flight, and no
+    -- append comes after it; then the reader's row (an ack in flight).
+    DELETE FROM {s}.queues WHERE node = p_id;
+    DELETE FROM {s}.takes WHERE node = p_id;
     DELETE FROM {s}.inbox WHERE node = p_id;
     DELETE FROM {s}.nodes WHERE id = p_id;
 END $$;
@@ -502,8 +527,10 @@ BEGIN
     -- before the read below (without it, each could miss the other). It
     -- comes before any row lock, as in publish.
     PERFORM pg_advisory_xact_lock(hashtextextended('{c}.retained', 0));
-    -- The node's row first, as register and the publishers take it.
-    PERFORM 1 FROM {s}.nodes WHERE id = p_id FOR UPDATE;
+    -- The node's row (it stays; a heartbeat may still update it), then,
+    -- through deliver, its queues row, in the order register and
+    -- remove_node take them.
+    PERFORM 1 FROM {s}.nodes WHERE id = p_id FOR KEY SHARE;
     v_registered := FOUND;
     INSERT INTO {s}.subscriptions (node, pattern, is_pattern) VALUES (p_id, p_sub, v_pattern)
         ON CONFLICT DO NOTHING;
@@ -527,25 +554,55 @@ END $$;
 -- Publish a batch from one sender, in order, in one transaction
 -- (publish.lua). Per message: (id, nodes reached), or (-1, node) when
 -- "refuse" met a full inbox, or (-2, node) when a direct target is not
--- live. The receiving nodes' rows are locked in id order before anything
+-- live. The receivers' queues rows are locked in id order before anything
 -- is written (publishers that locked them in message order could
--- deadlock); each inbox is notified once per batch.
+-- deadlock). The decisions are made message by message on the counts held
+-- here; the entries then go in with one statement, the queues past their
+-- bounds are trimmed, and each inbox is notified once per batch: a batch
+-- costs a few statements, not a few per message.
 CREATE FUNCTION {s}.publish(p_sender text, p_modes text[], p_targets text[], p_payloads bytea[],
                             p_refuse boolean[], p_retain bigint[])
 RETURNS TABLE (o_code bigint, o_node text) LANGUAGE plpgsql AS $$
 DECLARE
     n int := coalesce(array_length(p_modes, 1), 0);
     v_now bigint;
-    v_all text[] := '{}';
+    -- Each topic of the batch, once, and its subscribers in id order:
+    -- t_all[t_from[k]:t_to[k]] for t_topics[k].
+    t_topics text[] := '{}';
+    t_from int[] := '{}';
+    t_to int[] := '{}';
+    t_all text[] := '{}';
     v_ids text[];
-    v_from int[] := '{}';
-    v_to int[] := '{}';
-    v_live text[];
+    v_every text[];
+    k int;
+    i int;
+    -- The receivers, in id order, as the batch leaves them (r_exact: its
+    -- takes row locked, the taken counts exact).
+    r_id text[] := '{}';
+    r_commands bigint[] := '{}';
+    r_inbox bigint[] := '{}';
+    r_live boolean[];
+    r_stream boolean[];
+    r_max bigint[];
+    r_taken bigint[];
+    r_taken_commands bigint[];
+    r_exact boolean[];
+    r_added int[];
+    v_row record;
+    v_taken bigint;
+    v_taken_commands bigint;
+    -- This message's live receivers (indexes into r_*).
+    v_live int[];
     v_full text;
     v_id bigint;
-    v_notify text[] := '{}';
     v_stream boolean;
-    v_node record;
+    v_over bigint;
+    -- The entries to append, one per message and receiver.
+    e_node text[] := '{}';
+    e_queue smallint[] := '{}';
+    e_seq bigint[] := '{}';
+    e_msg bigint[] := '{}';
+    e_m int[] := '{}';
     v_kept_topics text[] := '{}';
     v_kept_ids bigint[] := '{}';
     v_kept_payloads bytea[] := '{}';
@@ -563,39 +620,83 @@ BEGIN
     IF v_retains THEN
         PERFORM pg_advisory_xact_lock_shared(hashtextextended('{c}.retained', 0));
     END IF;
-    -- Pass 1: who each message may reach.
+    -- Pass 1: who each topic may reach (its own subscribers by index, and
+    -- the patterns, few, matched one by one), and every receiver.
+    v_every := '{}';
+    FOR m IN 1 .. n LOOP
+        IF p_modes[m] <> 'topic' THEN
+            v_every := v_every || p_targets[m];
+            CONTINUE;
+        END IF;
+        CONTINUE WHEN p_targets[m] = ANY (t_topics);
+        SELECT coalesce(array_agg(node ORDER BY node), '{}') INTO v_ids FROM (
+            SELECT node FROM {s}.subscriptions WHERE pattern = p_targets[m]
+            UNION
+            SELECT node FROM {s}.subscriptions
+                WHERE is_pattern AND {s}.matches(pattern, p_targets[m])) AS t;
+        t_topics := t_topics || p_targets[m];
+        t_from := t_from || (cardinality(t_all) + 1);
+        t_all := t_all || v_ids;
+        t_to := t_to || cardinality(t_all);
+    END LOOP;
+    v_every := v_every || t_all;
+    -- The receivers' queues rows, locked in id order; a node removed
+    -- meanwhile has none and is no receiver.
+    FOR v_row IN
+        SELECT node, commands_len, inbox_len FROM {s}.queues
+            WHERE node = ANY (v_every) ORDER BY node FOR UPDATE
+    LOOP
+        r_id := r_id || v_row.node;
+        r_commands := r_commands || v_row.commands_len;
+        r_inbox := r_inbox || v_row.inbox_len;
+    END LOOP;
+    v_now := {s}.now_ms();
+    SELECT coalesce(array_agg(coalesce(nd.lease_until_ms > v_now, false) ORDER BY r.o), '{}'),
+           coalesce(array_agg(coalesce(nd.fields ->> 'commands' = 'stream', false) ORDER BY r.o), '{}'),
+           coalesce(array_agg(coalesce(nd.inbox_max, 1) ORDER BY r.o), '{}'),
+           coalesce(array_agg(coalesce(tk.inbox, 0) ORDER BY r.o), '{}'),
+           coalesce(array_agg(coalesce(tk.commands, 0) ORDER BY r.o), '{}')
+        INTO r_live, r_stream, r_max, r_taken, r_taken_commands
+        FROM unnest(r_id) WITH ORDINALITY AS r(id, o)
+        LEFT JOIN {s}.nodes nd ON nd.id = r.id
+        LEFT JOIN {s}.takes tk ON tk.node = r.id;
+    r_exact := array_fill(false, ARRAY[cardinality(r_id)]);
+    r_added := array_fill(0, ARRAY[cardinality(r_id)]);
+    -- Pass 2: decide, message by message, on the counts held here.
     FOR m IN 1 .. n LOOP
         IF p_modes[m] = 'topic' THEN
-            -- The topic's own subscribers by index, and the patterns (few)
-            -- matched one by one.
-            SELECT coalesce(array_agg(node), '{}') INTO v_ids FROM (
-                SELECT node FROM {s}.subscriptions WHERE pattern = p_targets[m]
-                UNION
-                SELECT node FROM {s}.subscriptions
-                    WHERE is_pattern AND {s}.matches(pattern, p_targets[m])) AS t;
+            k := array_position(t_topics, p_targets[m]);
+            v_ids := t_all[t_from[k]:t_to[k]];
         ELSE
             v_ids := ARRAY[p_targets[m]];
         END IF;
-        v_from := v_from || (coalesce(array_length(v_all, 1), 0) + 1);
-        v_all := v_all || v_ids;
-        v_to := v_to || coalesce(array_length(v_all, 1), 0);
-    END LOOP;
-    PERFORM 1 FROM {s}.nodes WHERE id = ANY (v_all) ORDER BY id FOR UPDATE;
-    v_now := {s}.now_ms();
-    -- Pass 2: decide and write, message by message.
-    FOR m IN 1 .. n LOOP
-        SELECT coalesce(array_agg(id ORDER BY id), '{}') INTO v_live FROM {s}.nodes
-            WHERE id = ANY (v_all[v_from[m]:v_to[m]]) AND lease_until_ms > v_now;
+        v_live := '{}';
+        FOR j IN 1 .. cardinality(v_ids) LOOP
+            i := array_position(r_id, v_ids[j]);
+            IF i IS NOT NULL AND r_live[i] THEN
+                v_live := v_live || i;
+            END IF;
+        END LOOP;
         IF p_modes[m] <> 'topic' AND cardinality(v_live) = 0 THEN
             o_code := -2; o_node := p_targets[m]; RETURN NEXT; CONTINUE;
         END IF;
-        v_stream := p_modes[m] = 'command' AND (SELECT fields ->> 'commands' = 'stream'
-            FROM {s}.nodes WHERE id = v_live[1]);
-        IF NOT coalesce(v_stream, false) AND p_refuse[m] THEN
-            SELECT id INTO v_full FROM {s}.nodes
-                WHERE id = ANY (v_live) AND inbox_len >= inbox_max
-                ORDER BY id LIMIT 1;
-            IF FOUND THEN
+        v_stream := p_modes[m] = 'command' AND r_stream[v_live[1]];
+        IF NOT v_stream AND p_refuse[m] THEN
+            v_full := NULL;
+            FOREACH i IN ARRAY v_live LOOP
+                IF r_inbox[i] - r_taken[i] >= r_max[i] AND NOT r_exact[i] THEN
+                    SELECT inbox, commands INTO v_taken, v_taken_commands
+                        FROM {s}.takes WHERE node = r_id[i] FOR SHARE;
+                    r_taken[i] := coalesce(v_taken, 0);
+                    r_taken_commands[i] := coalesce(v_taken_commands, 0);
+                    r_exact[i] := true;
+                END IF;
+                IF r_inbox[i] - r_taken[i] >= r_max[i] THEN
+                    v_full := r_id[i];
+                    EXIT;
+                END IF;
+            END LOOP;
+            IF v_full IS NOT NULL THEN
                 o_code := -1; o_node := v_full; RETURN NEXT; CONTINUE;
             END IF;
         END IF;
@@ -607,17 +708,52 @@ BEGIN
             v_kept_expiries := v_kept_expiries
                 || CASE WHEN p_retain[m] > 0 THEN v_now + p_retain[m] END;
         END IF;
-        FOR v_node IN SELECT id, inbox_max FROM {s}.nodes WHERE id = ANY (v_live) ORDER BY id LOOP
-            IF coalesce(v_stream, false) THEN
-                PERFORM {s}.command(v_node.id, v_id, p_sender, p_payloads[m]);
+        FOREACH i IN ARRAY v_live LOOP
+            e_node := e_node || r_id[i];
+            e_queue := e_queue || (CASE WHEN v_stream THEN 0 ELSE 1 END)::smallint;
+            e_seq := e_seq || nextval('{s}.entryseq');
+            e_msg := e_msg || v_id;
+            e_m := e_m || m;
+            IF v_stream THEN
+                r_commands[i] := r_commands[i] + 1;
             ELSE
-                PERFORM {s}.deliver(v_node.id, p_modes[m], v_id,
-                    CASE WHEN p_modes[m] = 'topic' THEN p_targets[m] ELSE '' END,
-                    p_sender, p_payloads[m], false, v_node.inbox_max);
+                r_inbox[i] := r_inbox[i] + 1;
             END IF;
+            r_added[i] := r_added[i] + 1;
         END LOOP;
-        v_notify := v_notify || v_live;
         o_code := v_id; o_node := cardinality(v_live)::text; RETURN NEXT;
+    END LOOP;
+    INSERT INTO {s}.inbox (node, queue, seq, kind, msg_id, topic, sender, payload)
+        SELECT e.node, e.queue, e.seq,
+               CASE WHEN e.queue = 0 THEN 'command' ELSE p_modes[e.m] END, e.msg,
+               CASE WHEN p_modes[e.m] = 'topic' THEN p_targets[e.m] ELSE '' END,
+               p_sender, p_payloads[e.m]
+            FROM unnest(e_node, e_queue, e_seq, e_msg, e_m) AS e(node, queue, seq, msg, m);
+    -- The queues past their bounds, counted exactly, drop their oldest
+    -- entries (the inbox's counted, the commands' newest {COMMANDS_MAX} kept).
+    FOR i IN 1 .. cardinality(r_id) LOOP
+        CONTINUE WHEN r_added[i] = 0;
+        UPDATE {s}.queues SET inbox_len = r_inbox[i], commands_len = r_commands[i]
+            WHERE node = r_id[i];
+        IF NOT r_exact[i] AND (r_inbox[i] - r_taken[i] > greatest(r_max[i], 1)
+                               OR r_commands[i] - r_taken_commands[i] > {COMMANDS_MAX}) THEN
+            SELECT inbox, commands INTO v_taken, v_taken_commands
+                FROM {s}.takes WHERE node = r_id[i] FOR SHARE;
+            r_taken[i] := coalesce(v_taken, 0);
+            r_taken_commands[i] := coalesce(v_taken_commands, 0);
+            r_exact[i] := true;
+        END IF;
+        PERFORM {s}.trim_inbox(r_id[i], r_inbox[i] - r_taken[i] - greatest(r_max[i], 1));
+        v_over := r_commands[i] - r_taken_commands[i] - {COMMANDS_MAX};
+        IF v_over > 0 THEN
+            WITH gone AS (
+                DELETE FROM {s}.inbox WHERE node = r_id[i] AND queue = 0 AND seq IN (
+                    SELECT seq FROM {s}.inbox WHERE node = r_id[i] AND queue = 0
+                        ORDER BY seq LIMIT v_over)
+                RETURNING 1)
+            SELECT count(*) INTO v_over FROM gone;
+            UPDATE {s}.queues SET commands_len = commands_len - v_over WHERE node = r_id[i];
+        END IF;
     END LOOP;
     -- The retained copies, the newest per topic, written in topic order:
     -- two batches retaining the same topics in another order would
@@ -634,24 +770,28 @@ BEGIN
             -- A publish that committed later with a lower id is older.
             WHERE {s}.retained.msg_id < excluded.msg_id;
     END IF;
-    PERFORM pg_notify('{c}.inbox', x) FROM (SELECT DISTINCT unnest(v_notify) AS x) d;
+    PERFORM pg_notify('{c}.inbox', x) FROM (SELECT DISTINCT unnest(e_node) AS x) d;
 END $$;
 
 -- The reader has taken every inbox entry up to p_seq: they go. Returns
--- (backlog, dropped so far). The node's row is locked first, as the
--- publishers lock it.
+-- (backlog, dropped so far). Only the node's takes row is locked: an ack
+-- never waits for a publisher, and one that counts a full queue exactly
+-- waits for the ack.
 CREATE FUNCTION {s}.ack_inbox(p_id text, p_seq bigint)
 RETURNS TABLE (o_backlog bigint, o_dropped bigint) LANGUAGE plpgsql AS $$
 DECLARE
     v_gone bigint;
 BEGIN
-    PERFORM 1 FROM {s}.nodes WHERE id = p_id FOR UPDATE;
+    o_backlog := 0; o_dropped := 0;
+    PERFORM 1 FROM {s}.takes WHERE node = p_id FOR UPDATE;
+    IF NOT FOUND THEN RETURN NEXT; RETURN; END IF;
     WITH gone AS (
         DELETE FROM {s}.inbox WHERE node = p_id AND queue = 1 AND seq <= p_seq RETURNING 1)
     SELECT count(*) INTO v_gone FROM gone;
-    UPDATE {s}.nodes SET inbox_len = greatest(inbox_len - v_gone, 0) WHERE id = p_id
-        RETURNING inbox_len, dropped INTO o_backlog, o_dropped;
-    IF NOT FOUND THEN o_backlog := 0; o_dropped := 0; END IF;
+    UPDATE {s}.takes SET inbox = inbox + v_gone WHERE node = p_id;
+    SELECT greatest(q.inbox_len - t.inbox, 0), q.dropped INTO o_backlog, o_dropped
+        FROM {s}.queues q JOIN {s}.takes t ON t.node = q.node WHERE q.node = p_id;
+    o_backlog := coalesce(o_backlog, 0); o_dropped := coalesce(o_dropped, 0);
     RETURN NEXT;
 END $$;
 
@@ -659,9 +799,10 @@ CREATE FUNCTION {s}.ack_commands(p_id text, p_seq bigint) RETURNS void LANGUAGE 
 DECLARE
     v_gone bigint;
 BEGIN
-    PERFORM 1 FROM {s}.nodes WHERE id = p_id FOR UPDATE;
+    PERFORM 1 FROM {s}.takes WHERE node = p_id FOR UPDATE;
+    IF NOT FOUND THEN RETURN; END IF;
     WITH gone AS (
         DELETE FROM {s}.inbox WHERE node = p_id AND queue = 0 AND seq <= p_seq RETURNING 1)
     SELECT count(*) INTO v_gone FROM gone;
-    UPDATE {s}.nodes SET commands_len = greatest(commands_len - v_gone, 0) WHERE id = p_id;
+    UPDATE {s}.takes SET commands = commands + v_gone WHERE node = p_id;
 END $$;
