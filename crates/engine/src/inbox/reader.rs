@@ -46,7 +46,9 @@ impl Watch {
                 total: dropped,
             });
         }
-        self.dropped = dropped;
+        // An ack may take drops back off the store's count (entries dropped
+        // after the reader took them): what was reported stays reported.
+        self.dropped = self.dropped.max(dropped);
         if backlog > self.threshold && !self.lagging {
             shared.events.emit(Event::Lag {
                 node: shared.id.clone(),
@@ -60,6 +62,7 @@ impl Watch {
 pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc::Sender<Delivery>) {
     let mut reader = Reader {
         after: Cursors::default(),
+        unacked: 0,
         conn: None,
         backoff: Backoff::default(),
         watch: Watch {
@@ -100,6 +103,9 @@ struct Reader {
     tx: mpsc::Sender<Delivery>,
     /// The last entries read.
     after: Cursors,
+    /// Inbox entries read since the last ack: the store takes those that
+    /// a publisher dropped meanwhile off the drop count.
+    unacked: u64,
     conn: Option<InboxReader>,
     backoff: Backoff,
     watch: Watch,
@@ -156,6 +162,7 @@ impl Reader {
                 }
                 Queue::Inbox => {
                     self.after.inbox = read.cursor;
+                    self.unacked += 1;
                     read_inbox = true;
                 }
             }
@@ -186,7 +193,11 @@ impl Reader {
         }
         if read_inbox {
             let read = &self.after.inbox;
-            match bounded(INBOX_BLOCK, store.ack_inbox(&shared.id, read)).await {
+            // Forgotten also when the ack fails: one that took effect
+            // unanswered must not count its entries twice (a drop counted
+            // that was none is the safer mistake).
+            let taken = std::mem::take(&mut self.unacked);
+            match bounded(INBOX_BLOCK, store.ack_inbox(&shared.id, read, taken)).await {
                 Ok((backlog, dropped)) => {
                     let buffered = self.buffered();
                     self.watch.observe(shared, backlog + buffered, dropped);

@@ -453,13 +453,17 @@ impl Store {
     }
 
     /// Drops the node's inbox entries up to and including `read`; returns
-    /// (backlog, dropped so far).
+    /// (backlog, dropped so far). `taken` is how many entries the reader
+    /// took since its last ack: those a publisher dropped meanwhile (the
+    /// inbox full) were counted as dropped though the node has them, and
+    /// the ack takes them off the count again.
     pub(crate) async fn ack_inbox(
         &self,
         node: &str,
         read: &InboxCursor,
+        taken: u64,
     ) -> Result<(u64, u64), StoreError> {
-        on!(self, s => s.ack_inbox(node, read).await)
+        on!(self, s => s.ack_inbox(node, read, taken).await)
     }
 
     /// Unread messages in a node's inbox and its drop count.

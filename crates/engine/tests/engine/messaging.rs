@@ -957,3 +957,64 @@ async fn a_batch_is_checked_whole_and_each_message_has_its_own_outcome() {
     assert_eq!((m.topic, m.payload), (None, b"direct".to_vec()));
     a.close().await.unwrap();
 }
+
+on_both_stores! {
+/// A reader that takes and acks while publishers drop the oldest entries of
+/// its full inbox: every message is either delivered, once and in order,
+/// or counted as dropped. (On PostgreSQL a publisher counts a queue it
+/// finds full exactly, holding off the acks for that moment: a trim and an
+/// ack never both take an entry, nor wait for each other in a cycle.)
+async fn drops_and_acks_at_once_lose_nothing_silently(server) {
+    use leasehold_engine::{Outbound, To};
+    let sub = node_with(
+        &server.url(),
+        "test/sub",
+        testkit::node_config(),
+        InboxConfig::with_max_length(20),
+    )
+    .await;
+    sub.subscribe("t").await.unwrap();
+    let mut inbox = sub.inbox().unwrap();
+    let p = node(&server, "test/pub").await;
+    let sent = 3_000u32;
+    let publisher = tokio::spawn(async move {
+        for b in 0..sent / 50 {
+            let batch = (0..50)
+                .map(|i| Outbound {
+                    to: To::Topic("t".into(), PublishOptions::default()),
+                    payload: (b * 50 + i).to_be_bytes().to_vec(),
+                })
+                .collect();
+            for r in p.publish_all(batch).await.unwrap() {
+                r.unwrap();
+            }
+        }
+        p
+    });
+    let (mut received, mut last) = (0u32, None);
+    loop {
+        match tokio::time::timeout(Duration::from_millis(500), inbox.recv()).await {
+            Ok(Some(Delivery::Message(m))) => {
+                let n = u32::from_be_bytes(m.payload[..4].try_into().unwrap());
+                assert!(last.is_none_or(|l| n > l), "{n} after {last:?}");
+                (received, last) = (received + 1, Some(n));
+                // A consumer slower than the publisher: the inbox fills.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Ok(other) => panic!("{other:?}"),
+            Err(_) if publisher.is_finished() => break,
+            Err(_) => {}
+        }
+    }
+    let p = publisher.await.unwrap();
+    let (_, dropped) = server.store().inbox_state("test/sub").await.unwrap();
+    assert!(dropped > 0, "the inbox never filled: nothing was tested");
+    assert_eq!(
+        u64::from(received) + dropped,
+        u64::from(sent),
+        "{received} received and {dropped} dropped"
+    );
+    sub.close().await.unwrap();
+    p.close().await.unwrap();
+}
+}

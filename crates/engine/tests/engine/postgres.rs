@@ -446,7 +446,7 @@ async fn a_publisher_in_flight_holds_up_no_heartbeat_and_no_ack() {
         .await
         .unwrap();
     acker
-        .query_one("SELECT * FROM lh.ack_inbox('test/x', 0)", &[])
+        .query_one("SELECT * FROM lh.ack_inbox('test/x', 0, 0)", &[])
         .await
         .expect("an ack while a publisher holds x's queues");
     // Two and a half leases: x's heartbeats (every third of one) go on.

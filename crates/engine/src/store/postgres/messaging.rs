@@ -146,8 +146,11 @@ impl PgStore {
         &self,
         node: &str,
         read: &InboxCursor,
+        taken: u64,
     ) -> Result<(u64, u64), StoreError> {
-        let row = self.query_one(Op::AckInbox, &[&node, &seq(read)]).await?;
+        let row = self
+            .query_one(Op::AckInbox, &[&node, &seq(read), &big(taken)])
+            .await?;
         Ok((
             row.get::<_, i64>(0).max(0) as u64,
             row.get::<_, i64>(1).max(0) as u64,

@@ -104,10 +104,10 @@ impl Op {
                  (SELECT queue, seq, kind, msg_id, topic, sender, payload, retained FROM {s}.inbox
                    WHERE node = $1 AND queue = 1 AND seq > $3 AND NOT $5 ORDER BY seq LIMIT $4)"
             }
-            Op::AckInbox => "SELECT * FROM {s}.ack_inbox($1, $2)",
+            Op::AckInbox => "SELECT * FROM {s}.ack_inbox($1, $2, $3)",
             Op::AckCommands => "SELECT {s}.ack_commands($1, $2)",
             Op::InboxState => {
-                "SELECT greatest(q.inbox_len - t.inbox, 0), q.dropped
+                "SELECT greatest(q.inbox_len - t.inbox, 0), greatest(q.dropped - t.dropped_after_read, 0)
                  FROM {s}.queues q JOIN {s}.takes t ON t.node = q.node WHERE q.node = $1"
             }
             Op::Subscriptions => {
@@ -115,7 +115,8 @@ impl Op {
             }
             Op::ListNodes => {
                 "SELECT n.id, n.lease_until_ms, n.registered_at_ms, n.heartbeat_at_ms,
-                        coalesce(greatest(q.inbox_len - t.inbox, 0), 0), coalesce(q.dropped, 0),
+                        coalesce(greatest(q.inbox_len - t.inbox, 0), 0),
+                        coalesce(greatest(q.dropped - t.dropped_after_read, 0), 0),
                         coalesce(n.fields ->> 'groups', ''), {s}.now_ms()
                  FROM {s}.nodes n
                  LEFT JOIN {s}.queues q ON q.node = n.id

@@ -129,13 +129,15 @@ impl RedisStore {
         &self,
         node: &str,
         read: &InboxCursor,
+        taken: u64,
     ) -> Result<(u64, u64), StoreError> {
         let reply = self
             .run(
                 scripts::ACK
                     .key(self.keys.inbox(node))
                     .key(self.keys.node(node))
-                    .arg(next_stream_id(&read.0)),
+                    .arg(next_stream_id(&read.0))
+                    .arg(taken),
             )
             .await?;
         let items = array(reply)?;

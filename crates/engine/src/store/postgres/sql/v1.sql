@@ -72,10 +72,14 @@ CREATE TABLE {s}.queues (
 -- minus these. These counts only grow, so a publisher that reads them
 -- without a lock counts a queue long, never short; only when that count
 -- says full does it lock this row (FOR SHARE) and count again, exactly.
+-- dropped_after_read: entries a publisher dropped after the reader had
+-- taken them (counted in queues.dropped, though the node has them); the
+-- node's drops are queues.dropped minus these.
 CREATE TABLE {s}.takes (
     node text PRIMARY KEY,
     commands bigint NOT NULL DEFAULT 0,
-    inbox bigint NOT NULL DEFAULT 0
+    inbox bigint NOT NULL DEFAULT 0,
+    dropped_after_read bigint NOT NULL DEFAULT 0
 ) WITH (fillfactor = 50);
 
 CREATE TABLE {s}.subscriptions (
@@ -424,7 +428,8 @@ BEGIN
         VALUES (p_id, coalesce((p_fields ->> 'dropped')::bigint, 0))
         ON CONFLICT (node) DO UPDATE SET
             dropped = coalesce((p_fields ->> 'dropped')::bigint, q.dropped);
-    INSERT INTO {s}.takes (node) VALUES (p_id) ON CONFLICT DO NOTHING;
+    INSERT INTO {s}.takes AS t (node) VALUES (p_id)
+        ON CONFLICT (node) DO UPDATE SET dropped_after_read = 0 WHERE p_fields ? 'dropped';
     INSERT INTO {s}.subscriptions (node, pattern, is_pattern)
         SELECT p_id, sub, sub ~ '[*>]' FROM unnest(p_subs) AS sub
         ON CONFLICT DO NOTHING;
@@ -773,11 +778,13 @@ BEGIN
     PERFORM pg_notify('{c}.inbox', x) FROM (SELECT DISTINCT unnest(e_node) AS x) d;
 END $$;
 
--- The reader has taken every inbox entry up to p_seq: they go. Returns
--- (backlog, dropped so far). Only the node's takes row is locked: an ack
--- never waits for a publisher, and one that counts a full queue exactly
--- waits for the ack.
-CREATE FUNCTION {s}.ack_inbox(p_id text, p_seq bigint)
+-- The reader has taken every inbox entry up to p_seq, p_taken of them
+-- since its last ack: they go. Those of them already gone a publisher
+-- dropped after the reader took them; they come off the drop count.
+-- Returns (backlog, dropped so far). Only the node's takes row is locked:
+-- an ack never waits for a publisher, and one that counts a full queue
+-- exactly waits for the ack.
+CREATE FUNCTION {s}.ack_inbox(p_id text, p_seq bigint, p_taken bigint)
 RETURNS TABLE (o_backlog bigint, o_dropped bigint) LANGUAGE plpgsql AS $$
 DECLARE
     v_gone bigint;
@@ -788,8 +795,11 @@ BEGIN
     WITH gone AS (
         DELETE FROM {s}.inbox WHERE node = p_id AND queue = 1 AND seq <= p_seq RETURNING 1)
     SELECT count(*) INTO v_gone FROM gone;
-    UPDATE {s}.takes SET inbox = inbox + v_gone WHERE node = p_id;
-    SELECT greatest(q.inbox_len - t.inbox, 0), q.dropped INTO o_backlog, o_dropped
+    UPDATE {s}.takes SET inbox = inbox + v_gone,
+        dropped_after_read = dropped_after_read + greatest(p_taken - v_gone, 0)
+        WHERE node = p_id;
+    SELECT greatest(q.inbox_len - t.inbox, 0), greatest(q.dropped - t.dropped_after_read, 0)
+        INTO o_backlog, o_dropped
         FROM {s}.queues q JOIN {s}.takes t ON t.node = q.node WHERE q.node = p_id;
     o_backlog := coalesce(o_backlog, 0); o_dropped := coalesce(o_dropped, 0);
     RETURN NEXT;
