@@ -748,7 +748,9 @@ BEGIN
             r_taken_commands[i] := coalesce(v_taken_commands, 0);
             r_exact[i] := true;
         END IF;
-        PERFORM {s}.trim_inbox(r_id[i], r_inbox[i] - r_taken[i] - greatest(r_max[i], 1));
+        IF r_inbox[i] - r_taken[i] > greatest(r_max[i], 1) THEN
+            PERFORM {s}.trim_inbox(r_id[i], r_inbox[i] - r_taken[i] - greatest(r_max[i], 1));
+        END IF;
         v_over := r_commands[i] - r_taken_commands[i] - {COMMANDS_MAX};
         IF v_over > 0 THEN
             WITH gone AS (
