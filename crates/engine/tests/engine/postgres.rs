@@ -403,8 +403,10 @@ async fn batches_retaining_the_same_topics_in_opposite_orders_never_deadlock() {
 
 /// A publisher in flight holds up neither the receiver's heartbeats nor
 /// its reader's acks: a publish transaction to node x is held open for
-/// more than two of x's leases, and x stays live throughout and an ack of
-/// its inbox answers at once. Before, publishers locked the receivers'
+/// more than two of x's leases, and x stays live throughout (a subscribe
+/// of x waiting behind the publisher included: it holds x's row, KEY
+/// SHARE, which a heartbeat's FOR UPDATE waited for) and an ack of its
+/// inbox answers at once. Before, publishers locked the receivers'
 /// node rows, which heartbeats and acks lock too: x's heartbeats waited
 /// (in the bench, 338 ms on average and the acks 25 ms, behind batches to
 /// the same inbox), and here x's lease ran out and the ack hit the
@@ -449,6 +451,21 @@ async fn a_publisher_in_flight_holds_up_no_heartbeat_and_no_ack() {
         .query_one("SELECT * FROM lh.ack_inbox('test/x', 0, 0)", &[])
         .await
         .expect("an ack while a publisher holds x's queues");
+    // A subscribe that brings x a retained copy waits for the publisher
+    // too, holding x's row: it must not hold up the heartbeats either.
+    acker
+        .batch_execute(
+            "SELECT * FROM lh.publish('test/p', ARRAY['topic'], ARRAY['cfg'], \
+             ARRAY['\\x02'::bytea], ARRAY[false], ARRAY[0]::bigint[])",
+        )
+        .await
+        .unwrap();
+    let subscribing = {
+        let store = server.store();
+        tokio::spawn(async move {
+            leasehold_engine::test_hooks::subscribe_node(&store, "test/x", "cfg", 100).await
+        })
+    };
     // Two and a half leases: x's heartbeats (every third of one) go on.
     tokio::time::sleep(Duration::from_millis(2_500)).await;
     assert_eq!(
@@ -458,9 +475,81 @@ async fn a_publisher_in_flight_holds_up_no_heartbeat_and_no_ack() {
         "x's lease ran out while a publisher was in flight"
     );
     hold.batch_execute("COMMIT").await.unwrap();
-    match tokio::time::timeout(Duration::from_secs(2), rx.recv()).await {
-        Ok(Some(leasehold_engine::Delivery::Message(m))) => assert_eq!(m.payload, [1]),
-        other => panic!("x got {other:?}"),
+    subscribing.await.unwrap().unwrap();
+    for payload in [1, 2] {
+        match tokio::time::timeout(Duration::from_secs(2), rx.recv()).await {
+            Ok(Some(leasehold_engine::Delivery::Message(m))) => assert_eq!(m.payload, [payload]),
+            other => panic!("x got {other:?}"),
+        }
     }
     x.close().await.unwrap();
+}
+
+/// A sweep and a publisher never deadlock over the expired subscribers
+/// they both touch. Nodes a and b subscribe and expire, b first; a
+/// publisher has locked a's queues row (publishers lock them in id order)
+/// when the sweep starts, and then wants b's. Before, the sweep removed
+/// its batch in expiry order: it held b's row while it waited for a's, the
+/// publisher waited for b's, and PostgreSQL ended one of them with
+/// "deadlock detected". Now the sweep goes in id order too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_and_a_publisher_never_deadlock() {
+    use leasehold_engine::test_hooks;
+    use std::time::Duration;
+    use testkit::eventually;
+    use testkit::store::{Kind, StoreServer};
+    let test = "a_sweep_and_a_publisher_never_deadlock";
+    let Some(server) = StoreServer::start_or_skip(Kind::Postgres, test) else {
+        return;
+    };
+    let pg = match &server {
+        StoreServer::Postgres(pg) => pg,
+        StoreServer::Redis(_) => unreachable!(),
+    };
+    let store = server.store();
+    for (id, lease) in [("test/b", 100), ("test/a", 300)] {
+        test_hooks::register_node(&store, id, "gone", lease, &[])
+            .await
+            .unwrap();
+        test_hooks::subscribe_node(&store, id, "t", 100)
+            .await
+            .unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let connect = || async {
+        let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+            .await
+            .unwrap();
+        tokio::spawn(connection);
+        client
+    };
+    let publisher = connect().await;
+    publisher
+        .batch_execute(
+            "SET statement_timeout = '5s'; BEGIN; \
+             SELECT 1 FROM lh.queues WHERE node = 'test/a' FOR UPDATE",
+        )
+        .await
+        .unwrap();
+    let sweeper = connect().await;
+    let sweep = tokio::spawn(async move {
+        sweeper
+            .query_one("SELECT o_swept FROM lh.sweep(100)", &[])
+            .await
+            .map(|row| row.get::<_, Vec<String>>(0))
+    });
+    let waiting = "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock' \
+         AND query LIKE '%sweep%'";
+    eventually(Duration::from_secs(3), "the sweep waits on a's row", || {
+        pg.psql(waiting).unwrap() == "1"
+    })
+    .await;
+    publisher
+        .batch_execute("SELECT 1 FROM lh.queues WHERE node = 'test/b' FOR UPDATE; COMMIT")
+        .await
+        .expect("the publisher gets b's row");
+    let mut swept = sweep.await.unwrap().expect("the sweep ends well");
+    swept.sort();
+    assert_eq!(swept, ["test/a", "test/b"]);
 }

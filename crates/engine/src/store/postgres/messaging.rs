@@ -10,7 +10,9 @@
 //! write), so entries commit in the order they are numbered; an ack locks
 //! only the node's `takes` row, which a publisher locks (shared) only to
 //! count a queue it finds full exactly, so acks and publishers do not
-//! queue for each other, nor heartbeats for either (the node's own row);
+//! queue for each other, nor heartbeats for either (the node's own row,
+//! which a subscribe holds only KEY SHARE); a sweep removes its batch in
+//! id order, the publishers' order;
 //! a batch writes its retained copies last, in topic order, so two batches
 //! never wait for each other's rows; and a subscribe takes an advisory lock that
 //! a batch that retains holds shared from before it reads who subscribes

@@ -41,9 +41,10 @@ CREATE TABLE {s}.members (
     PRIMARY KEY (grp, node)
 ) WITH (fillfactor = 50);
 
--- The node registry. Its rows are the registrations only: heartbeats
--- update them, and nothing that appends to a queue locks them, so a busy
--- inbox never holds up a heartbeat.
+-- The node registry. Its rows are the registrations only: publishers and
+-- acks never lock them, and the few that append while holding one
+-- (register's recovery marker, subscribe's retained copies, the latter
+-- KEY SHARE only) do not hold up a heartbeat behind a busy inbox.
 CREATE TABLE {s}.nodes (
     id text PRIMARY KEY,
     incarnation text NOT NULL,
@@ -449,7 +450,11 @@ DECLARE
     v_until bigint;
     v_now bigint;
 BEGIN
-    SELECT incarnation, lease_until_ms INTO v_inc, v_until FROM {s}.nodes WHERE id = p_id FOR UPDATE;
+    -- NO KEY UPDATE: a subscribe holding the row (KEY SHARE) while it waits
+    -- for the node's queues does not hold up the heartbeat; a sweep's or
+    -- a register's FOR UPDATE still orders them.
+    SELECT incarnation, lease_until_ms INTO v_inc, v_until FROM {s}.nodes WHERE id = p_id
+        FOR NO KEY UPDATE;
     IF FOUND AND v_inc <> p_inc THEN
         o_status := -1; o_incarnation := v_inc; RETURN NEXT; RETURN;
     END IF;
@@ -490,9 +495,15 @@ DECLARE
 BEGIN
     o_now := {s}.now_ms();
     o_swept := '{}';
+    -- The earliest expired, removed in id order: each removal holds the
+    -- node's queues row to the end, and publishers lock those rows in id
+    -- order too (in expiry order, a sweep and a publisher to two of the
+    -- nodes could each hold one the other waits for).
     FOR v_id IN
-        SELECT id FROM {s}.nodes WHERE lease_until_ms <= o_now
-            ORDER BY lease_until_ms LIMIT p_batch FOR UPDATE SKIP LOCKED
+        SELECT id FROM (
+            SELECT id FROM {s}.nodes WHERE lease_until_ms <= o_now
+                ORDER BY lease_until_ms LIMIT p_batch FOR UPDATE SKIP LOCKED) AS expired
+            ORDER BY id
     LOOP
         PERFORM {s}.remove_node(v_id);
         o_swept := o_swept || v_id;
@@ -532,9 +543,9 @@ BEGIN
     -- before the read below (without it, each could miss the other). It
     -- comes before any row lock, as in publish.
     PERFORM pg_advisory_xact_lock(hashtextextended('{c}.retained', 0));
-    -- The node's row (it stays; a heartbeat may still update it), then,
-    -- through deliver, its queues row, in the order register and
-    -- remove_node take them.
+    -- The node's row (KEY SHARE: it stays, and a heartbeat, NO KEY UPDATE,
+    -- may still update it), then, through deliver, its queues row, in the
+    -- order register and remove_node take them.
     PERFORM 1 FROM {s}.nodes WHERE id = p_id FOR KEY SHARE;
     v_registered := FOUND;
     INSERT INTO {s}.subscriptions (node, pattern, is_pattern) VALUES (p_id, p_sub, v_pattern)
