@@ -8,7 +8,8 @@
 
 use leasehold_engine::store::postgres::{PgStartError, PgStore, SCHEMA_VERSION};
 use leasehold_testkit as testkit;
-use testkit::postgres::LocalPostgres;
+use testkit::postgres::{LocalPostgres, PgDatabase};
+use testkit::store::{Kind, StoreServer};
 use testkit::StoreFixture as _;
 
 fn server(test: &str) -> Option<LocalPostgres> {
@@ -24,6 +25,41 @@ fn tables(pg: &LocalPostgres, schema: &str) -> String {
         "SELECT string_agg(tablename, ',' ORDER BY tablename) FROM pg_tables WHERE schemaname = '{schema}'"
     ))
     .unwrap()
+}
+
+/// A database of the test's own in the binary's shared server, for a test
+/// that takes the store's locks by hand; None (a skip) without PostgreSQL.
+fn shared_database(test: &str) -> Option<StoreServer> {
+    StoreServer::start_or_skip(Kind::Postgres, test)
+}
+
+fn database(server: &StoreServer) -> &PgDatabase {
+    match server {
+        StoreServer::Postgres(pg) => pg,
+        StoreServer::Redis(_) => unreachable!("a PostgreSQL test"),
+    }
+}
+
+/// A plain client of the test's database: a transaction the test holds
+/// open stands for a store call in flight.
+async fn client(pg: &PgDatabase) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// Whether one statement containing `text` waits on a lock, in the test's
+/// database (the shared server runs other tests).
+fn waits_on_a_lock(pg: &PgDatabase, text: &str) -> bool {
+    pg.psql(&format!(
+        "SELECT count(*) FROM pg_stat_activity \
+         WHERE datname = current_database() AND wait_event_type = 'Lock' \
+         AND query LIKE '%{text}%'"
+    ))
+    .unwrap()
+        == "1"
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -286,26 +322,19 @@ async fn a_pooler_in_transaction_mode_is_refused_at_start_and_session_mode_serve
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscribe_racing_a_retained_publish_gets_the_message() {
     use std::time::Duration;
-    use testkit::store::{Kind, StoreServer};
     use testkit::{eventually, node};
     let test = "a_subscribe_racing_a_retained_publish_gets_the_message";
-    let Some(server) = StoreServer::start_or_skip(Kind::Postgres, test) else {
+    let Some(server) = shared_database(test) else {
         return;
     };
-    let pg = match &server {
-        StoreServer::Postgres(pg) => pg,
-        StoreServer::Redis(_) => unreachable!(),
-    };
+    let pg = database(&server);
     let x = node(&server, "test/x").await;
     let mut rx_x = x.inbox().unwrap();
     x.subscribe("cfg").await.unwrap();
     let n = node(&server, "test/n").await;
     let mut rx_n = n.inbox().unwrap();
     let p = node(&server, "test/p").await;
-    let (hold, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
-        .await
-        .unwrap();
-    tokio::spawn(connection);
+    let hold = client(pg).await;
     hold.batch_execute("BEGIN; SELECT 1 FROM lh.queues WHERE node = 'test/x' FOR UPDATE")
         .await
         .unwrap();
@@ -313,14 +342,10 @@ async fn a_subscribe_racing_a_retained_publish_gets_the_message() {
         p.publish_retained("cfg", b"v1", None).await.unwrap();
         p
     });
-    // (In this test's database: the shared server runs other tests.)
-    let waiting = "SELECT count(*) FROM pg_stat_activity \
-         WHERE datname = current_database() AND wait_event_type = 'Lock' \
-         AND query LIKE '%publish%'";
     eventually(
         Duration::from_secs(3),
         "the publisher waits on x's row",
-        || pg.psql(waiting).unwrap() == "1",
+        || waits_on_a_lock(pg, "publish"),
     )
     .await;
     let subscribe = tokio::spawn(async move {
@@ -355,9 +380,8 @@ async fn a_subscribe_racing_a_retained_publish_gets_the_message() {
 async fn batches_retaining_the_same_topics_in_opposite_orders_never_deadlock() {
     use leasehold_engine::{Outbound, PublishOptions, Retain, To};
     use testkit::node;
-    use testkit::store::{Kind, StoreServer};
     let test = "batches_retaining_the_same_topics_in_opposite_orders_never_deadlock";
-    let Some(server) = StoreServer::start_or_skip(Kind::Postgres, test) else {
+    let Some(server) = shared_database(test) else {
         return;
     };
     let retained = PublishOptions {
@@ -414,35 +438,24 @@ async fn batches_retaining_the_same_topics_in_opposite_orders_never_deadlock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publisher_in_flight_holds_up_no_heartbeat_and_no_ack() {
     use std::time::Duration;
-    use testkit::store::{Kind, StoreServer};
     let test = "a_publisher_in_flight_holds_up_no_heartbeat_and_no_ack";
-    let Some(server) = StoreServer::start_or_skip(Kind::Postgres, test) else {
+    let Some(server) = shared_database(test) else {
         return;
     };
-    let pg = match &server {
-        StoreServer::Postgres(pg) => pg,
-        StoreServer::Redis(_) => unreachable!(),
-    };
+    let pg = database(&server);
     let lease = leasehold_engine::NodeConfig::with_lease(1_000);
     let x = leasehold_engine::Node::start(server.store(), "test/x", lease)
         .await
         .unwrap();
     let mut rx = x.inbox().unwrap();
-    let connect = || async {
-        let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        client
-    };
-    let hold = connect().await;
+    let hold = client(pg).await;
     hold.batch_execute(
         "BEGIN; SELECT * FROM lh.publish('test/p', ARRAY['direct'], ARRAY['test/x'], \
          ARRAY['\\x01'::bytea], ARRAY[false], ARRAY[-1]::bigint[])",
     )
     .await
     .unwrap();
-    let acker = connect().await;
+    let acker = client(pg).await;
     acker
         .batch_execute("SET statement_timeout = '1s'")
         .await
@@ -497,15 +510,11 @@ async fn a_sweep_and_a_publisher_never_deadlock() {
     use leasehold_engine::test_hooks;
     use std::time::Duration;
     use testkit::eventually;
-    use testkit::store::{Kind, StoreServer};
     let test = "a_sweep_and_a_publisher_never_deadlock";
-    let Some(server) = StoreServer::start_or_skip(Kind::Postgres, test) else {
+    let Some(server) = shared_database(test) else {
         return;
     };
-    let pg = match &server {
-        StoreServer::Postgres(pg) => pg,
-        StoreServer::Redis(_) => unreachable!(),
-    };
+    let pg = database(&server);
     let store = server.store();
     for (id, lease) in [("test/b", 100), ("test/a", 300)] {
         test_hooks::register_node(&store, id, "gone", lease, &[])
@@ -516,14 +525,7 @@ async fn a_sweep_and_a_publisher_never_deadlock() {
             .unwrap();
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let connect = || async {
-        let (client, connection) = tokio_postgres::connect(&pg.url(), tokio_postgres::NoTls)
-            .await
-            .unwrap();
-        tokio::spawn(connection);
-        client
-    };
-    let publisher = connect().await;
+    let publisher = client(pg).await;
     publisher
         .batch_execute(
             "SET statement_timeout = '5s'; BEGIN; \
@@ -531,18 +533,15 @@ async fn a_sweep_and_a_publisher_never_deadlock() {
         )
         .await
         .unwrap();
-    let sweeper = connect().await;
+    let sweeper = client(pg).await;
     let sweep = tokio::spawn(async move {
         sweeper
             .query_one("SELECT o_swept FROM lh.sweep(100)", &[])
             .await
             .map(|row| row.get::<_, Vec<String>>(0))
     });
-    let waiting = "SELECT count(*) FROM pg_stat_activity \
-         WHERE datname = current_database() AND wait_event_type = 'Lock' \
-         AND query LIKE '%sweep%'";
     eventually(Duration::from_secs(3), "the sweep waits on a's row", || {
-        pg.psql(waiting).unwrap() == "1"
+        waits_on_a_lock(pg, "sweep")
     })
     .await;
     publisher

@@ -745,14 +745,17 @@ BEGIN
                CASE WHEN p_modes[e.m] = 'topic' THEN p_targets[e.m] ELSE '' END,
                p_sender, p_payloads[e.m]
             FROM unnest(e_node, e_queue, e_seq, e_msg, e_m) AS e(node, queue, seq, msg, m);
+    -- The receivers' new counts, in one statement (a fan-out has many).
+    UPDATE {s}.queues AS q SET inbox_len = c.inbox, commands_len = c.commands
+        FROM unnest(r_id, r_inbox, r_commands, r_added) AS c(node, inbox, commands, added)
+        WHERE q.node = c.node AND c.added > 0;
     -- The queues past their bounds, counted exactly, drop their oldest
     -- entries (the inbox's counted, the commands' newest {COMMANDS_MAX} kept).
     FOR i IN 1 .. cardinality(r_id) LOOP
-        CONTINUE WHEN r_added[i] = 0;
-        UPDATE {s}.queues SET inbox_len = r_inbox[i], commands_len = r_commands[i]
-            WHERE node = r_id[i];
-        IF NOT r_exact[i] AND (r_inbox[i] - r_taken[i] > greatest(r_max[i], 1)
-                               OR r_commands[i] - r_taken_commands[i] > {COMMANDS_MAX}) THEN
+        CONTINUE WHEN r_added[i] = 0
+            OR (r_inbox[i] - r_taken[i] <= greatest(r_max[i], 1)
+                AND r_commands[i] - r_taken_commands[i] <= {COMMANDS_MAX});
+        IF NOT r_exact[i] THEN
             SELECT inbox, commands INTO v_taken, v_taken_commands
                 FROM {s}.takes WHERE node = r_id[i] FOR SHARE;
             r_taken[i] := coalesce(v_taken, 0);
