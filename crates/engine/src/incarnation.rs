@@ -20,9 +20,17 @@ pub(crate) struct Incarnation {
     pub displaced: watch::Sender<Option<String>>,
     /// Engine commands from the inbox (sender, payload), see the inbox's `command` module.
     pub commands: mpsc::UnboundedSender<(String, Vec<u8>)>,
+    /// Claims sent in all groups (for the tests' count of a follower's
+    /// calls at rest, through `test_hooks`).
+    pub claims_sent: std::sync::atomic::AtomicU64,
 }
 
 impl Incarnation {
+    pub fn count_claim(&self) {
+        self.claims_sent
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+
     pub fn mark_displaced(&self, by: String) {
         let first = self.displaced.send_if_modified(|d| {
             if d.is_none() {

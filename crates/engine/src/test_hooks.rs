@@ -32,3 +32,9 @@ pub async fn subscribe_node(
 pub async fn sweep(store: &Store, batch: usize) -> Result<Vec<String>, StoreError> {
     Ok(store.sweep(batch).await?.swept)
 }
+
+/// Claims this node has sent, in all its groups: what a follower at rest
+/// costs its store, counted alike on either store.
+pub fn claims_sent(node: &crate::Node) -> u64 {
+    node.claims_sent()
+}

@@ -10,21 +10,23 @@
 //! 2. A renewal that fails with a store error (or does not answer in time)
 //!    demotes at once; the next claim takes back the still-held lease.
 //! 3. Followers claim on their retry tick, and earlier when the lease is
-//!    released (pub/sub) or due to expire (from the PTTL of their last claim).
+//!    released (pub/sub) or due to expire (from the PTTL of their last claim,
+//!    or from the last renewal's hint).
 //!
 //! What each reply means is decided in `rules.rs`, without I/O; this task
 //! sends the calls, keeps the state and reports.
 
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::{mpsc, oneshot, watch, Notify};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use super::role::{LocalLease, Role};
 use super::rules::{
-    after_claim, after_renew, next_step, AfterClaim, AfterRenew, ClaimContext, RenewContext,
-    Standing, Step,
+    after_claim, after_hint, after_renew, hint_followers, next_step, AfterClaim, AfterHint,
+    AfterRenew, ClaimContext, RenewContext, Standing, Step,
 };
+use super::wake::{Hint, Hints};
 use crate::config::ElectionConfig;
 use crate::events::{Event, LostReason, Operation};
 use crate::incarnation::Incarnation;
@@ -43,7 +45,7 @@ pub(crate) struct Campaign {
     pub shared: Arc<Incarnation>,
     pub role: watch::Sender<Role>,
     pub lease: Arc<Mutex<LocalLease>>,
-    pub wake: Arc<Notify>,
+    pub wake: Arc<Hints>,
     /// Whether release wake-ups are known to arrive (see `wake`).
     pub wake_healthy: Arc<std::sync::atomic::AtomicBool>,
     pub commands: mpsc::Receiver<Command>,
@@ -54,6 +56,9 @@ struct State {
     leading: Option<(u64, Instant)>,
     /// When the last successful claim/renewal was sent (schedules renewals).
     last_sent: Instant,
+    /// While leading: when the claim that won the lease, or the last
+    /// renewal that hinted the followers, was sent (`hint_followers`).
+    hinted: Instant,
     /// Term of a lease this node may still hold in Redis though it no longer
     /// leads (fail-safe demotion): shutdown and step-down must clear it.
     held: Option<u64>,
@@ -125,6 +130,7 @@ impl Campaign {
         let mut st = State {
             leading: None,
             last_sent: now,
+            hinted: now,
             held: None,
             abstain_until: None,
             next_claim: now,
@@ -181,9 +187,7 @@ impl Campaign {
                     None => return,
                 },
                 _ = sleep_until_opt(deadline) => continue,
-                _ = self.wake.notified(), if can_wake => {
-                    self.claim(&mut st).await;
-                }
+                hint = self.wake.next(), if can_wake => self.on_hint(&mut st, hint).await,
                 _ = tokio::time::sleep_until(at) => {
                     if renew {
                         self.renew(&mut st).await;
@@ -195,11 +199,25 @@ impl Campaign {
         }
     }
 
+    /// A hint from the listener, while neither leading nor abstaining.
+    async fn on_hint(&mut self, st: &mut State, hint: Hint) {
+        let following = match &*self.role.borrow() {
+            Role::Follower { term, .. } => Some(*term),
+            _ => None,
+        };
+        match after_hint(hint, following, &self.config) {
+            AfterHint::Claim => self.claim(st).await,
+            AfterHint::ClaimAt(at) => st.next_claim = at,
+            AfterHint::Ignore => {}
+        }
+    }
+
     async fn claim(&mut self, st: &mut State) {
         // The ttl this claim asks for: the local lease view must use it even
         // if the reply brings new timings.
         let asked_ttl = self.config.ttl();
         let sent = Instant::now();
+        self.shared.count_claim();
         let reply = bounded(
             self.config.call_timeout(),
             self.shared.store.claim(
@@ -233,13 +251,10 @@ impl Campaign {
             } => {
                 st.seen_term = st.seen_term.max(term);
                 st.last_sent = sent;
+                st.hinted = sent;
                 self.set_lease(st, Some((term, valid_until)), Some(term));
                 tracing::info!(term, fresh, "leading");
-                self.shared.events.emit(Event::Elected {
-                    node: self.node().to_owned(),
-                    group: self.group.clone(),
-                    term,
-                });
+                self.report_elected(term);
             }
             AfterClaim::Follow {
                 leader,
@@ -283,6 +298,7 @@ impl Campaign {
         };
         let asked_ttl = self.config.ttl();
         let sent = Instant::now();
+        let hint = hint_followers(st.hinted, sent, &self.config);
         // Never wait past the local lease, nor longer than a call may take.
         let limit = valid_until
             .saturating_duration_since(sent)
@@ -296,6 +312,7 @@ impl Campaign {
                 term,
                 self.ttl_ms(),
                 self.candidacy_ms(),
+                hint,
             ),
         )
         .await;
@@ -318,15 +335,14 @@ impl Campaign {
                 moved,
             } => {
                 st.last_sent = sent;
+                if hint {
+                    st.hinted = sent;
+                }
                 st.seen_term = st.seen_term.max(renewed);
                 self.set_lease(st, Some((renewed, valid_until)), Some(renewed));
                 if moved {
                     tracing::info!(from = term, to = renewed, "lease moved to a higher term");
-                    self.shared.events.emit(Event::Elected {
-                        node: self.node().to_owned(),
-                        group: self.group.clone(),
-                        term: renewed,
-                    });
+                    self.report_elected(renewed);
                 }
             }
             AfterRenew::Expired => {
@@ -431,6 +447,14 @@ impl Campaign {
             self.config = config;
             crate::sync::locked(&self.lease).timings = config;
         }
+    }
+
+    fn report_elected(&self, term: u64) {
+        self.shared.events.emit(Event::Elected {
+            node: self.node().to_owned(),
+            group: self.group.clone(),
+            term,
+        });
     }
 
     fn report_lost(&self, term: u64, reason: LostReason) {

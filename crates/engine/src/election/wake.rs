@@ -1,21 +1,74 @@
 //! Wake-ups for followers: the store's listener tells which group's lease
-//! was released (or its timings changed), and this pokes that group's
-//! campaign at once. A hint lost while the listener was down is followed by
-//! [`Wakeup::Listening`], which pokes the groups concerned too.
+//! was released (or its timings changed) or renewed, and this hands that
+//! to the group's campaign at once. A hint lost while the listener was down
+//! is followed by [`Wakeup::Listening`], which has the groups concerned look
+//! again.
 //!
 //! Because of this, a follower need not poll: while the listener is
 //! confirmed ([`Wake::healthy`]) it sleeps until the lease it saw runs out,
-//! about one claim per ttl. While it is not (at start, after a disconnection,
-//! until the listener is back), followers fall back to claiming every retry
-//! interval.
+//! and each renewal's hint (sent by every other renewal or so, `rules.rs`)
+//! moves that moment on, so at rest it makes no claim at all. While the
+//! listener is not confirmed (at start, after a disconnection, until it is
+//! back), followers fall back to claiming every retry interval.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{mpsc, Notify};
+use tokio::time::Instant;
 
-use crate::store::wakeup::{Interest, Routes, Wakeup};
+use crate::store::wakeup::{Interest, Wakeup};
 use crate::store::Store;
+
+/// What a campaign is told between two of its own calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hint {
+    /// Look now: the lease was released, the timings changed, or the
+    /// listener is back after hints may have been lost.
+    Look,
+    /// The leader renewed the lease under `term` for `ttl`, as of `at`
+    /// (when the hint came).
+    Renewed {
+        term: u64,
+        ttl: Duration,
+        at: Instant,
+    },
+}
+
+/// One group's wake-ups, waiting for its campaign. Hints that come while
+/// the campaign is busy merge: a look stays a look (what it may have
+/// missed is found by claiming), a later renewal replaces an earlier one.
+#[derive(Default)]
+pub(crate) struct Hints {
+    notify: Notify,
+    pending: Mutex<Option<Hint>>,
+}
+
+impl Hints {
+    fn push(&self, hint: Hint) {
+        {
+            let mut pending = crate::sync::locked(&self.pending);
+            if *pending != Some(Hint::Look) {
+                *pending = Some(hint);
+            }
+        }
+        self.notify.notify_one();
+    }
+
+    /// Waits for a hint and takes it; a wake-up whose hint an earlier
+    /// call took reads as a look.
+    pub async fn next(&self) -> Hint {
+        self.notify.notified().await;
+        crate::sync::locked(&self.pending)
+            .take()
+            .unwrap_or(Hint::Look)
+    }
+}
+
+/// Group name to the hints of its campaign.
+type Routes = Arc<Mutex<HashMap<String, Arc<Hints>>>>;
 
 pub(crate) struct Wake {
     routes: Routes,
@@ -31,7 +84,11 @@ impl Wake {
         let (changes, changes_rx) = mpsc::unbounded_channel();
         let healthy = Arc::new(AtomicBool::new(false));
         let dispatcher = crate::task::spawn(dispatch(wake_rx, routes.clone(), healthy.clone()));
-        let interest = Interest::new(routes.clone(), changes_rx);
+        let wanted = routes.clone();
+        let interest = Interest::new(
+            move || -> HashSet<String> { crate::sync::locked(&wanted).keys().cloned().collect() },
+            changes_rx,
+        );
         let store = store.clone();
         let listener = crate::task::spawn(async move { store.listen(interest, wake_tx).await });
         Self {
@@ -42,12 +99,12 @@ impl Wake {
         }
     }
 
-    /// Routes the wake-ups of `group` to the returned `Notify`.
-    pub fn add(&self, group: &str) -> Arc<Notify> {
-        let notify = Arc::new(Notify::new());
-        crate::sync::locked(&self.routes).insert(group.to_owned(), notify.clone());
+    /// Routes the wake-ups of `group` to the returned `Hints`.
+    pub fn add(&self, group: &str) -> Arc<Hints> {
+        let hints = Arc::new(Hints::default());
+        crate::sync::locked(&self.routes).insert(group.to_owned(), hints.clone());
         let _ = self.changes.send(());
-        notify
+        hints
     }
 
     /// True while wake-ups are known to arrive: the listener is confirmed
@@ -68,7 +125,7 @@ async fn dispatch(
     healthy: Arc<AtomicBool>,
 ) {
     while let Some(wakeup) = wakeups.recv().await {
-        let group = match wakeup {
+        let (group, hint) = match wakeup {
             // Hints may be missed from now until the listener is back.
             Wakeup::Lost => {
                 healthy.store(false, Ordering::SeqCst);
@@ -79,19 +136,61 @@ async fn dispatch(
             Wakeup::Listening(group) => {
                 healthy.store(true, Ordering::SeqCst);
                 match group {
-                    Some(group) => group,
+                    Some(group) => (group, Hint::Look),
                     None => {
-                        for notify in crate::sync::locked(&routes).values() {
-                            notify.notify_one();
+                        for hints in crate::sync::locked(&routes).values() {
+                            hints.push(Hint::Look);
                         }
                         continue;
                     }
                 }
             }
-            Wakeup::Group(group) => group,
+            Wakeup::Group(group) => (group, Hint::Look),
+            Wakeup::Renewed {
+                group,
+                term,
+                ttl_ms,
+            } => (
+                group,
+                Hint::Renewed {
+                    term,
+                    ttl: Duration::from_millis(ttl_ms),
+                    at: Instant::now(),
+                },
+            ),
         };
-        if let Some(notify) = crate::sync::locked(&routes).get(&group) {
-            notify.notify_one();
+        if let Some(hints) = crate::sync::locked(&routes).get(&group) {
+            hints.push(hint);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn renewed(term: u64) -> Hint {
+        Hint::Renewed {
+            term,
+            ttl: Duration::from_millis(1000),
+            at: Instant::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_look_is_never_replaced_by_a_renewal_that_came_after_it() {
+        let hints = Hints::default();
+        hints.push(Hint::Look);
+        hints.push(renewed(3));
+        assert_eq!(hints.next().await, Hint::Look);
+    }
+
+    #[tokio::test]
+    async fn the_latest_renewal_replaces_an_earlier_one() {
+        let hints = Hints::default();
+        hints.push(renewed(3));
+        let latest = renewed(4);
+        hints.push(latest);
+        assert_eq!(hints.next().await, latest);
     }
 }

@@ -139,6 +139,7 @@ impl Node {
             events,
             displaced: watch::channel(None).0,
             commands,
+            claims_sent: Default::default(),
         });
         let mut metadata = options.metadata.clone();
         metadata.push((
@@ -216,6 +217,13 @@ impl Node {
 
     pub fn store(&self) -> &Store {
         &self.shared.store
+    }
+
+    #[cfg(feature = "test-hooks")]
+    pub(crate) fn claims_sent(&self) -> u64 {
+        self.shared
+            .claims_sent
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Every engine event of this node, from now on.

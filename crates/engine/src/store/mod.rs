@@ -295,6 +295,11 @@ impl Store {
             .await)
     }
 
+    /// Compare-and-expire of the lease this incarnation holds under
+    /// `term`. With `hint`, a renewal also tells the group's followers how
+    /// long the lease now stands ([`Wakeup::Renewed`](wakeup::Wakeup)), so
+    /// that they need not claim to learn it.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn renew(
         &self,
         group: &GroupRef,
@@ -303,9 +308,10 @@ impl Store {
         term: u64,
         ttl_ms: u64,
         candidacy_ms: u64,
+        hint: bool,
     ) -> Result<Renewal, StoreError> {
         on_group!(self, group, s, g => s
-            .renew(g, id, incarnation, term, ttl_ms, candidacy_ms)
+            .renew(g, id, incarnation, term, ttl_ms, candidacy_ms, hint)
             .await)
     }
 

@@ -1,13 +1,12 @@
 //! Wake-ups: the store's hints that a group's lease was released (or its
-//! timings changed), so that followers need not poll. They are hints only,
-//! and lost
-//! while the listener is disconnected: after [`Wakeup::Listening`] everyone
-//! concerned looks once, because what was announced meanwhile is gone.
+//! timings changed) or renewed, so that followers need not poll. They are
+//! hints only, and lost while the listener is disconnected: after
+//! [`Wakeup::Listening`] everyone concerned looks once, because what was
+//! announced meanwhile is gone.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, Mutex};
+use std::collections::HashSet;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 
 /// One hint from the store's listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,26 +18,49 @@ pub(crate) enum Wakeup {
     Listening(Option<String>),
     /// Something changed for this group: its followers look now.
     Group(String),
+    /// The group's leader renewed its lease under `term` for `ttl_ms` from
+    /// about now: its followers may sleep that long without a claim.
+    Renewed {
+        group: String,
+        term: u64,
+        ttl_ms: u64,
+    },
 }
 
-/// The groups a process wants wake-ups for, shared with the listener, and
-/// a nudge each time the set changes.
+impl Wakeup {
+    /// The hint a renewal sends (renew.lua, the PostgreSQL `renew`), from
+    /// its `TERM TTL` words; `None` when they are not that.
+    pub fn renewed(group: &str, words: &str) -> Option<Self> {
+        let (term, ttl_ms) = words.split_once(' ')?;
+        Some(Self::Renewed {
+            group: group.to_owned(),
+            term: term.parse().ok()?,
+            ttl_ms: ttl_ms.parse().ok()?,
+        })
+    }
+}
+
+/// The groups a process wants wake-ups for, read from whoever routes
+/// them, and a nudge each time the set changes.
 pub(crate) struct Interest {
-    routes: Routes,
+    groups: Box<dyn Fn() -> HashSet<String> + Send + Sync>,
     changes: mpsc::UnboundedReceiver<()>,
 }
 
-/// Group name to the campaign to wake.
-pub(crate) type Routes = Arc<Mutex<HashMap<String, Arc<Notify>>>>;
-
 impl Interest {
-    pub fn new(routes: Routes, changes: mpsc::UnboundedReceiver<()>) -> Self {
-        Self { routes, changes }
+    pub fn new(
+        groups: impl Fn() -> HashSet<String> + Send + Sync + 'static,
+        changes: mpsc::UnboundedReceiver<()>,
+    ) -> Self {
+        Self {
+            groups: Box::new(groups),
+            changes,
+        }
     }
 
     /// The groups wanted now.
     pub fn groups(&self) -> HashSet<String> {
-        crate::sync::locked(&self.routes).keys().cloned().collect()
+        (self.groups)()
     }
 
     /// Waits for a change of the set (many changes count as one); `None`

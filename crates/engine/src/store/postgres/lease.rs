@@ -89,6 +89,7 @@ impl PgStore {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn renew(
         &self,
         group: &str,
@@ -97,6 +98,7 @@ impl PgStore {
         term: u64,
         ttl_ms: u64,
         candidacy_ms: u64,
+        hint: bool,
     ) -> Result<Renewal, StoreError> {
         let row = self
             .query_one(
@@ -108,6 +110,7 @@ impl PgStore {
                     &big(term),
                     &big(ttl_ms),
                     &big(candidacy_ms),
+                    &hint,
                 ],
             )
             .await?;

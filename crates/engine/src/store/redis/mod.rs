@@ -288,6 +288,7 @@ impl RedisStore {
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn renew(
         &self,
         group: &GroupKeys,
@@ -296,6 +297,7 @@ impl RedisStore {
         term: u64,
         ttl_ms: u64,
         candidacy_ms: u64,
+        hint: bool,
     ) -> Result<Renewal, StoreError> {
         let mut call = scripts::RENEW.prepare_invoke();
         call.key(&group.lease)
@@ -307,7 +309,9 @@ impl RedisStore {
             .arg(incarnation)
             .arg(term)
             .arg(ttl_ms)
-            .arg(candidacy_ms);
+            .arg(candidacy_ms)
+            .arg(&group.released)
+            .arg(if hint { "1" } else { "0" });
         let (reply, confirmation) = self
             .write_lease(replication::Write::Renewal, &scripts::RENEW, &call)
             .await?;

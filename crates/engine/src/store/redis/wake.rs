@@ -1,7 +1,7 @@
 //! Wake-ups on Redis: one RESP3 pub/sub connection per process, subscribed
 //! to the release channel (`P:g:{G}:released`) of every group the process
-//! follows, on the current primary. A release, a config change and the
-//! confirmation of a (re)subscription become [`Wakeup`]s; a disconnection
+//! follows, on the current primary. A release, a config change, a renewal's
+//! hint and the confirmation of a (re)subscription become [`Wakeup`]s; a disconnection
 //! is [`Wakeup::Lost`] until the connection manager has resubscribed.
 
 use std::collections::HashSet;
@@ -53,7 +53,13 @@ async fn translate(
                 if push.kind == PushKind::Subscribe {
                     Wakeup::Listening(Some(group))
                 } else {
-                    Wakeup::Group(group)
+                    // A release carries the holder's id and a timings
+                    // change "config": both wake the followers.
+                    push.data
+                        .get(1)
+                        .and_then(text)
+                        .and_then(|m| Wakeup::renewed(&group, m.strip_prefix("renewed ")?))
+                        .unwrap_or(Wakeup::Group(group))
                 }
             }
             _ => continue,

@@ -1,6 +1,7 @@
 -- Renew a held lease (compare-and-expire).
 -- KEYS: lease, members, config, term, epoch (the store's term epoch)
--- ARGV: node id, incarnation, term, ttl ms, candidacy ms
+-- ARGV: node id, incarnation, term, ttl ms, candidacy ms, wake channel
+--       (P:g:{G}:released), "1" to hint the followers
 -- Returns {1, config, term} renewed (config as in claim.lua; term is the
 -- lease's term afterwards), {0} the lease is gone (expired), {-1, lease
 -- value} another holder.
@@ -9,6 +10,9 @@
 -- lease moves to a new term above the counter, so terms never go backwards
 -- as anyone observes them; if that term's epoch may not be granted yet
 -- (terms.lua), at a later renewal.
+-- A hint ('renewed TERM TTL' on the wake channel) tells the followers how
+-- long the lease now stands, so they sleep on without a claim; the engine's
+-- rules.rs says which renewals hint.
 local mine = ARGV[1] .. '#' .. ARGV[2] .. '#'
 local current = redis.call('GET', KEYS[1])
 if current == mine .. ARGV[3] then
@@ -31,6 +35,9 @@ if current == mine .. ARGV[3] then
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[1])
   -- The leader keeps the member list tidy: drop candidacies that lapsed.
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  if ARGV[7] == '1' then
+    redis.call('PUBLISH', ARGV[6], 'renewed ' .. term_text(term) .. ' ' .. ARGV[4])
+  end
   return {1, redis.call('HMGET', KEYS[3], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs'), term}
 end
 if not current then return {0} end
