@@ -6,7 +6,8 @@
 //! production defaults (`--cost-ttl-ms` etc.). Commands are counted from `INFO
 //! commandstats` deltas; "client calls" are what the agents send (script
 //! calls, blocking inbox reads, publishes), "commands" also count those
-//! run inside the scripts.
+//! run inside the scripts (among them the renewals' hints to followers,
+//! which Redis counts as publishes: `RenewalHints` tells them apart).
 
 use leasehold_testkit::Signal;
 use std::time::{Duration, Instant};
@@ -15,7 +16,7 @@ use anyhow::bail;
 
 use super::agents::AgentProcess;
 use super::args::BenchArgs;
-use super::commandstats::{self, deltas};
+use super::commandstats::{self, deltas, RenewalHints};
 use super::report::progress;
 use super::report::Row;
 
@@ -50,9 +51,11 @@ async fn wait_roles(
 /// second, and the CPU share of `agent`.
 async fn measure(
     url: &str,
+    prefix: &str,
     agent: &AgentProcess,
     window: Duration,
 ) -> anyhow::Result<(f64, f64, f64)> {
+    let hints = RenewalHints::start(url, prefix).await?;
     let before = commandstats::calls(url).await?;
     let cpu_before = agent.cpu_time().unwrap_or_default();
     let start = Instant::now();
@@ -64,6 +67,8 @@ async fn measure(
         .saturating_sub(cpu_before);
     let secs = start.elapsed().as_secs_f64();
     let (client, all) = deltas(&before, &after);
+    // Published inside renew.lua, counted by Redis as a client's PUBLISH.
+    let client = client.saturating_sub(hints.as_ref().map_or(0, RenewalHints::seen));
     Ok((
         client as f64 / secs,
         all as f64 / secs,
@@ -131,7 +136,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         .await?;
         wait_roles(&holder, "leader", n, settle + Duration::from_secs(30)).await?;
         tokio::time::sleep(Duration::from_millis(timings.renew_interval_ms)).await;
-        let (h_client, h_all, h_cpu) = measure(url, &holder, window).await?;
+        let (h_client, h_all, h_cpu) = measure(url, &prefix, &holder, window).await?;
         progress(&format!(
             "cost at rest, {n} groups: holder and one follower"
         ));
@@ -149,7 +154,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         // the leases they saw run out.
         tokio::time::sleep(Duration::from_millis(timings.ttl_ms)).await;
         let cpu_holder_before = holder.cpu_time().unwrap_or_default();
-        let (b_client, b_all, f_cpu) = measure(url, &follower, window).await?;
+        let (b_client, b_all, f_cpu) = measure(url, &prefix, &follower, window).await?;
         let both_cpu_holder = holder
             .cpu_time()
             .unwrap_or_default()

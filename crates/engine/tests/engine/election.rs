@@ -450,11 +450,12 @@ async fn every_new_acquisition_increases_the_term(server) {
 
 on_both_stores! {
 /// docs/behaviour.md X1: a follower does not poll. Once its wake-up
-/// listener is confirmed it sleeps until the lease it saw runs out, and its
-/// leader's renewals tell it (every other renewal here) how far the lease
-/// now stands, so at rest it makes no claim at all, however short the retry
-/// interval. Before the renewal hints it claimed about once per
-/// ttl − renew/2 (4 or 5 in this window); polling would be 200.
+/// listener is confirmed it sleeps until the lease it saw runs out; on
+/// Redis its leader's renewals tell it (every other renewal here) how far
+/// the lease now stands, so at rest it makes no claim at all, however short
+/// the retry interval. Before the renewal hints it claimed about once per
+/// ttl − renew/2 (4 in this window), as it still does on PostgreSQL, where
+/// renewals do not hint; polling would be 200.
 async fn a_follower_at_rest_makes_no_claim_while_its_leader_renews(server) {
     let cfg = ElectionConfig {
         ttl_ms: 1000,
@@ -474,11 +475,17 @@ async fn a_follower_at_rest_makes_no_claim_while_its_leader_renews(server) {
     let window = Duration::from_secs(4);
     tokio::time::sleep(window).await;
     let claims = leasehold_engine::test_hooks::claims_sent(&b) - before;
-    // One claim is allowed for a renewal that came late on a busy machine
-    // (a hint that lands more than 300 ms after it was due).
+    // On Redis one claim is allowed for a renewal that came late on a busy
+    // machine (a hint that lands more than 300 ms after it was due). On
+    // PostgreSQL claims come at least ttl − renew = 700 ms apart, so at most
+    // 6 (4 or 5 seen); 8 allows for a busy machine.
+    let bound = match server.kind() {
+        testkit::store::Kind::Redis => 1,
+        testkit::store::Kind::Postgres => 8,
+    };
     assert!(
-        claims <= 1,
-        "{claims} claims in {window:?} by a follower at rest"
+        claims <= bound,
+        "{claims} claims in {window:?} by a follower at rest, bound {bound}"
     );
     assert!(ga.leader_term() == term && term.is_some() && is_follower(&gb));
     a.close().await.unwrap();

@@ -89,6 +89,12 @@ impl PgStore {
         })
     }
 
+    /// A renewal on PostgreSQL never hints the followers (`_hint`): on
+    /// PostgreSQL 15 to 18 every NOTIFY wakes every listening backend of the
+    /// database, whatever its channel, and each reads the queue in a
+    /// transaction of its own, so a hint would cost one transaction per
+    /// leasehold process connected, not per follower of the group: more than
+    /// the claims it spares (docs/postgres.md).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn renew(
         &self,
@@ -98,7 +104,7 @@ impl PgStore {
         term: u64,
         ttl_ms: u64,
         candidacy_ms: u64,
-        hint: bool,
+        _hint: bool,
     ) -> Result<Renewal, StoreError> {
         let row = self
             .query_one(
@@ -110,7 +116,6 @@ impl PgStore {
                     &big(term),
                     &big(ttl_ms),
                     &big(candidacy_ms),
-                    &hint,
                 ],
             )
             .await?;

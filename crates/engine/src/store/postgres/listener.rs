@@ -1,6 +1,6 @@
 //! Wake-ups on PostgreSQL: one connection per process that LISTENs on the
 //! schema's three channels (`PREFIX.release`: a group's lease released or
-//! renewed, or its timings changed; `PREFIX.inbox`: entries for a node; `PREFIX.events`:
+//! its timings changed; `PREFIX.inbox`: entries for a node; `PREFIX.events`:
 //! engine events) and hands each notification to whoever follows it in
 //! this process. Notifications are hints and the tables the truth: one
 //! sent while this connection was down is lost, so after every (re)connect
@@ -341,16 +341,10 @@ async fn listen(
 fn dispatch(channels: &Channels, routes: &Mutex<Routes>, n: Notification) {
     let mut routes = locked(routes);
     if n.channel() == channels.release {
-        // `GROUP` for a release or new timings, `GROUP TERM TTL` for a
-        // renewal's hint (group names hold no spaces).
-        let wakeup = match n.payload().split_once(' ') {
-            Some((group, words)) => match Wakeup::renewed(group, words) {
-                Some(renewed) => renewed,
-                None => Wakeup::Group(group.to_owned()),
-            },
-            None => Wakeup::Group(n.payload().to_owned()),
-        };
-        routes.wakeups.retain(|s| s.send(wakeup.clone()).is_ok());
+        let group = n.payload().to_owned();
+        routes
+            .wakeups
+            .retain(|s| s.send(Wakeup::Group(group.clone())).is_ok());
     } else if n.channel() == channels.inbox {
         if let Some(list) = routes.inboxes.get_mut(n.payload()) {
             list.retain(|w| match w.upgrade() {

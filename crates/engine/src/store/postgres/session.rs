@@ -61,7 +61,7 @@ impl Op {
             Op::Time => "SELECT {s}.now_ms()",
             Op::Ping => "SELECT 1",
             Op::Claim => "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8)",
-            Op::Renew => "SELECT * FROM {s}.renew($1, $2, $3, $4, $5, $6, $7)",
+            Op::Renew => "SELECT * FROM {s}.renew($1, $2, $3, $4, $5, $6)",
             Op::Release => "SELECT {s}.release($1, $2, $3, $4, $5)",
             Op::GroupState => "SELECT * FROM {s}.group_state($1)",
             // One statement: the timings change only when they differ, and

@@ -259,12 +259,9 @@ END $$;
 
 -- Renew a held lease (renew.lua): status 1 renewed (with the lease's term
 -- afterwards, moved above a restored counter when it may be), 0 the lease
--- is gone, -1 another holder. With p_hint, a renewal tells the group's
--- followers how long the lease now stands ('GROUP TERM TTL' on the release
--- channel), so they sleep on without a claim (the engine's rules.rs says
--- which renewals hint).
+-- is gone, -1 another holder.
 CREATE FUNCTION {s}.renew(p_group text, p_id text, p_inc text, p_term bigint, p_ttl bigint,
-                          p_candidacy bigint, p_hint boolean)
+                          p_candidacy bigint)
 RETURNS TABLE (o_status int, o_term bigint, o_holder text, o_incarnation text,
                o_ttl_ms bigint, o_renew_interval_ms bigint, o_retry_interval_ms bigint)
 LANGUAGE plpgsql AS $$
@@ -295,9 +292,6 @@ BEGIN
         ON CONFLICT (grp, node) DO UPDATE SET until_ms = excluded.until_ms;
     -- The leader keeps the member list tidy: candidacies that lapsed go.
     DELETE FROM {s}.members WHERE grp = p_group AND until_ms <= v_now;
-    IF p_hint THEN
-        PERFORM pg_notify('{c}.release', p_group || ' ' || o_term || ' ' || p_ttl);
-    END IF;
     o_status := 1;
     o_ttl_ms := g.ttl_ms;
     o_renew_interval_ms := g.renew_interval_ms;
