@@ -16,7 +16,8 @@ use anyhow::bail;
 
 use super::agents::AgentProcess;
 use super::args::BenchArgs;
-use super::commandstats::{self, deltas, RenewalHints};
+use super::commandstats::{self, deltas};
+use super::renewal_hints::RenewalHints;
 use super::report::progress;
 use super::report::Row;
 

@@ -35,6 +35,7 @@ mod cost;
 mod failover;
 mod local;
 mod messaging;
+mod renewal_hints;
 mod replicas;
 mod report;
 mod sentinel;

@@ -26,7 +26,7 @@ use super::rules::{
     after_claim, after_hint, after_renew, hint_followers, next_step, AfterClaim, AfterHint,
     AfterRenew, ClaimContext, RenewContext, Standing, Step,
 };
-use super::wake::{Hint, Hints};
+use super::wake::{Hint, HintSlot};
 use crate::config::ElectionConfig;
 use crate::events::{Event, LostReason, Operation};
 use crate::incarnation::Incarnation;
@@ -45,7 +45,8 @@ pub(crate) struct Campaign {
     pub shared: Arc<Incarnation>,
     pub role: watch::Sender<Role>,
     pub lease: Arc<Mutex<LocalLease>>,
-    pub wake: Arc<Hints>,
+    /// Wake-ups from the store's listener (see `wake`).
+    pub hints: Arc<HintSlot>,
     /// Whether release wake-ups are known to arrive (see `wake`).
     pub wake_healthy: Arc<std::sync::atomic::AtomicBool>,
     pub commands: mpsc::Receiver<Command>,
@@ -187,7 +188,7 @@ impl Campaign {
                     None => return,
                 },
                 _ = sleep_until_opt(deadline) => continue,
-                hint = self.wake.next(), if can_wake => self.on_hint(&mut st, hint).await,
+                hint = self.hints.next(), if can_wake => self.on_hint(&mut st, hint).await,
                 _ = tokio::time::sleep_until(at) => {
                     if renew {
                         self.renew(&mut st).await;

@@ -141,7 +141,7 @@ impl Campaigns {
             return Err(Error::AlreadyJoined(name.to_owned()));
         }
         let address = self.shared.store.group(name);
-        let wake = self.wake.add(name);
+        let hints = self.wake.add(name);
         let (role_tx, role_rx) = watch::channel(Role::Candidate);
         let lease = Arc::new(Mutex::new(LocalLease {
             leading: None,
@@ -156,7 +156,7 @@ impl Campaigns {
             shared: self.shared.clone(),
             role: role_tx,
             lease: lease.clone(),
-            wake,
+            hints,
             wake_healthy: self.wake.healthy(),
             commands: commands_rx,
         };

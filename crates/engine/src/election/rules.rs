@@ -152,14 +152,16 @@ pub(super) enum AfterHint {
 /// `following` is the term of the lease this node follows, `None` for a
 /// candidate.
 ///
-/// A hint comes only after the renewal's commit (on PostgreSQL after its
-/// WAL flush), later than the moment the lease was renewed from, so a
-/// follower that counted the ttl from the hint would claim late after a
-/// crash by that much. It claims a quarter renew interval early instead:
-/// that claim reads the exact time left (as [`follower_wait`] does) and
-/// costs one call only when the leader died; while it lives, its next hint
-/// comes first (the leader hints with half a renew interval to spare,
-/// [`hint_followers`]). Never later than one ttl, as in [`follower_wait`].
+/// A hint is read some time after the moment the lease was renewed from
+/// (the script's run, the delivery, the listener's turn), so a follower
+/// that counted the ttl from the hint would claim late after a crash by
+/// that much. It claims a quarter renew interval early instead: that claim
+/// reads the exact time left (as [`follower_wait`] does) and costs one call
+/// only when the leader died; while it lives, its next hint comes first
+/// (another quarter renew interval before, [`hint_followers`]). A follower
+/// whose process stood still longer than that quarter with a hint unread
+/// claims late by the rest. Never later than one ttl, as in
+/// [`follower_wait`].
 pub(super) fn after_hint(hint: Hint, following: Option<u64>, config: &ElectionConfig) -> AfterHint {
     match (hint, following) {
         (Hint::Renewed { term, ttl, at }, Some(followed)) if term == followed => {

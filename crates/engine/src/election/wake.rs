@@ -6,10 +6,10 @@
 //!
 //! Because of this, a follower need not poll: while the listener is
 //! confirmed ([`Wake::healthy`]) it sleeps until the lease it saw runs out,
-//! and each renewal's hint (sent by every other renewal or so, `rules.rs`)
-//! moves that moment on, so at rest it makes no claim at all. While the
-//! listener is not confirmed (at start, after a disconnection, until it is
-//! back), followers fall back to claiming every retry interval.
+//! and on Redis each renewal's hint (sent by every other renewal or so,
+//! `rules.rs`) moves that moment on, so at rest it makes no claim at all.
+//! While the listener is not confirmed (at start, after a disconnection,
+//! until it is back), followers fall back to claiming every retry interval.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,7 +29,7 @@ pub(crate) enum Hint {
     /// listener is back after hints may have been lost.
     Look,
     /// The leader renewed the lease under `term` for `ttl`, as of `at`
-    /// (when the hint came).
+    /// (when the listener read the hint).
     Renewed {
         term: u64,
         ttl: Duration,
@@ -37,16 +37,16 @@ pub(crate) enum Hint {
     },
 }
 
-/// One group's wake-ups, waiting for its campaign. Hints that come while
-/// the campaign is busy merge: a look stays a look (what it may have
+/// The one hint waiting for a group's campaign. HintSlot that come while the
+/// campaign is busy merge into it: a look stays a look (what it may have
 /// missed is found by claiming), a later renewal replaces an earlier one.
 #[derive(Default)]
-pub(crate) struct Hints {
+pub(crate) struct HintSlot {
     notify: Notify,
     pending: Mutex<Option<Hint>>,
 }
 
-impl Hints {
+impl HintSlot {
     fn push(&self, hint: Hint) {
         {
             let mut pending = crate::sync::locked(&self.pending);
@@ -67,8 +67,8 @@ impl Hints {
     }
 }
 
-/// Group name to the hints of its campaign.
-type Routes = Arc<Mutex<HashMap<String, Arc<Hints>>>>;
+/// Group name to its campaign's hint slot.
+type Routes = Arc<Mutex<HashMap<String, Arc<HintSlot>>>>;
 
 pub(crate) struct Wake {
     routes: Routes,
@@ -99,12 +99,12 @@ impl Wake {
         }
     }
 
-    /// Routes the wake-ups of `group` to the returned `Hints`.
-    pub fn add(&self, group: &str) -> Arc<Hints> {
-        let hints = Arc::new(Hints::default());
-        crate::sync::locked(&self.routes).insert(group.to_owned(), hints.clone());
+    /// Routes the wake-ups of `group` to the returned slot.
+    pub fn add(&self, group: &str) -> Arc<HintSlot> {
+        let slot = Arc::new(HintSlot::default());
+        crate::sync::locked(&self.routes).insert(group.to_owned(), slot.clone());
         let _ = self.changes.send(());
-        hints
+        slot
     }
 
     /// True while wake-ups are known to arrive: the listener is confirmed
@@ -126,7 +126,7 @@ async fn dispatch(
 ) {
     while let Some(wakeup) = wakeups.recv().await {
         let (group, hint) = match wakeup {
-            // Hints may be missed from now until the listener is back.
+            // HintSlot may be missed from now until the listener is back.
             Wakeup::Lost => {
                 healthy.store(false, Ordering::SeqCst);
                 continue;
@@ -138,8 +138,8 @@ async fn dispatch(
                 match group {
                     Some(group) => (group, Hint::Look),
                     None => {
-                        for hints in crate::sync::locked(&routes).values() {
-                            hints.push(Hint::Look);
+                        for slot in crate::sync::locked(&routes).values() {
+                            slot.push(Hint::Look);
                         }
                         continue;
                     }
@@ -150,17 +150,18 @@ async fn dispatch(
                 group,
                 term,
                 ttl_ms,
+                received,
             } => (
                 group,
                 Hint::Renewed {
                     term,
                     ttl: Duration::from_millis(ttl_ms),
-                    at: Instant::now(),
+                    at: received,
                 },
             ),
         };
-        if let Some(hints) = crate::sync::locked(&routes).get(&group) {
-            hints.push(hint);
+        if let Some(slot) = crate::sync::locked(&routes).get(&group) {
+            slot.push(hint);
         }
     }
 }
@@ -179,18 +180,18 @@ mod tests {
 
     #[tokio::test]
     async fn a_look_is_never_replaced_by_a_renewal_that_came_after_it() {
-        let hints = Hints::default();
-        hints.push(Hint::Look);
-        hints.push(renewed(3));
-        assert_eq!(hints.next().await, Hint::Look);
+        let slot = HintSlot::default();
+        slot.push(Hint::Look);
+        slot.push(renewed(3));
+        assert_eq!(slot.next().await, Hint::Look);
     }
 
     #[tokio::test]
     async fn the_latest_renewal_replaces_an_earlier_one() {
-        let hints = Hints::default();
-        hints.push(renewed(3));
+        let slot = HintSlot::default();
+        slot.push(renewed(3));
         let latest = renewed(4);
-        hints.push(latest);
-        assert_eq!(hints.next().await, latest);
+        slot.push(latest);
+        assert_eq!(slot.next().await, latest);
     }
 }

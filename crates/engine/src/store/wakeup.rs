@@ -18,26 +18,16 @@ pub(crate) enum Wakeup {
     Listening(Option<String>),
     /// Something changed for this group: its followers look now.
     Group(String),
-    /// The group's leader renewed its lease under `term` for `ttl_ms` from
-    /// about now: its followers may sleep that long without a claim.
+    /// The group's leader renewed its lease under `term` for `ttl_ms`
+    /// (Redis only: see the PostgreSQL store's `renew`). `received` is when
+    /// the listener read it, as early as it can be taken: the lease ends no
+    /// later than `received + ttl_ms`, less late the earlier it is read.
     Renewed {
         group: String,
         term: u64,
         ttl_ms: u64,
+        received: tokio::time::Instant,
     },
-}
-
-impl Wakeup {
-    /// The hint a renewal sends (renew.lua, the PostgreSQL `renew`), from
-    /// its `TERM TTL` words; `None` when they are not that.
-    pub fn renewed(group: &str, words: &str) -> Option<Self> {
-        let (term, ttl_ms) = words.split_once(' ')?;
-        Some(Self::Renewed {
-            group: group.to_owned(),
-            term: term.parse().ok()?,
-            ttl_ms: ttl_ms.parse().ok()?,
-        })
-    }
 }
 
 /// The groups a process wants wake-ups for, read from whoever routes

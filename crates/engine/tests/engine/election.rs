@@ -462,14 +462,26 @@ async fn a_follower_at_rest_makes_no_claim_while_its_leader_renews(server) {
         renew_interval_ms: 300,
         retry_interval_ms: 20,
     };
-    let a = node(&server, "test/a").await;
+    // Long node leases: the nodes' heartbeats stay out of the way.
+    let quiet = leasehold_engine::NodeConfig::with_lease(60_000);
+    let a = Node::start(server.store(), "test/a", quiet).await.unwrap();
     let ga = a.join(GROUP, cfg).unwrap();
     eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
-    let b = node(&server, "test/b").await;
+    let b = Node::start(server.store(), "test/b", quiet).await.unwrap();
     let gb = b.join(GROUP, cfg).unwrap();
     eventually(Duration::from_secs(3), "b follows", || is_follower(&gb)).await;
-    // Past b's first claims and the listener's confirmation.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Past b's first claims: its listener is confirmed once it stops
+    // claiming every retry interval (20 ms), i.e. no claim for 300 ms.
+    let mut last = leasehold_engine::test_hooks::claims_sent(&b);
+    let mut since = Instant::now();
+    eventually(Duration::from_secs(5), "b stops polling", || {
+        let now = leasehold_engine::test_hooks::claims_sent(&b);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+        since.elapsed() >= Duration::from_millis(300)
+    })
+    .await;
     let term = ga.leader_term();
     let before = leasehold_engine::test_hooks::claims_sent(&b);
     let window = Duration::from_secs(4);

@@ -32,6 +32,22 @@ fn text(v: &Value) -> Option<String> {
     }
 }
 
+/// How renew.lua's hint to the followers starts (`renewed TERM TTL`). No
+/// release carries it: it publishes the holder's id, and ids hold no spaces.
+const RENEWAL_HINT: &str = "renewed ";
+
+/// A renewal's hint on `group`'s release channel, read now; `None` for any
+/// other message.
+fn renewal_hint(group: &str, message: &str) -> Option<Wakeup> {
+    let (term, ttl_ms) = message.strip_prefix(RENEWAL_HINT)?.split_once(' ')?;
+    Some(Wakeup::Renewed {
+        group: group.to_owned(),
+        term: term.parse().ok()?,
+        ttl_ms: ttl_ms.parse().ok()?,
+        received: tokio::time::Instant::now(),
+    })
+}
+
 /// The pushes of the pub/sub connection as wake-ups.
 async fn translate(
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
@@ -55,11 +71,12 @@ async fn translate(
                 } else {
                     // A release carries the holder's id and a timings
                     // change "config": both wake the followers.
-                    push.data
-                        .get(1)
-                        .and_then(text)
-                        .and_then(|m| Wakeup::renewed(&group, m.strip_prefix("renewed ")?))
-                        .unwrap_or(Wakeup::Group(group))
+                    match push.data.get(1).and_then(text) {
+                        Some(message) => {
+                            renewal_hint(&group, &message).unwrap_or(Wakeup::Group(group))
+                        }
+                        None => Wakeup::Group(group),
+                    }
                 }
             }
             _ => continue,
@@ -155,5 +172,27 @@ fn lost() -> PushInfo {
     PushInfo {
         kind: PushKind::Disconnection,
         data: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_renewal_hint_is_told_from_a_release_and_a_timings_change() {
+        let Some(Wakeup::Renewed {
+            group,
+            term,
+            ttl_ms,
+            ..
+        }) = renewal_hint("ns/g", "renewed 4001 15000")
+        else {
+            panic!("not read as a renewal's hint");
+        };
+        assert_eq!((group.as_str(), term, ttl_ms), ("ns/g", 4001, 15000));
+        assert_eq!(renewal_hint("ns/g", "ns/pod-0"), None);
+        assert_eq!(renewal_hint("ns/g", "config"), None);
+        assert_eq!(renewal_hint("ns/g", "renewed x 15000"), None);
     }
 }
