@@ -37,7 +37,7 @@ pub(crate) enum Hint {
     },
 }
 
-/// The one hint waiting for a group's campaign. HintSlot that come while the
+/// The one hint waiting for a group's campaign. Hints that come while the
 /// campaign is busy merge into it: a look stays a look (what it may have
 /// missed is found by claiming), a later renewal replaces an earlier one.
 #[derive(Default)]
@@ -126,7 +126,7 @@ async fn dispatch(
 ) {
     while let Some(wakeup) = wakeups.recv().await {
         let (group, hint) = match wakeup {
-            // HintSlot may be missed from now until the listener is back.
+            // Hints may be missed from now until the listener is back.
             Wakeup::Lost => {
                 healthy.store(false, Ordering::SeqCst);
                 continue;
