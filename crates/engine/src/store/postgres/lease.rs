@@ -90,11 +90,11 @@ impl PgStore {
     }
 
     /// A renewal on PostgreSQL never hints the followers (`_hint`): on
-    /// PostgreSQL 15 to 18 every NOTIFY wakes every listening backend of the
-    /// database, whatever its channel, and each reads the queue in a
-    /// transaction of its own, so a hint would cost one transaction per
-    /// leasehold process connected, not per follower of the group: more than
-    /// the claims it spares (docs/postgres.md).
+    /// PostgreSQL 15 (to 18, by our reading) every NOTIFY wakes every
+    /// listening backend of the database, whatever its channel, and each
+    /// reads the queue in a transaction of its own, so a hint would cost one
+    /// transaction per leasehold process connected, not per follower of the
+    /// group: more than the claims it spares (docs/postgres.md).
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn renew(
         &self,
