@@ -23,8 +23,8 @@ use tokio::time::Instant;
 
 use super::role::{LocalLease, Role};
 use super::rules::{
-    after_claim, after_hint, after_renew, hint_followers, next_step, AfterClaim, AfterHint,
-    AfterRenew, ClaimContext, RenewContext, Standing, Step,
+    after_claim, after_hint, after_renew, candidacy_due, hint_followers, next_step, AfterClaim,
+    AfterHint, AfterRenew, ClaimContext, RenewContext, Standing, Step,
 };
 use super::wake::{Hint, HintSlot};
 use crate::config::ElectionConfig;
@@ -60,6 +60,9 @@ struct State {
     /// While leading: when the claim that won the lease, or the last
     /// renewal that hinted the followers, was sent (`hint_followers`).
     hinted: Instant,
+    /// When the last claim the store answered was sent: it renewed this
+    /// node's candidacy (`candidacy_due`).
+    claimed: Instant,
     /// Term of a lease this node may still hold in Redis though it no longer
     /// leads (fail-safe demotion): shutdown and step-down must clear it.
     held: Option<u64>,
@@ -132,6 +135,7 @@ impl Campaign {
             leading: None,
             last_sent: now,
             hinted: now,
+            claimed: now,
             held: None,
             abstain_until: None,
             next_claim: now,
@@ -206,7 +210,8 @@ impl Campaign {
             Role::Follower { term, .. } => Some(*term),
             _ => None,
         };
-        match after_hint(hint, following, &self.config) {
+        let due = candidacy_due(st.claimed, &self.config);
+        match after_hint(hint, following, due, &self.config) {
             AfterHint::Claim => self.claim(st).await,
             AfterHint::ClaimAt(at) => st.next_claim = at,
             AfterHint::Ignore => {}
@@ -289,6 +294,9 @@ impl Campaign {
                 }
                 st.next_claim = claim_at;
             }
+        }
+        if reply.is_ok() {
+            st.claimed = sent;
         }
         st.errors = if reply.is_ok() { 0 } else { st.errors + 1 };
     }

@@ -142,7 +142,8 @@ pub(super) enum AfterHint {
     /// have been lost, or a lease this node did not know of stands.
     Claim,
     /// The followed leader renewed: claim again only at `claim_at`, a
-    /// little before the renewed lease would run out.
+    /// little before the renewed lease would run out, or when the
+    /// candidacy needs its refresh if that comes first.
     ClaimAt(Instant),
     /// A renewal under an older term than the one followed (a hint that
     /// came late): nothing to learn from it.
@@ -150,7 +151,10 @@ pub(super) enum AfterHint {
 }
 
 /// `following` is the term of the lease this node follows, `None` for a
-/// candidate.
+/// candidate. `candidacy_due` is when this node's candidacy must be
+/// renewed by a claim ([`candidacy_due`]): a hint never moves the next
+/// claim past it, or the follower would drop out of the group's live
+/// members (its pod's label, the LeaderGroup's status) while it rests.
 ///
 /// A hint is read some time after the moment the lease was renewed from
 /// (the script's run, the delivery, the listener's turn), so a follower
@@ -162,14 +166,29 @@ pub(super) enum AfterHint {
 /// whose process stood still longer than that quarter with a hint unread
 /// claims late by the rest. Never later than one ttl, as in
 /// [`follower_wait`].
-pub(super) fn after_hint(hint: Hint, following: Option<u64>, config: &ElectionConfig) -> AfterHint {
+pub(super) fn after_hint(
+    hint: Hint,
+    following: Option<u64>,
+    candidacy_due: Instant,
+    config: &ElectionConfig,
+) -> AfterHint {
     match (hint, following) {
         (Hint::Renewed { term, ttl, at }, Some(followed)) if term == followed => {
-            AfterHint::ClaimAt(at + ttl.min(config.ttl()) - config.renew_interval() / 4)
+            let lease_ends = at + ttl.min(config.ttl()) - config.renew_interval() / 4;
+            AfterHint::ClaimAt(lease_ends.min(candidacy_due))
         }
         (Hint::Renewed { term, .. }, Some(followed)) if term < followed => AfterHint::Ignore,
         _ => AfterHint::Claim,
     }
+}
+
+/// When a node whose last answered claim was sent at `claimed` must claim
+/// again to stay a live member: a claim makes its candidacy last ttl +
+/// retry interval from when the store ran it, so one ttl after the send
+/// leaves a retry interval to spare. At rest on Redis, with renewal hints,
+/// this is what a follower's claims cost: one per ttl.
+pub(super) fn candidacy_due(claimed: Instant, config: &ElectionConfig) -> Instant {
+    claimed + config.ttl()
 }
 
 /// Whether a renewal sent at `now` tells the followers how long the lease
@@ -637,10 +656,16 @@ mod tests {
             ttl: ms(1000),
             at,
         };
+        let due = at + ms(5000);
         // ttl 1000 less a quarter of the renew interval, 300.
         assert_eq!(
-            after_hint(renewed(4), Some(4), &config()),
+            after_hint(renewed(4), Some(4), due, &config()),
             AfterHint::ClaimAt(at + ms(925))
+        );
+        // Never past the candidacy's refresh.
+        assert_eq!(
+            after_hint(renewed(4), Some(4), at + ms(700), &config()),
+            AfterHint::ClaimAt(at + ms(700))
         );
         // A longer ttl than the follower's: at most one of its own ttls.
         let longer = Hint::Renewed {
@@ -649,18 +674,34 @@ mod tests {
             at,
         };
         assert_eq!(
-            after_hint(longer, Some(4), &config()),
+            after_hint(longer, Some(4), due, &config()),
             AfterHint::ClaimAt(at + ms(925))
         );
         // A late hint of an older lease says nothing.
         assert_eq!(
-            after_hint(renewed(3), Some(4), &config()),
+            after_hint(renewed(3), Some(4), due, &config()),
             AfterHint::Ignore
         );
         // A lease under a term this node has not seen: claim to learn its holder.
-        assert_eq!(after_hint(renewed(5), Some(4), &config()), AfterHint::Claim);
-        assert_eq!(after_hint(renewed(5), None, &config()), AfterHint::Claim);
-        assert_eq!(after_hint(Hint::Look, Some(4), &config()), AfterHint::Claim);
+        assert_eq!(
+            after_hint(renewed(5), Some(4), due, &config()),
+            AfterHint::Claim
+        );
+        assert_eq!(
+            after_hint(renewed(5), None, due, &config()),
+            AfterHint::Claim
+        );
+        assert_eq!(
+            after_hint(Hint::Look, Some(4), due, &config()),
+            AfterHint::Claim
+        );
+    }
+
+    #[test]
+    fn a_candidacy_is_refreshed_one_ttl_after_the_last_answered_claim() {
+        let t0 = Instant::now();
+        // Its candidacy lasts ttl + retry = 1200 ms from the claim's run.
+        assert_eq!(candidacy_due(t0, &config()), t0 + ms(1000));
     }
 
     #[test]
