@@ -82,9 +82,11 @@ impl Campaign {
         self.config.ttl_ms
     }
 
-    /// A candidacy outlives the gap between two claims or renewals.
+    /// A candidacy outlives the gap between two claims or renewals: at most
+    /// ttl + retry interval for a follower at rest (`candidacy_due`), with
+    /// a retry interval to spare.
     fn candidacy_ms(&self) -> u64 {
-        self.config.ttl_ms + self.config.retry_interval_ms
+        self.config.ttl_ms + 2 * self.config.retry_interval_ms
     }
 
     fn node(&self) -> &str {

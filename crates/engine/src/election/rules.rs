@@ -183,12 +183,13 @@ pub(super) fn after_hint(
 }
 
 /// When a node whose last answered claim was sent at `claimed` must claim
-/// again to stay a live member: a claim makes its candidacy last ttl +
-/// retry interval from when the store ran it, so one ttl after the send
-/// leaves a retry interval to spare. At rest on Redis, with renewal hints,
-/// this is what a follower's claims cost: one per ttl.
+/// again to stay a live member: a claim makes its candidacy last ttl + 2 ×
+/// retry interval from when the store ran it, so ttl + retry interval after
+/// the send leaves a retry interval to spare. At rest on Redis, with
+/// renewal hints, this is what a follower's claims cost: one per ttl +
+/// retry interval.
 pub(super) fn candidacy_due(claimed: Instant, config: &ElectionConfig) -> Instant {
-    claimed + config.ttl()
+    claimed + config.ttl() + config.retry_interval()
 }
 
 /// Whether a renewal sent at `now` tells the followers how long the lease
@@ -698,10 +699,10 @@ mod tests {
     }
 
     #[test]
-    fn a_candidacy_is_refreshed_one_ttl_after_the_last_answered_claim() {
+    fn a_candidacy_is_refreshed_a_ttl_and_a_retry_interval_after_the_last_answered_claim() {
         let t0 = Instant::now();
-        // Its candidacy lasts ttl + retry = 1200 ms from the claim's run.
-        assert_eq!(candidacy_due(t0, &config()), t0 + ms(1000));
+        // Its candidacy lasts ttl + 2 × retry = 1400 ms from the claim's run.
+        assert_eq!(candidacy_due(t0, &config()), t0 + ms(1200));
     }
 
     #[test]

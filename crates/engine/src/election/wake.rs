@@ -8,7 +8,7 @@
 //! confirmed ([`Wake::healthy`]) it sleeps until the lease it saw runs out,
 //! and on Redis each renewal's hint (sent by every other renewal or so,
 //! `rules.rs`) moves that moment on, so at rest it claims only to keep its
-//! candidacy, once per ttl.
+//! candidacy, once per ttl + retry interval.
 //! While the listener is not confirmed (at start, after a disconnection,
 //! until it is back), followers fall back to claiming every retry interval.
 

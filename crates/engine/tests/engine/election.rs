@@ -453,10 +453,10 @@ on_both_stores! {
 /// listener is confirmed it sleeps until the lease it saw runs out; on
 /// Redis its leader's renewals tell it (every other renewal here) how far
 /// the lease now stands, so at rest it claims only to keep its candidacy,
-/// once per ttl; on PostgreSQL, where renewals do not hint, about once per
-/// ttl − renew/2. Either way it stays a live member of the group the whole
-/// time (with the first hints it did not: on Redis its candidacy lapsed
-/// after ttl + retry and it dropped out of the members), and never polls
+/// once per ttl + retry interval; on PostgreSQL, where renewals do not
+/// hint, about once per ttl − renew/2. Either way it stays a live member of
+/// the group the whole time (with the first hints it did not: on Redis its
+/// candidacy lapsed and it dropped out of the members), and never polls
 /// (every retry interval would be 200 claims here).
 async fn a_follower_at_rest_claims_about_once_per_ttl_and_stays_a_member(server) {
     let cfg = ElectionConfig {
@@ -488,8 +488,8 @@ async fn a_follower_at_rest_claims_about_once_per_ttl_and_stays_a_member(server)
     let before = leasehold_engine::test_hooks::claims_sent(&b);
     let window = Duration::from_secs(4);
     let end = Instant::now() + window;
-    // Its candidacy lasts ttl + retry = 1020 ms from each claim: looked at
-    // every 100 ms, it must never have lapsed.
+    // Its candidacy lasts ttl + 2 × retry = 1040 ms from each claim: looked
+    // at every 100 ms, it must never have lapsed.
     while Instant::now() < end {
         tokio::time::sleep(Duration::from_millis(100)).await;
         let state = b.store().group_state(GROUP).await.unwrap();
