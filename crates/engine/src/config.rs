@@ -160,6 +160,29 @@ fn check_ms(option: &'static str, value: u64) -> Result<(), ConfigError> {
     }
 }
 
+/// The priority a candidate campaigns with when none is given: every
+/// member equal, the election as without priorities.
+pub const DEFAULT_PRIORITY: u32 = 1;
+
+/// The highest priority a candidate may campaign with. Priority 0 is a
+/// member that never leads (docs/behaviour.md P2).
+pub const MAX_PRIORITY: u32 = 100;
+
+/// Checks a candidate's priority; `option` names it in the error (the
+/// agent's flag, the engine's argument).
+pub fn validate_priority(option: &'static str, value: u32) -> Result<(), ConfigError> {
+    if value <= MAX_PRIORITY {
+        Ok(())
+    } else {
+        Err(ConfigError::OutOfBounds {
+            option,
+            value: u64::from(value),
+            min: 0,
+            max: u64::from(MAX_PRIORITY),
+        })
+    }
+}
+
 /// Timings of one group's election. A group's leader keeps its lease for
 /// `ttl_ms`, renews it every `renew_interval_ms`, and followers try to claim
 /// it at least every `retry_interval_ms`.
@@ -208,6 +231,17 @@ impl ElectionConfig {
     /// interval, but never less than [`MIN_CALL_TIMEOUT`].
     pub fn call_timeout(&self) -> Duration {
         self.retry_interval().max(MIN_CALL_TIMEOUT)
+    }
+    /// How long a free seat waits for a better candidate (one of higher
+    /// priority, the controller's preferred one, a named successor) before
+    /// any other may take it: two retry intervals. A live candidate claims
+    /// within one retry interval of the seat freeing, woken or not
+    /// (`follower_wait`), and its claim may take up to a call timeout, one
+    /// retry interval more. So a better candidate that lives always wins
+    /// the seat, and one that died (its candidacy not yet lapsed) keeps it
+    /// empty for two retry intervals at most.
+    pub fn deference(&self) -> Duration {
+        self.retry_interval() * 2
     }
 }
 

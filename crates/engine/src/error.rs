@@ -4,6 +4,19 @@ use crate::config::ConfigError;
 use crate::inbox::topic::TopicError;
 use crate::store::{ConnectError, StoreError};
 
+/// Why a handover to a named successor was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum SuccessorRefusal {
+    #[error("it is not a live member of the group (a node that campaigns for it)")]
+    NotMember,
+    #[error("it campaigns with priority 0, so it never leads")]
+    NeverLeads,
+    #[error("it is the leader itself")]
+    Itself,
+    #[error("this node does not lead the group")]
+    NotLeader,
+}
+
 /// Every error the engine's API returns.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -22,6 +35,14 @@ pub enum Error {
     /// Covers both `InvalidTopic` and `InvalidPattern`.
     #[error(transparent)]
     Topic(#[from] TopicError),
+    /// A handover to a named successor was refused; the leader keeps
+    /// leading.
+    #[error("cannot hand group {group:?} over to {successor:?}: {reason}")]
+    Successor {
+        group: String,
+        successor: String,
+        reason: SuccessorRefusal,
+    },
     #[error("node {0:?} is not a live registered node")]
     NodeNotRegistered(String),
     #[error("payload of {size} bytes is larger than max_message_size = {max}")]

@@ -39,9 +39,11 @@ mod task;
 #[cfg(feature = "test-hooks")]
 pub mod test_hooks;
 
-pub use config::{ConfigError, ElectionConfig, InboxConfig, NodeConfig};
+pub use config::{
+    ConfigError, ElectionConfig, InboxConfig, NodeConfig, DEFAULT_PRIORITY, MAX_PRIORITY,
+};
 pub use election::{Group, Role};
-pub use error::Error;
+pub use error::{Error, SuccessorRefusal};
 pub use events::{Event, LostReason, Observer, Operation};
 pub use inbox::topic::TopicError;
 pub use inbox::{
@@ -50,5 +52,7 @@ pub use inbox::{
 pub use node::{Node, NodeOptions, StepDownRequest};
 pub use store::messaging::NodeInfo;
 pub use store::safety::SettingWarning;
-pub use store::{ConnectError, ConnectOptions, ReplicaAcks, Store, StoreError};
+pub use store::{
+    ConnectError, ConnectOptions, DeferReason, Deferral, ReplicaAcks, Store, StoreError,
+};
 pub use term::{CLOCK_STEP_BACK_MS, TERM_EPOCH_HOLD_MS};

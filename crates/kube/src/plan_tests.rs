@@ -51,6 +51,7 @@ fn state(holder: Option<&str>, term: u64, members: &[&str]) -> StoreView {
             .iter()
             .map(|m| (format!("{NS}/{m}"), NOW + 17_000))
             .collect(),
+        priorities: Default::default(),
         now_ms: NOW,
     })
 }
@@ -265,6 +266,7 @@ fn members_without_a_selected_pod_are_reported_and_never_labelled() {
             .iter()
             .map(|m| (m.to_string(), NOW + 1))
             .collect(),
+        priorities: Default::default(),
         now_ms: NOW,
     });
     let p = run(&g, &pods, &store);

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::role::{LocalLease, Role};
+use super::role::{Bid, LocalLease, Role};
 use super::rules::{
     after_claim, after_hint, after_renew, candidacy_due, hint_followers, next_step, AfterClaim,
     AfterHint, AfterRenew, ClaimContext, RenewContext, Standing, Step,
@@ -30,10 +30,14 @@ use super::wake::{Hint, HintSlot};
 use crate::config::ElectionConfig;
 use crate::events::{Event, LostReason, Operation};
 use crate::incarnation::Incarnation;
-use crate::store::{bounded, Claim, GroupRef, Renewal, StoreError};
+use crate::store::candidacy::Candidacy;
+use crate::store::{bounded, Claim, GroupRef, Handover, Renewal, StoreError};
 
 pub(crate) enum Command {
     StepDown(oneshot::Sender<Result<bool, StoreError>>),
+    /// A step-down that hands the seat to the named member. Answered with
+    /// `NotHeld` when this node does not lead.
+    HandOver(String, oneshot::Sender<Result<Handover, StoreError>>),
     /// Answered with whether the release reached Redis.
     Shutdown(oneshot::Sender<bool>),
 }
@@ -45,6 +49,8 @@ pub(crate) struct Campaign {
     pub shared: Arc<Incarnation>,
     pub role: watch::Sender<Role>,
     pub lease: Arc<Mutex<LocalLease>>,
+    /// The priority this node campaigns with, and why it defers.
+    pub bid: Arc<Bid>,
     /// Wake-ups from the store's listener (see `wake`).
     pub hints: Arc<HintSlot>,
     /// Whether release wake-ups are known to arrive (see `wake`).
@@ -84,9 +90,13 @@ impl Campaign {
 
     /// A candidacy outlives the gap between two claims or renewals: at most
     /// ttl + retry interval for a follower at rest (`candidacy_due`), with
-    /// a retry interval to spare.
-    fn candidacy_ms(&self) -> u64 {
-        self.config.ttl_ms + 2 * self.config.retry_interval_ms
+    /// a retry interval to spare. It carries the priority as it is now.
+    fn candidacy(&self) -> Candidacy {
+        Candidacy {
+            ms: self.config.ttl_ms + 2 * self.config.retry_interval_ms,
+            priority: self.bid.priority(),
+            defer_ms: self.config.deference().as_millis() as u64,
+        }
     }
 
     fn node(&self) -> &str {
@@ -184,6 +194,10 @@ impl Campaign {
                         let result = self.step_down(&mut st).await;
                         let _ = reply.send(result);
                     }
+                    Some(Command::HandOver(to, reply)) => {
+                        let result = self.hand_over(&mut st, &to).await;
+                        let _ = reply.send(result);
+                    }
                     Some(Command::Shutdown(reply)) => {
                         let released = self.shutdown(&mut st).await;
                         let _ = reply.send(released);
@@ -225,20 +239,7 @@ impl Campaign {
         // if the reply brings new timings.
         let asked_ttl = self.config.ttl();
         let sent = Instant::now();
-        self.shared.count_claim();
-        let reply = bounded(
-            self.config.call_timeout(),
-            self.shared.store.claim(
-                &self.address,
-                self.node(),
-                &self.shared.nonce,
-                self.ttl_ms(),
-                st.seen_term,
-                self.candidacy_ms(),
-                st.held,
-            ),
-        )
-        .await;
+        let reply = self.send_claim(st).await;
         if let Ok(Claim::Won { config, .. } | Claim::Lost { config, .. }) = &reply {
             self.adopt(*config);
         }
@@ -251,7 +252,11 @@ impl Campaign {
             was_following: matches!(*self.role.borrow(), Role::Follower { .. }),
             errors: st.errors,
         };
-        match after_claim(&reply, &cx) {
+        let outcome = after_claim(&reply, &cx);
+        if !matches!(outcome, AfterClaim::Wait { .. }) {
+            self.bid.set_deferral(None);
+        }
+        match outcome {
             AfterClaim::Lead {
                 term,
                 valid_until,
@@ -272,21 +277,18 @@ impl Campaign {
             } => {
                 st.seen_term = st.seen_term.max(term);
                 self.set_lease(st, None, None);
-                if announce {
-                    self.shared.events.emit(Event::Following {
-                        node: self.node().to_owned(),
-                        group: self.group.clone(),
-                        leader: leader.clone(),
-                        term,
-                    });
-                }
-                self.set_role(Role::Follower { leader, term });
+                self.follow(leader, term, announce);
                 st.next_claim = claim_at;
             }
-            AfterClaim::Wait { term, claim_at } => {
+            AfterClaim::Wait {
+                term,
+                claim_at,
+                deferred,
+            } => {
                 st.seen_term = st.seen_term.max(term);
                 self.set_lease(st, None, None);
                 self.set_role(Role::Candidate);
+                self.bid.set_deferral(deferred);
                 st.next_claim = claim_at;
             }
             AfterClaim::BackOff { claim_at } => {
@@ -301,6 +303,35 @@ impl Campaign {
             st.claimed = sent;
         }
         st.errors = if reply.is_ok() { 0 } else { st.errors + 1 };
+    }
+
+    async fn send_claim(&self, st: &State) -> Result<Claim, StoreError> {
+        self.shared.count_claim();
+        bounded(
+            self.config.call_timeout(),
+            self.shared.store.claim(
+                &self.address,
+                self.node(),
+                &self.shared.nonce,
+                self.ttl_ms(),
+                st.seen_term,
+                &self.candidacy(),
+                st.held,
+            ),
+        )
+        .await
+    }
+
+    fn follow(&self, leader: String, term: u64, announce: bool) {
+        if announce {
+            self.shared.events.emit(Event::Following {
+                node: self.node().to_owned(),
+                group: self.group.clone(),
+                leader: leader.clone(),
+                term,
+            });
+        }
+        self.set_role(Role::Follower { leader, term });
     }
 
     async fn renew(&mut self, st: &mut State) {
@@ -322,7 +353,7 @@ impl Campaign {
                 &self.shared.nonce,
                 term,
                 self.ttl_ms(),
-                self.candidacy_ms(),
+                &self.candidacy(),
                 hint,
             ),
         )
@@ -423,6 +454,56 @@ impl Campaign {
                 Err(e)
             }
         }
+    }
+
+    /// A step-down to a named member: stops leading first, then hands
+    /// over in one call that releases only if the member is a live one
+    /// that may lead. Refused, the lease was never let go, so this node
+    /// leads on under the same term and the same local view; handed over,
+    /// it abstains for one ttl, as after a step-down.
+    async fn hand_over(&self, st: &mut State, to: &str) -> Result<Handover, StoreError> {
+        let Some((term, valid_until)) = st.leading else {
+            return Ok(Handover::NotHeld);
+        };
+        self.set_lease(st, None, Some(term));
+        let result = bounded(
+            self.config.call_timeout(),
+            self.shared.store.hand_over(
+                &self.address,
+                self.node(),
+                &self.shared.nonce,
+                term,
+                to,
+                self.candidacy().defer_ms,
+            ),
+        )
+        .await;
+        match &result {
+            Ok(Handover::Released) => {
+                st.abstain_until = Some(Instant::now() + self.config.ttl());
+                self.set_role(Role::Abstaining);
+                self.set_lease(st, None, None);
+                tracing::info!(term, successor = to, "handed over");
+                self.report_lost(term, LostReason::StepDown);
+            }
+            Ok(Handover::NotMember | Handover::NeverLeads) if Instant::now() < valid_until => {
+                self.set_lease(st, Some((term, valid_until)), Some(term));
+            }
+            // Refused too late to lead on, or not ours under this term any
+            // more: no longer leading; the next claim finds out who is.
+            Ok(_) => {
+                self.set_role(Role::Candidate);
+                self.report_lost(term, LostReason::Expired);
+                st.next_claim = Instant::now();
+            }
+            Err(e) => {
+                self.store_error(Operation::StepDownRelease, e);
+                st.abstain_until = Some(Instant::now() + self.config.ttl());
+                self.set_role(Role::Abstaining);
+                self.report_lost(term, LostReason::StepDown);
+            }
+        }
+        result
     }
 
     /// Stops leading and releases; false if the release did not reach

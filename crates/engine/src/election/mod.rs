@@ -20,12 +20,15 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use crate::config::{validate_name, ElectionConfig};
+use crate::config::{validate_name, validate_priority, ElectionConfig};
+use crate::error::SuccessorRefusal;
 use crate::incarnation::Incarnation;
 use crate::store::bounded;
+use crate::store::{Deferral, Handover};
 use crate::task::Task;
 use crate::Error;
 use campaign::{Campaign, Command};
+use role::Bid;
 pub(crate) use role::LocalLease;
 pub use role::Role;
 
@@ -36,6 +39,8 @@ pub struct Group {
     name: String,
     role: watch::Receiver<Role>,
     lease: Arc<Mutex<LocalLease>>,
+    bid: Arc<Bid>,
+    hints: Arc<wake::HintSlot>,
 }
 
 impl std::fmt::Debug for Group {
@@ -90,6 +95,29 @@ impl Group {
     pub fn timings(&self) -> ElectionConfig {
         crate::sync::locked(&self.lease).timings
     }
+
+    /// The priority this node campaigns with.
+    pub fn priority(&self) -> u32 {
+        self.bid.priority()
+    }
+
+    /// Changes the priority this node campaigns with. A candidate or a
+    /// follower claims at once, so the store knows it before it decides a
+    /// free seat; a leader sends it with its next renewal. A leader set to
+    /// 0 keeps its seat until it loses it: step down to hand it over now.
+    pub fn set_priority(&self, priority: u32) -> Result<(), crate::ConfigError> {
+        validate_priority("priority", priority)?;
+        if self.bid.set_priority(priority) {
+            self.hints.look();
+        }
+        Ok(())
+    }
+
+    /// Why this node leaves the free seat to another candidate, as its
+    /// last claim was answered (`None` when it did not defer).
+    pub fn deferral(&self) -> Option<Deferral> {
+        self.bid.deferral()
+    }
 }
 
 struct Entry {
@@ -130,9 +158,10 @@ impl Campaigns {
         self.entries().get(name).map(|e| e.group.clone())
     }
 
-    pub fn join(&self, name: &str, config: ElectionConfig) -> Result<Group, Error> {
+    pub fn join(&self, name: &str, config: ElectionConfig, priority: u32) -> Result<Group, Error> {
         validate_name("group name", name)?;
         config.validate()?;
+        validate_priority("priority", priority)?;
         if self.shared.displaced.borrow().is_some() {
             return Err(Error::Displaced);
         }
@@ -149,6 +178,7 @@ impl Campaigns {
             timings: config,
         }));
         let (commands, commands_rx) = mpsc::channel(8);
+        let bid = Arc::new(Bid::new(priority));
         let campaign = Campaign {
             group: name.to_owned(),
             address,
@@ -156,7 +186,8 @@ impl Campaigns {
             shared: self.shared.clone(),
             role: role_tx,
             lease: lease.clone(),
-            hints,
+            bid: bid.clone(),
+            hints: hints.clone(),
             wake_healthy: self.wake.healthy(),
             commands: commands_rx,
         };
@@ -166,6 +197,8 @@ impl Campaigns {
             name: name.to_owned(),
             role: role_rx,
             lease,
+            bid,
+            hints,
         };
         entries.insert(
             name.to_owned(),
@@ -199,6 +232,41 @@ impl Campaigns {
         let limit = config.call_timeout() * 3;
         match tokio::time::timeout(limit, rx).await {
             Ok(Ok(result)) => Ok(result?),
+            Ok(Err(_)) => Err(Error::NotJoined(name.to_owned())),
+            Err(_) => Err(Error::Store(crate::store::StoreError::Timeout(limit))),
+        }
+    }
+
+    /// A step-down to a named successor ([`crate::Node::hand_over`]).
+    pub async fn hand_over(&self, name: &str, successor: &str) -> Result<(), Error> {
+        let refused = |reason| Error::Successor {
+            group: name.to_owned(),
+            successor: successor.to_owned(),
+            reason,
+        };
+        validate_name("successor", successor)?;
+        if successor == self.shared.id {
+            return Err(refused(SuccessorRefusal::Itself));
+        }
+        let (commands, config) = {
+            let entries = self.entries();
+            let entry = entries
+                .get(name)
+                .ok_or_else(|| Error::NotJoined(name.to_owned()))?;
+            (entry.commands.clone(), entry.config)
+        };
+        let (tx, rx) = oneshot::channel();
+        commands
+            .send(Command::HandOver(successor.to_owned(), tx))
+            .await
+            .map_err(|_| Error::NotJoined(name.to_owned()))?;
+        let limit = config.call_timeout() * 3;
+        match tokio::time::timeout(limit, rx).await {
+            Ok(Ok(Ok(Handover::Released))) => Ok(()),
+            Ok(Ok(Ok(Handover::NotHeld))) => Err(refused(SuccessorRefusal::NotLeader)),
+            Ok(Ok(Ok(Handover::NotMember))) => Err(refused(SuccessorRefusal::NotMember)),
+            Ok(Ok(Ok(Handover::NeverLeads))) => Err(refused(SuccessorRefusal::NeverLeads)),
+            Ok(Ok(Err(e))) => Err(e.into()),
             Ok(Err(_)) => Err(Error::NotJoined(name.to_owned())),
             Err(_) => Err(Error::Store(crate::store::StoreError::Timeout(limit))),
         }

@@ -1,9 +1,13 @@
 //! What a node is in one group, and its local view of the lease: the state
 //! the campaign writes and every reader of leadership reads.
 
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Mutex;
+
 use tokio::time::Instant;
 
 use crate::config::ElectionConfig;
+use crate::store::Deferral;
 
 /// A node's role in one group, as seen by that node.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -30,4 +34,36 @@ pub(crate) struct LocalLease {
     /// The timings the campaign runs with now: those it joined with, or the
     /// group's own once adopted from Redis.
     pub timings: ElectionConfig,
+}
+
+/// What this node brings to a group's free seat, shared by the campaign and
+/// [`Group`](super::Group): the priority it campaigns with (changed at run
+/// time, sent with its next claim or renewal), and why it leaves a free
+/// seat to another candidate right now.
+#[derive(Debug)]
+pub(crate) struct Bid {
+    priority: AtomicU32,
+    deferral: Mutex<Option<Deferral>>,
+}
+
+impl Bid {
+    pub fn new(priority: u32) -> Self {
+        Self {
+            priority: AtomicU32::new(priority),
+            deferral: Mutex::new(None),
+        }
+    }
+    pub fn priority(&self) -> u32 {
+        self.priority.load(Ordering::SeqCst)
+    }
+    /// Whether the priority changed.
+    pub fn set_priority(&self, priority: u32) -> bool {
+        self.priority.swap(priority, Ordering::SeqCst) != priority
+    }
+    pub fn deferral(&self) -> Option<Deferral> {
+        crate::sync::locked(&self.deferral).clone()
+    }
+    pub fn set_deferral(&self, deferral: Option<Deferral>) {
+        *crate::sync::locked(&self.deferral) = deferral;
+    }
 }

@@ -13,7 +13,7 @@ use tokio::time::Instant;
 
 use super::wake::Hint;
 use crate::config::ElectionConfig;
-use crate::store::{Claim, Renewal, StoreError};
+use crate::store::{Claim, Deferral, Renewal, StoreError};
 
 /// What a claim's reply tells this node to be.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,9 +34,15 @@ pub(super) enum AfterClaim {
         announce: bool,
         claim_at: Instant,
     },
-    /// Nobody may lead yet (the store is in its first ttl after a birth,
-    /// claim.lua's hold-back): a candidate until `claim_at`.
-    Wait { term: u64, claim_at: Instant },
+    /// Nobody leads and this node may not take the seat yet: the store is
+    /// in its first ttl after a birth (claim.lua's hold-back), or the seat
+    /// waits for a better candidate (`deferred`). A candidate until
+    /// `claim_at`.
+    Wait {
+        term: u64,
+        claim_at: Instant,
+        deferred: Option<Deferral>,
+    },
     /// The call failed (an unconfirmed write included): a candidate, back
     /// off until `claim_at`.
     BackOff { claim_at: Instant },
@@ -97,6 +103,7 @@ pub(super) fn after_claim(reply: &Result<Claim, StoreError>, cx: &ClaimContext) 
             term,
             pttl_ms,
             holder,
+            deferred,
             ..
         }) => {
             let claim_at = cx.now + follower_wait(*pttl_ms, &cx.config, cx.wake_healthy);
@@ -104,6 +111,7 @@ pub(super) fn after_claim(reply: &Result<Claim, StoreError>, cx: &ClaimContext) 
                 AfterClaim::Wait {
                     term: *term,
                     claim_at,
+                    deferred: deferred.clone(),
                 }
             } else {
                 AfterClaim::Follow {
@@ -348,6 +356,7 @@ mod tests {
             pttl_ms,
             holder: holder.into(),
             config: None,
+            deferred: None,
         })
     }
 
@@ -418,7 +427,33 @@ mod tests {
             after_claim(&lost(3_000, 400, ""), &cx),
             AfterClaim::Wait {
                 term: 3_000,
-                claim_at: cx.now + ms(401)
+                claim_at: cx.now + ms(401),
+                deferred: None,
+            }
+        );
+    }
+
+    #[test]
+    fn a_claim_that_defers_on_a_free_seat_waits_until_the_deference_ends_and_says_why() {
+        let t0 = Instant::now();
+        let cx = claim_cx(t0);
+        let deferral = Deferral {
+            reason: crate::store::DeferReason::Priority,
+            to: "n9".into(),
+        };
+        let reply = Ok(Claim::Lost {
+            term: 5,
+            pttl_ms: 350,
+            holder: String::new(),
+            config: None,
+            deferred: Some(deferral.clone()),
+        });
+        assert_eq!(
+            after_claim(&reply, &cx),
+            AfterClaim::Wait {
+                term: 5,
+                claim_at: cx.now + ms(351),
+                deferred: Some(deferral),
             }
         );
     }

@@ -58,6 +58,13 @@ impl HintSlot {
         self.notify.notify_one();
     }
 
+    /// Has the campaign claim now, as a release would (when it neither
+    /// leads nor abstains): its priority changed, and the store must learn
+    /// it before a free seat is decided without it.
+    pub fn look(&self) {
+        self.push(Hint::Look);
+    }
+
     /// Waits for a hint and takes it; a wake-up whose hint an earlier
     /// call took reads as a look.
     pub async fn next(&self) -> Hint {

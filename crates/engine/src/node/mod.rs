@@ -236,9 +236,23 @@ impl Node {
         self.shared.displaced.borrow().is_some()
     }
 
-    /// Starts campaigning for `group` with `config`.
+    /// Starts campaigning for `group` with `config`, at the default
+    /// priority ([`config::DEFAULT_PRIORITY`]).
     pub fn join(&self, group: &str, config: ElectionConfig) -> Result<Group, Error> {
-        let handle = self.campaigns.join(group, config)?;
+        self.join_with_priority(group, config, config::DEFAULT_PRIORITY)
+    }
+
+    /// Starts campaigning for `group` with `config` and `priority` (0, a
+    /// member that never leads, to [`config::MAX_PRIORITY`]). A free seat
+    /// goes to the live candidate of highest priority (docs/behaviour.md
+    /// P1); a leader keeps its seat when one of higher priority joins.
+    pub fn join_with_priority(
+        &self,
+        group: &str,
+        config: ElectionConfig,
+        priority: u32,
+    ) -> Result<Group, Error> {
+        let handle = self.campaigns.join(group, config, priority)?;
         self.publish_groups();
         Ok(handle)
     }
@@ -252,10 +266,20 @@ impl Node {
         groups: impl IntoIterator<Item = &'a str>,
         config: ElectionConfig,
     ) -> Result<Vec<Group>, Error> {
+        self.join_all_with_priority(groups, config, config::DEFAULT_PRIORITY)
+    }
+
+    /// [`Node::join_all`] with one priority for every group.
+    pub fn join_all_with_priority<'a>(
+        &self,
+        groups: impl IntoIterator<Item = &'a str>,
+        config: ElectionConfig,
+        priority: u32,
+    ) -> Result<Vec<Group>, Error> {
         let mut joined = Vec::new();
         let mut result = Ok(());
         for name in groups {
-            match self.campaigns.join(name, config) {
+            match self.campaigns.join(name, config, priority) {
                 Ok(g) => joined.push(g),
                 Err(e) => {
                     result = Err(e);
@@ -278,6 +302,17 @@ impl Node {
     /// another node takes over. Returns whether this node was leading.
     pub async fn step_down(&self, group: &str) -> Result<bool, Error> {
         self.campaigns.step_down(group).await
+    }
+
+    /// Steps down from `group` in favour of the member `successor`: the
+    /// lease is released only if `successor` is a live member of the group
+    /// with a priority above 0, and then the other candidates leave the
+    /// seat to it for the deference bound ([`ElectionConfig::deference`]),
+    /// so it wins unless it dies meanwhile. This node abstains for one
+    /// ttl, as after [`Node::step_down`]. Refused ([`Error::Successor`]),
+    /// nothing changed and this node leads on.
+    pub async fn hand_over(&self, group: &str, successor: &str) -> Result<(), Error> {
+        self.campaigns.hand_over(group, successor).await
     }
 
     pub fn group(&self, group: &str) -> Option<Group> {

@@ -20,6 +20,7 @@
 //! also the contract the compiler checks: an implementation that lacks an
 //! operation, or answers it with another type, does not build.
 
+pub(crate) mod candidacy;
 mod error;
 pub(crate) mod inbox;
 pub(crate) mod messaging;
@@ -36,12 +37,13 @@ use std::time::Duration;
 use self::postgres::{PgReader, PgStore};
 pub use self::redis::{ConnectError, ReplicaAcks};
 use self::redis::{GroupKeys, RedisStore};
+use candidacy::Candidacy;
 pub use error::{bounded, StoreError};
 use inbox::{Cursors, InboxCursor, Read};
 use messaging::{NodeInfo, Outgoing, PublishOutcome};
 pub use options::ConnectOptions;
-pub use outcome::GroupState;
-pub(crate) use outcome::{Claim, Heartbeat, Renewal, Sweep};
+pub(crate) use outcome::{Claim, Handover, Heartbeat, Renewal, Sweep};
+pub use outcome::{DeferReason, Deferral, GroupState};
 use safety::SettingWarning;
 
 use crate::config::{self, ElectionConfig};
@@ -287,11 +289,11 @@ impl Store {
         incarnation: &str,
         ttl_ms: u64,
         seen_term: u64,
-        candidacy_ms: u64,
+        candidacy: &Candidacy,
         confirmed: Option<u64>,
     ) -> Result<Claim, StoreError> {
         on_group!(self, group, s, g => s
-            .claim(g, id, incarnation, ttl_ms, seen_term, candidacy_ms, confirmed)
+            .claim(g, id, incarnation, ttl_ms, seen_term, candidacy, confirmed)
             .await)
     }
 
@@ -307,11 +309,11 @@ impl Store {
         incarnation: &str,
         term: u64,
         ttl_ms: u64,
-        candidacy_ms: u64,
+        candidacy: &Candidacy,
         hint: bool,
     ) -> Result<Renewal, StoreError> {
         on_group!(self, group, s, g => s
-            .renew(g, id, incarnation, term, ttl_ms, candidacy_ms, hint)
+            .renew(g, id, incarnation, term, ttl_ms, candidacy, hint)
             .await)
     }
 
@@ -327,6 +329,38 @@ impl Store {
         withdraw: bool,
     ) -> Result<bool, StoreError> {
         on_group!(self, group, s, g => s.release(g, id, incarnation, term, withdraw).await)
+    }
+
+    /// Compare-and-delete as [`Store::release`], handing the seat to
+    /// `successor`: the release happens only when the successor is a live
+    /// member with a priority above 0, and then every other candidate
+    /// leaves the free seat to it for `defer_ms` (the handover window).
+    pub(crate) async fn hand_over(
+        &self,
+        group: &GroupRef,
+        id: &str,
+        incarnation: &str,
+        term: u64,
+        successor: &str,
+        defer_ms: u64,
+    ) -> Result<Handover, StoreError> {
+        on_group!(self, group, s, g => s
+            .hand_over(g, id, incarnation, term, successor, defer_ms)
+            .await)
+    }
+
+    /// Which members of `group` the controller prefers (during a rollout,
+    /// those on the updated revision and ready): a candidate outside the
+    /// list leaves a free seat to a live one in it of the same priority,
+    /// for the deference bound. `None` (or an empty list) removes the
+    /// preference. Advisory: without it the election is as before.
+    pub async fn write_preferred(
+        &self,
+        group: &str,
+        preferred: Option<&[String]>,
+    ) -> Result<(), StoreError> {
+        let preferred = preferred.filter(|p| !p.is_empty());
+        on!(self, s => s.write_preferred(group, preferred).await)
     }
 
     /// Holder, term, lease time left and live members of a group.

@@ -38,7 +38,78 @@ pub(crate) enum Claim {
         pttl_ms: i64,
         holder: String,
         config: Option<ElectionConfig>,
+        /// Set when the seat is free but this node must leave it to a
+        /// better candidate for `pttl_ms` more (or, priority 0, always).
+        deferred: Option<Deferral>,
     },
+}
+
+/// Why a candidate does not take a free seat (docs/behaviour.md P1-P4).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Deferral {
+    pub reason: DeferReason,
+    /// The candidate the seat waits for (empty for [`DeferReason::NeverLeads`]).
+    pub to: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeferReason {
+    /// This candidate campaigns with priority 0: it follows, never leads.
+    NeverLeads,
+    /// A live candidate of higher priority.
+    Priority,
+    /// A live candidate of the same priority that the controller prefers
+    /// (on the updated revision during a rollout).
+    Preferred,
+    /// The leader handed the seat to a named successor.
+    Successor,
+}
+
+impl DeferReason {
+    /// The name the store's scripts answer with, and the status shows.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::NeverLeads => "neverLeads",
+            Self::Priority => "priority",
+            Self::Preferred => "preferred",
+            Self::Successor => "successor",
+        }
+    }
+
+    pub(crate) fn parse(text: &str) -> Option<Self> {
+        [
+            Self::NeverLeads,
+            Self::Priority,
+            Self::Preferred,
+            Self::Successor,
+        ]
+        .into_iter()
+        .find(|r| r.as_str() == text)
+    }
+}
+
+/// A deferral as a store's reply names it; any other reason is a reply
+/// this build cannot read.
+pub(crate) fn deferral(reason: &str, to: String) -> Result<Deferral, crate::store::StoreError> {
+    let reason = DeferReason::parse(reason).ok_or_else(|| {
+        crate::store::StoreError::Reply(format!("claim: unknown deferral {reason:?}"))
+    })?;
+    Ok(Deferral { reason, to })
+}
+
+/// The outcome of a handover to a named successor.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Handover {
+    /// Released; the other candidates leave the seat to the successor for
+    /// the deference bound.
+    Released,
+    /// This incarnation does not hold the lease under that term: nothing
+    /// was changed.
+    NotHeld,
+    /// The successor is not a live member of the group.
+    NotMember,
+    /// The successor campaigns with priority 0.
+    NeverLeads,
 }
 
 /// Outcome of a renewal.
@@ -87,5 +158,7 @@ pub struct GroupState {
     pub lease_pttl_ms: Option<u64>,
     /// Node ids with live candidacy and their candidacy expiry (ms, store clock).
     pub members: Vec<(String, u64)>,
+    /// The priority of each live member (docs/behaviour.md P1).
+    pub priorities: std::collections::BTreeMap<String, u32>,
     pub now_ms: u64,
 }

@@ -13,6 +13,7 @@ mod messaging;
 mod nodes;
 mod postgres;
 mod replication;
+mod seat;
 mod sentinel;
 mod split_brain;
 mod tls;

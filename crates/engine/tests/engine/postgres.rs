@@ -98,6 +98,43 @@ async fn the_schema_is_created_once_by_processes_starting_together() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_schema_is_upgraded_in_place_and_keeps_its_leases() {
+    let Some(pg) = server("a_version_1_schema_is_upgraded_in_place_and_keeps_its_leases") else {
+        return;
+    };
+    let v1 = leasehold_engine::test_hooks::postgres_migration(1, "lh").unwrap();
+    pg.psql(&format!(
+        "CREATE SCHEMA lh; CREATE TABLE lh.meta (key text PRIMARY KEY, value text NOT NULL); {v1}
+         INSERT INTO lh.meta VALUES ('schema_version', '1');
+         INSERT INTO lh.groups (name, counter, holder, incarnation, lease_term, expires_ms)
+             VALUES ('test/g', 7, 'test/old', 'x', 7, lh.now_ms() + 60000);
+         INSERT INTO lh.members VALUES ('test/g', 'test/old', lh.now_ms() + 60000);"
+    ))
+    .unwrap();
+    PgStore::open(&pg.url(), "lh").await.unwrap();
+    assert_eq!(
+        pg.psql("SELECT value FROM lh.meta WHERE key = 'schema_version'")
+            .unwrap(),
+        SCHEMA_VERSION.to_string()
+    );
+    let store = leasehold_engine::Store::connect(&pg.url(), "lh").unwrap();
+    let state = store.group_state("test/g").await.unwrap();
+    assert_eq!(state.holder.as_deref(), Some("test/old"));
+    assert_eq!(state.term, 7);
+    assert_eq!(
+        state.priorities.get("test/old"),
+        Some(&leasehold_engine::DEFAULT_PRIORITY)
+    );
+    // The holder of the lease kept is the last holder: a free seat never
+    // waits for it.
+    assert_eq!(
+        pg.psql("SELECT last_holder FROM lh.groups WHERE name = 'test/g'")
+            .unwrap(),
+        "test/old"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_schema_is_refused_and_left_as_it_is() {
     let Some(pg) = server("a_newer_schema_is_refused_and_left_as_it_is") else {
         return;

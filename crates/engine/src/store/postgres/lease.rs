@@ -17,13 +17,19 @@ use tokio_postgres::Row;
 use super::handle::{failed, PgStore};
 use super::session::Op;
 use crate::config::ElectionConfig;
-use crate::store::outcome::{adopted_timings, Claim, GroupState, Renewal};
+use crate::store::candidacy::Candidacy;
+use crate::store::outcome::{adopted_timings, deferral, Claim, GroupState, Handover, Renewal};
 use crate::store::safety::SettingWarning;
 use crate::store::StoreError;
 
 /// A u64 from the engine as PostgreSQL's bigint.
 pub(super) fn big(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// A priority as PostgreSQL's int (at most MAX_PRIORITY, so it fits).
+fn priority(p: u32) -> i32 {
+    i32::try_from(p).unwrap_or(i32::MAX)
 }
 
 /// The group's timings in columns `at..at + 3`, when set and valid.
@@ -44,7 +50,7 @@ impl PgStore {
         incarnation: &str,
         ttl_ms: u64,
         seen_term: u64,
-        candidacy_ms: u64,
+        candidacy: &Candidacy,
         _confirmed: Option<u64>,
     ) -> Result<Claim, StoreError> {
         let session = self.session().await.map_err(failed)?;
@@ -60,9 +66,11 @@ impl PgStore {
                     &incarnation,
                     &big(ttl_ms),
                     &big(seen_term),
-                    &big(candidacy_ms),
+                    &big(candidacy.ms),
                     &history,
                     &started_ms,
+                    &priority(candidacy.priority),
+                    &big(candidacy.defer_ms),
                 ],
             )
             .await?;
@@ -85,6 +93,13 @@ impl PgStore {
                 pttl_ms: row.get(3),
                 holder: row.get::<_, Option<String>>(4).unwrap_or_default(),
                 config,
+                deferred: match row.get::<_, Option<String>>(8) {
+                    Some(reason) => Some(deferral(
+                        &reason,
+                        row.get::<_, Option<String>>(9).unwrap_or_default(),
+                    )?),
+                    None => None,
+                },
             }
         })
     }
@@ -103,7 +118,7 @@ impl PgStore {
         incarnation: &str,
         term: u64,
         ttl_ms: u64,
-        candidacy_ms: u64,
+        candidacy: &Candidacy,
         _hint: bool,
     ) -> Result<Renewal, StoreError> {
         let row = self
@@ -115,7 +130,8 @@ impl PgStore {
                     &incarnation,
                     &big(term),
                     &big(ttl_ms),
-                    &big(candidacy_ms),
+                    &big(candidacy.ms),
+                    &priority(candidacy.priority),
                 ],
             )
             .await?;
@@ -148,14 +164,62 @@ impl PgStore {
         Ok(row.get(0))
     }
 
+    /// A release to a named successor (sql/v2.sql's hand_over).
+    pub(crate) async fn hand_over(
+        &self,
+        group: &str,
+        id: &str,
+        incarnation: &str,
+        term: u64,
+        successor: &str,
+        window_ms: u64,
+    ) -> Result<Handover, StoreError> {
+        let row = self
+            .query_one(
+                Op::HandOver,
+                &[
+                    &group,
+                    &id,
+                    &incarnation,
+                    &big(term),
+                    &successor,
+                    &big(window_ms),
+                ],
+            )
+            .await?;
+        Ok(match row.get::<_, i32>(0) {
+            1 => Handover::Released,
+            -1 => Handover::NotMember,
+            -2 => Handover::NeverLeads,
+            _ => Handover::NotHeld,
+        })
+    }
+
+    pub(crate) async fn write_preferred(
+        &self,
+        group: &str,
+        preferred: Option<&[String]>,
+    ) -> Result<(), StoreError> {
+        self.query(Op::WritePreferred, &[&group, &preferred])
+            .await
+            .map(drop)
+    }
+
     pub(crate) async fn group_state(&self, group: &str) -> Result<GroupState, StoreError> {
         let row = self.query_one(Op::GroupState, &[&group]).await?;
         let ids: Vec<String> = row.get(4);
         let until: Vec<i64> = row.get(5);
+        let priorities: Vec<i32> = row.get(6);
         Ok(GroupState {
             holder: row.get(0),
             term: row.get::<_, i64>(1).max(0) as u64,
             lease_pttl_ms: row.get::<_, Option<i64>>(2).map(|ms| ms.max(0) as u64),
+            priorities: ids
+                .iter()
+                .cloned()
+                .zip(priorities)
+                .map(|(id, p)| (id, p.max(0) as u32))
+                .collect(),
             members: ids
                 .into_iter()
                 .zip(until)

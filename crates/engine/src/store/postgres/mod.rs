@@ -29,5 +29,7 @@ pub use error::{PgStartError, Target, MAX_PREFIX_BYTES};
 pub use handle::{is_postgres_url, PgStore};
 pub use history::History;
 pub(crate) use messaging::PgReader;
+#[cfg(feature = "test-hooks")]
+pub(crate) use schema::rendered as schema_migration;
 pub use schema::SCHEMA_VERSION;
 pub use session::MIN_SERVER_VERSION;

@@ -13,10 +13,10 @@ use tokio_postgres::{Client, IsolationLevel, Transaction};
 use super::error::{reason, PgStartError, Target};
 
 /// The version this build creates and reads.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
 
 /// Version `i + 1` is `MIGRATIONS[i]`, run as [`render`] makes it.
-const MIGRATIONS: &[&str] = &[include_str!("sql/v1.sql")];
+const MIGRATIONS: &[&str] = &[include_str!("sql/v1.sql"), include_str!("sql/v2.sql")];
 
 /// A migration for `schema`: `{s}` the quoted schema, `{c}` the prefix of
 /// its notification channels, and the constants of the term rule and the
@@ -36,6 +36,16 @@ fn render(migration: &str, schema: &str) -> String {
             "{DEFAULT_INBOX}",
             &config::DEFAULT_INBOX_MAX_LENGTH.to_string(),
         )
+        .replace("{DEFAULT_PRIORITY}", &config::DEFAULT_PRIORITY.to_string())
+}
+
+/// Migration `version` (from 1) as it runs for `schema`, for tests that
+/// build an older schema and upgrade it.
+#[cfg(feature = "test-hooks")]
+pub(crate) fn rendered(version: usize, schema: &str) -> Option<String> {
+    MIGRATIONS
+        .get(version.checked_sub(1)?)
+        .map(|m| render(m, schema))
 }
 
 /// Where a migration runs, for its errors.
@@ -201,6 +211,7 @@ mod tests {
                 "{MAX_RETAIN}",
                 "{COMMANDS_MAX}",
                 "{DEFAULT_INBOX}",
+                "{DEFAULT_PRIORITY}",
             ] {
                 assert!(!sql.contains(placeholder), "{placeholder} left in");
             }

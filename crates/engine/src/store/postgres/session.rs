@@ -32,8 +32,10 @@ pub(super) enum Op {
     Claim,
     Renew,
     Release,
+    HandOver,
     GroupState,
     WriteConfig,
+    WritePreferred,
     RestoreTerm,
     Register,
     Heartbeat,
@@ -60,9 +62,10 @@ impl Op {
         match self {
             Op::Time => "SELECT {s}.now_ms()",
             Op::Ping => "SELECT 1",
-            Op::Claim => "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8)",
-            Op::Renew => "SELECT * FROM {s}.renew($1, $2, $3, $4, $5, $6)",
+            Op::Claim => "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+            Op::Renew => "SELECT * FROM {s}.renew($1, $2, $3, $4, $5, $6, $7)",
             Op::Release => "SELECT {s}.release($1, $2, $3, $4, $5)",
+            Op::HandOver => "SELECT {s}.hand_over($1, $2, $3, $4, $5, $6)",
             Op::GroupState => "SELECT * FROM {s}.group_state($1)",
             // One statement: the timings change only when they differ, and
             // only a change wakes the group's followers.
@@ -77,6 +80,12 @@ impl Op {
                         IS DISTINCT FROM (excluded.ttl_ms, excluded.renew_interval_ms, excluded.retry_interval_ms)
                     RETURNING name)
                  SELECT pg_notify('{c}.release', name) FROM up"
+            }
+            // Only when it changed; the row made if the group has none yet.
+            Op::WritePreferred => {
+                "INSERT INTO {s}.groups AS g (name, preferred) VALUES ($1, $2)
+                 ON CONFLICT (name) DO UPDATE SET preferred = excluded.preferred
+                 WHERE g.preferred IS DISTINCT FROM excluded.preferred"
             }
             Op::RestoreTerm => {
                 "INSERT INTO {s}.groups AS g (name, counter) SELECT $1::text, $2::bigint WHERE $2::bigint > 0

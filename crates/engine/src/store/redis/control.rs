@@ -1,5 +1,6 @@
 //! What an operator process sets for a group from outside its nodes: the
-//! timings the nodes adopt, and a term that Redis lost.
+//! timings the nodes adopt, the members it prefers, and a term that Redis
+//! lost.
 
 use super::reply::as_int;
 use super::{scripts, RedisStore};
@@ -45,6 +46,40 @@ impl RedisStore {
             .arg("config")
             .query_async(&mut self.conn().await?)
             .await?;
+        Ok(())
+    }
+
+    /// The preferred members, space-separated in the `preferred` field of
+    /// the group's config hash (node ids hold no spaces), which claim.lua
+    /// reads only when the seat is free. Written only when it changed.
+    pub async fn write_preferred(
+        &self,
+        group: &str,
+        preferred: Option<&[String]>,
+    ) -> Result<(), StoreError> {
+        let key = self.keys().group(group).config;
+        let wanted = preferred.map(|p| p.join(" "));
+        let current: Option<String> = redis::cmd("HGET")
+            .arg(&key)
+            .arg("preferred")
+            .query_async(&mut self.conn().await?)
+            .await?;
+        if current == wanted {
+            return Ok(());
+        }
+        let cmd = match &wanted {
+            Some(list) => {
+                let mut c = redis::cmd("HSET");
+                c.arg(&key).arg("preferred").arg(list);
+                c
+            }
+            None => {
+                let mut c = redis::cmd("HDEL");
+                c.arg(&key).arg("preferred");
+                c
+            }
+        };
+        let _: i64 = cmd.query_async(&mut self.conn().await?).await?;
         Ok(())
     }
 

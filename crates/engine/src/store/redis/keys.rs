@@ -18,6 +18,11 @@ pub struct GroupKeys {
     pub config: String,
     /// Node id -> candidacy expiry (ms, Redis clock).
     pub members: String,
+    /// Node id -> priority, for members whose priority is not the default.
+    pub priorities: String,
+    /// The free seat's bookkeeping: last holder, vacancy, named successor
+    /// (scripts/seat.lua).
+    pub seat: String,
     /// Pub/sub channel on which a release is announced, so followers wake.
     pub released: String,
 }
@@ -88,6 +93,8 @@ impl Keys {
             term: format!("{base}:term"),
             config: format!("{base}:config"),
             members: format!("{base}:members"),
+            priorities: format!("{base}:priorities"),
+            seat: format!("{base}:seat"),
             released: self.released(group),
         }
     }
@@ -110,6 +117,8 @@ mod tests {
         assert_eq!(g.term, "lh:g:{ns/web}:term");
         assert_eq!(g.config, "lh:g:{ns/web}:config");
         assert_eq!(g.members, "lh:g:{ns/web}:members");
+        assert_eq!(g.priorities, "lh:g:{ns/web}:priorities");
+        assert_eq!(g.seat, "lh:g:{ns/web}:seat");
         assert_eq!(g.released, "lh:g:{ns/web}:released");
         assert_eq!(k.released("ns/web"), g.released);
         assert_eq!(k.released_group(&g.released), Some("ns/web"));

@@ -34,8 +34,9 @@ use route::{check_ca, manager_config, tcp_settings};
 use route::{Route, Topology};
 pub(crate) use stream::StreamReader;
 
+use crate::store::candidacy::Candidacy;
 use crate::store::options::ConnectOptions;
-use crate::store::outcome::{Claim, GroupState, Heartbeat, Renewal, Sweep};
+use crate::store::outcome::{deferral, Claim, GroupState, Handover, Heartbeat, Renewal, Sweep};
 use crate::store::StoreError;
 
 // Public, as every trait impl is: a library user's `?` on a RedisError
@@ -234,7 +235,7 @@ impl RedisStore {
         incarnation: &str,
         ttl_ms: u64,
         seen_term: u64,
-        candidacy_ms: u64,
+        candidacy: &Candidacy,
         confirmed: Option<u64>,
     ) -> Result<Claim, StoreError> {
         let mut call = scripts::CLAIM.prepare_invoke();
@@ -246,11 +247,15 @@ impl RedisStore {
             .key(self.keys.node(id))
             .key(self.keys.history())
             .key(self.keys.epoch())
+            .key(&group.priorities)
+            .key(&group.seat)
             .arg(id)
             .arg(incarnation)
             .arg(ttl_ms)
             .arg(seen_term)
-            .arg(candidacy_ms);
+            .arg(candidacy.ms)
+            .arg(candidacy.priority)
+            .arg(candidacy.defer_ms);
         // Expecting its own confirmed lease, a claim waits as a renewal does.
         let expected = match confirmed {
             Some(_) => replication::Write::Renewal,
@@ -284,6 +289,10 @@ impl RedisStore {
                 pttl_ms: int_at(&items, 2)?,
                 holder: string_at(&items, 3)?,
                 config: group_config(items.get(4)),
+                deferred: match items.get(5) {
+                    Some(_) => Some(deferral(&string_at(&items, 5)?, string_at(&items, 6)?)?),
+                    None => None,
+                },
             }),
         }
     }
@@ -296,7 +305,7 @@ impl RedisStore {
         incarnation: &str,
         term: u64,
         ttl_ms: u64,
-        candidacy_ms: u64,
+        candidacy: &Candidacy,
         hint: bool,
     ) -> Result<Renewal, StoreError> {
         let mut call = scripts::RENEW.prepare_invoke();
@@ -305,13 +314,15 @@ impl RedisStore {
             .key(&group.config)
             .key(&group.term)
             .key(self.keys.epoch())
+            .key(&group.priorities)
             .arg(id)
             .arg(incarnation)
             .arg(term)
             .arg(ttl_ms)
-            .arg(candidacy_ms)
+            .arg(candidacy.ms)
             .arg(&group.released)
-            .arg(if hint { "1" } else { "0" });
+            .arg(if hint { "1" } else { "0" })
+            .arg(candidacy.priority);
         let (reply, confirmation) = self
             .write_lease(replication::Write::Renewal, &scripts::RENEW, &call)
             .await?;
@@ -359,6 +370,7 @@ impl RedisStore {
                 scripts::RELEASE
                     .key(&group.lease)
                     .key(&group.members)
+                    .key(&group.priorities)
                     .arg(id)
                     .arg(incarnation)
                     .arg(term)
@@ -369,6 +381,39 @@ impl RedisStore {
         Ok(as_int(&reply)? == 1)
     }
 
+    /// A release to a named successor (handover.lua).
+    pub(crate) async fn hand_over(
+        &self,
+        group: &GroupKeys,
+        id: &str,
+        incarnation: &str,
+        term: u64,
+        successor: &str,
+        window_ms: u64,
+    ) -> Result<Handover, StoreError> {
+        let reply = self
+            .run(
+                scripts::HANDOVER
+                    .key(&group.lease)
+                    .key(&group.members)
+                    .key(&group.priorities)
+                    .key(&group.seat)
+                    .arg(id)
+                    .arg(incarnation)
+                    .arg(term)
+                    .arg(&group.released)
+                    .arg(successor)
+                    .arg(window_ms),
+            )
+            .await?;
+        Ok(match as_int(&reply)? {
+            1 => Handover::Released,
+            -1 => Handover::NotMember,
+            -2 => Handover::NeverLeads,
+            _ => Handover::NotHeld,
+        })
+    }
+
     pub async fn group_state(&self, group: &str) -> Result<GroupState, StoreError> {
         let keys = self.keys.group(group);
         let reply = self
@@ -376,7 +421,8 @@ impl RedisStore {
                 scripts::GROUP_STATE
                     .key(&keys.lease)
                     .key(&keys.term)
-                    .key(&keys.members),
+                    .key(&keys.members)
+                    .key(&keys.priorities),
             )
             .await?;
         let items = array(reply)?;
@@ -393,11 +439,27 @@ impl RedisStore {
         for pair in flat.chunks(2) {
             members.push((string_at(pair, 0)?, uint_at(pair, 1)?));
         }
+        let mut set = std::collections::BTreeMap::new();
+        if let Some(Value::Array(flat)) = items.get(5) {
+            for pair in flat.chunks(2) {
+                set.insert(string_at(pair, 0)?, uint_at(pair, 1)?);
+            }
+        }
+        let priorities = members
+            .iter()
+            .map(|(id, _)| {
+                let p = set.get(id).map_or(crate::config::DEFAULT_PRIORITY, |p| {
+                    u32::try_from(*p).unwrap_or(u32::MAX)
+                });
+                (id.clone(), p)
+            })
+            .collect();
         Ok(GroupState {
             holder,
             term: uint_at(&items, 1)?,
             lease_pttl_ms: (pttl >= 0).then_some(pttl as u64),
             members,
+            priorities,
             now_ms: uint_at(&items, 3)?,
         })
     }

@@ -1,7 +1,8 @@
 //! The Lua scripts, loaded once per connection and invoked by SHA (the redis
 //! crate falls back to EVAL and reloads on NOSCRIPT, e.g. after a restart).
 //! Each script is the shared prologue (`now.lua`) plus its own body; the
-//! lease scripts also have `terms.lua`, with the constants of `term.rs`.
+//! lease scripts also have `terms.lua`, with the constants of `term.rs`,
+//! and `seat.lua`, with the default priority of `config.rs`.
 
 use std::sync::LazyLock;
 
@@ -15,13 +16,22 @@ fn script(parts: &[&str]) -> Script {
     Script::new(&parts.concat())
 }
 
-/// A lease script: the prologue, the term rules and `body`.
+/// A lease script: the prologue, the term rules, the seat's rules and `body`.
 fn lease_script(body: &str) -> Script {
     let constants = crate::term::lua_constants();
-    script(&[PROLOGUE, &constants, TERMS, body])
+    script(&[PROLOGUE, &constants, TERMS, &seat(), body])
 }
 
 const TERMS: &str = include_str!("scripts/terms.lua");
+
+/// `seat.lua` with the constant it needs.
+fn seat() -> String {
+    format!(
+        "local DEFAULT_PRIORITY = {}\n{}",
+        crate::config::DEFAULT_PRIORITY,
+        include_str!("scripts/seat.lua")
+    )
+}
 
 pub static CLAIM: LazyLock<Script> =
     LazyLock::new(|| lease_script(include_str!("scripts/claim.lua")));
@@ -29,6 +39,8 @@ pub static RENEW: LazyLock<Script> =
     LazyLock::new(|| lease_script(include_str!("scripts/renew.lua")));
 pub static RELEASE: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/release.lua")]));
+pub static HANDOVER: LazyLock<Script> =
+    LazyLock::new(|| script(&[PROLOGUE, &seat(), include_str!("scripts/handover.lua")]));
 pub static GROUP_STATE: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/group_state.lua")]));
 pub static REGISTER: LazyLock<Script> =

@@ -1,16 +1,19 @@
 -- Claim a group's lease.
 -- KEYS: lease, term, members, config, born, the claimant's node hash,
 --       history (the identity of the server process and replication
---       history the store was last used on), epoch (the store's term epoch)
+--       history the store was last used on), epoch (the store's term epoch),
+--       priorities, seat (seat.lua)
 -- ARGV: node id, incarnation, ttl ms, highest term this node has seen,
 --       candidacy ms (how long the membership lasts: the caller passes ttl +
---       retry interval)
+--       two retry intervals), priority, deference ms (seat.lua)
 -- Returns {1, term, fresh, config} when this node holds the lease afterwards
 -- (fresh = 1 for a new acquisition, 0 when it kept a lease it already held),
 -- or {0, term, pttl ms, holder id, config} when another node holds it, or
 -- another incarnation of this node id that is the registered one (this
 -- claimant is an older process, or one not registered yet: either way it
--- must not take the lease; the heartbeat sorts out which is which).
+-- must not take the lease; the heartbeat sorts out which is which), or
+-- {0, term, ms to wait, '', config, reason, candidate} when the seat is
+-- free but this node leaves it to a better candidate (seat.lua).
 -- config is {ttlMs, renewIntervalMs, retryIntervalMs} from the group's
 -- config hash (written by the controller), so nodes pick up new timings at
 -- their next claim without another call.
@@ -116,6 +119,8 @@ end
 if epoch ~= stored_epoch then redis.call('SET', KEYS[8], term_text(epoch)) end
 local config = redis.call('HMGET', KEYS[4], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs')
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1])
+local priority = tonumber(ARGV[6])
+keep_priority(KEYS[9], ARGV[1], priority)
 local current = redis.call('GET', KEYS[1])
 if current and string.sub(current, 1, #mine) == mine then
   -- Our own lease, still standing after a fail-safe demotion: nobody else
@@ -140,6 +145,11 @@ end
 if now - born < ttl then
   return {0, stored, born + ttl - now, '', config}
 end
+local deferral = seat_deferral(KEYS[3], KEYS[9], KEYS[10], KEYS[4], ARGV[1], priority, now,
+  tonumber(ARGV[7]))
+if deferral then
+  return {0, stored, deferral[1], '', config, deferral[2], deferral[3]}
+end
 -- Free, or held by an earlier incarnation of this node id (an unclean restart
 -- with a stable id): a new acquisition, under a term larger than any before,
 -- in the store's epoch at least.
@@ -150,4 +160,5 @@ if wait > 0 then
 end
 redis.call('SET', KEYS[2], term_text(term))
 redis.call('SET', KEYS[1], mine .. term_text(term), 'PX', ttl)
+seat_taken(KEYS[10], ARGV[1])
 return {1, term, 1, config}

@@ -1,7 +1,9 @@
 -- Read a group's state in one step.
--- KEYS: lease, term, members
+-- KEYS: lease, term, members, priorities
 -- ARGV: none
--- Returns {lease value or false, term, pttl ms (-2 when free), now ms, {id, expiry, ...} of live members}.
+-- Returns {lease value or false, term, pttl ms (-2 when free), now ms,
+-- {id, expiry, ...} of live members, {id, priority, ...} of the members
+-- whose priority is not the default}.
 local now = now_ms()
 return {
   redis.call('GET', KEYS[1]),
@@ -9,4 +11,5 @@ return {
   redis.call('PTTL', KEYS[1]),
   now,
   redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now, '+inf', 'WITHSCORES'),
+  redis.call('HGETALL', KEYS[4]),
 }

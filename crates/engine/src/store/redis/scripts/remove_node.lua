@@ -8,6 +8,7 @@ local function remove_node(prefix, id)
   if groups then
     for group in string.gmatch(groups, '[^,]+') do
       redis.call('ZREM', prefix .. ':g:{' .. group .. '}:members', id)
+      redis.call('HDEL', prefix .. ':g:{' .. group .. '}:priorities', id)
     end
   end
   local subs_key = node_key .. ':subs'

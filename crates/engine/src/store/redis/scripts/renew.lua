@@ -1,7 +1,8 @@
 -- Renew a held lease (compare-and-expire).
--- KEYS: lease, members, config, term, epoch (the store's term epoch)
+-- KEYS: lease, members, config, term, epoch (the store's term epoch),
+--       priorities (seat.lua)
 -- ARGV: node id, incarnation, term, ttl ms, candidacy ms, wake channel
---       (P:g:{G}:released), "1" to hint the followers
+--       (P:g:{G}:released), "1" to hint the followers, priority
 -- Returns {1, config, term} renewed (config as in claim.lua; term is the
 -- lease's term afterwards), {0} the lease is gone (expired), {-1, lease
 -- value} another holder.
@@ -33,8 +34,9 @@ if current == mine .. ARGV[3] then
     redis.call('PEXPIRE', KEYS[1], ttl)
   end
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[1])
+  keep_priority(KEYS[6], ARGV[1], tonumber(ARGV[8]))
   -- The leader keeps the member list tidy: drop candidacies that lapsed.
-  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)
+  drop_lapsed(KEYS[2], KEYS[6], now)
   if ARGV[7] == '1' then
     redis.call('PUBLISH', ARGV[6], 'renewed ' .. term_text(term) .. ' ' .. ARGV[4])
   end
