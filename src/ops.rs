@@ -86,6 +86,9 @@ pub struct StepDownArgs {
     common: Common,
     /// The engine's group name: NAMESPACE/NAME for a LeaderGroup.
     group: String,
+    /// Hand the group to this member: a pod of the group's namespace, or a node id NAMESPACE/POD. Refused (exit 1, nothing changed) unless it is a live member with a priority above 0.
+    #[arg(long, value_name = "POD")]
+    to: Option<String>,
     /// How long to wait for another leader, ms (0: do not wait).
     #[arg(long, default_value_t = 10_000)]
     wait_ms: u64,
@@ -241,6 +244,7 @@ pub async fn groups(args: GroupsArgs) -> anyhow::Result<()> {
                 "term": g.term,
                 "leaseLeftMs": g.lease_pttl_ms,
                 "members": g.members.iter().map(|(id, _)| id).collect::<Vec<_>>(),
+                "priorities": g.priorities,
             })).collect::<Vec<_>>(),
         })),
         Format::Table => {
@@ -253,12 +257,23 @@ pub async fn groups(args: GroupsArgs) -> anyhow::Result<()> {
                         g.term.to_string(),
                         g.lease_pttl_ms.map_or_else(|| "-".to_owned(), short),
                         g.members.len().to_string(),
+                        priorities(&g.priorities),
                     ]
                 })
                 .collect();
             print!(
                 "{}",
-                table(&["GROUP", "LEADER", "TERM", "EXPIRES IN", "MEMBERS"], &rows)
+                table(
+                    &[
+                        "GROUP",
+                        "LEADER",
+                        "TERM",
+                        "EXPIRES IN",
+                        "MEMBERS",
+                        "PRIORITIES"
+                    ],
+                    &rows
+                )
             );
         }
     }
@@ -375,8 +390,15 @@ pub async fn step_down(args: StepDownArgs) -> anyhow::Result<()> {
             args.group
         );
     };
+    let to = args.to.as_deref().map(|to| successor_id(&args.group, to));
+    if let Some(to) = &to {
+        check_successor(&args.group, &holder, to, &before)?;
+    }
     let node = cli_node(store.clone()).await?;
-    let asked = node.ask_to_step_down(&holder, &args.group).await;
+    let asked = match &to {
+        Some(to) => node.ask_to_hand_over(&holder, &args.group, to).await,
+        None => node.ask_to_step_down(&holder, &args.group).await,
+    };
     let _ = node.close().await;
     asked.map_err(anyhow::Error::msg)?;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(args.wait_ms);
@@ -421,7 +443,63 @@ pub async fn step_down(args: StepDownArgs) -> anyhow::Result<()> {
             }
         }
     }
-    Ok(())
+    match (&to, &after) {
+        (Some(to), Some(s)) if s.holder.as_deref() != Some(to.as_str()) => bail!(
+            "{to} did not take group {:?} over: {} leads",
+            args.group,
+            s.holder.as_deref().unwrap_or("nobody")
+        ),
+        (Some(to), None) if args.wait_ms > 0 => bail!(
+            "{holder} did not hand group {:?} over to {to} within {} ms (it may have refused: see its log)",
+            args.group,
+            args.wait_ms
+        ),
+        _ => Ok(()),
+    }
+}
+
+/// The members whose priority is not the default, as `ID=N`, or `-`.
+fn priorities(all: &std::collections::BTreeMap<String, u32>) -> String {
+    let set: Vec<String> = all
+        .iter()
+        .filter(|(_, &p)| p != leasehold_engine::DEFAULT_PRIORITY)
+        .map(|(id, p)| format!("{id}={p}"))
+        .collect();
+    if set.is_empty() {
+        "-".to_owned()
+    } else {
+        set.join(",")
+    }
+}
+
+/// `--to`: a node id as given, or a pod of the group's namespace.
+fn successor_id(group: &str, to: &str) -> String {
+    match group.split_once('/') {
+        Some((namespace, _)) if !to.contains('/') => format!("{namespace}/{to}"),
+        _ => to.to_owned(),
+    }
+}
+
+/// Refuses a handover the leader would refuse, before asking it.
+fn check_successor(
+    group: &str,
+    holder: &str,
+    to: &str,
+    state: &leasehold_engine::store::GroupState,
+) -> anyhow::Result<()> {
+    if to == holder {
+        bail!("{to} already leads group {group:?}: nothing to hand over");
+    }
+    match state.priorities.get(to) {
+        None => bail!(
+            "cannot hand group {group:?} over to {to}: it is not a live member of the group (live members: {})",
+            state.priorities.keys().cloned().collect::<Vec<_>>().join(", ")
+        ),
+        Some(0) => bail!(
+            "cannot hand group {group:?} over to {to}: it campaigns with priority 0, so it never leads"
+        ),
+        Some(_) => Ok(()),
+    }
 }
 
 #[cfg(test)]

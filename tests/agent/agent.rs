@@ -116,6 +116,76 @@ async fn three_agents_agree_on_one_leader_and_the_api_says_so(server) {
 }
 
 on_both_stores! {
+/// docs/behaviour.md P1, P2, P5 through the agent: `--priority` (empty is
+/// the default, as an absent annotation reads through the downward API),
+/// `/v1/status` shows it and why a candidate waits, and
+/// `step-down?to=POD` hands over to that pod or is refused (422, 409) with
+/// the leader leading on.
+async fn priorities_and_a_named_successor_through_the_agent(server) {
+    let mut agents = Vec::new();
+    for (i, priority) in ["", "3", "0"].iter().enumerate() {
+        let id = format!("t/agent-{i}");
+        let port = free_port();
+        let mut a = args(&id, &server.url(), port, GROUP);
+        a.extend(["--priority".to_owned(), (*priority).to_owned()]);
+        agents.push(Agent::start(&id, port, a).await);
+    }
+    let status = |i: usize| {
+        let agent = &agents[i];
+        async move {
+            let (code, body) = get(agent.port, "/v1/status").await;
+            assert_eq!(code, 200, "{body}");
+            serde_json::from_str::<leasehold_agent::Status>(&body).unwrap()
+        }
+    };
+    let l = agreed_leader(&agents, Duration::from_secs(3)).await;
+    assert_ne!(l, 2, "priority 0 led");
+    let mut priorities = Vec::new();
+    for i in 0..3 {
+        priorities.push(status(i).await.groups[GROUP].priority);
+    }
+    assert_eq!(priorities, [1, 3, 0]);
+    // Make agent-0 (priority 1) the leader by name, then refuse what
+    // cannot be.
+    if l == 1 {
+        let (code, body) = post(agents[1].port, "/v1/groups/jobs/step-down?to=agent-0").await;
+        assert_eq!(code, 200, "{body}");
+        assert!(body.contains("\"to\":\"t/agent-0\""), "{body}");
+        time_to_new_leader(&agents, 1, Duration::from_secs(2)).await;
+        assert!(agents[0].leads(GROUP).await, "the named pod did not lead");
+    }
+    let term = agents[0].role(GROUP).await.unwrap().1;
+    for (path, code, words) in [
+        ("/v1/groups/jobs/step-down?to=agent-2", 422, "priority 0"),
+        ("/v1/groups/jobs/step-down?to=ghost", 422, "not a live member"),
+        ("/v1/groups/jobs/step-down?to=agent-0", 422, "the leader itself"),
+        ("/v1/groups/jobs/step-down?to=a%20b", 400, "successor"),
+    ] {
+        let (got, body) = post(agents[0].port, path).await;
+        assert_eq!((got, body.contains(words)), (code, true), "{path}: {body}");
+    }
+    let (got, body) = post(agents[1].port, "/v1/groups/jobs/step-down?to=agent-0").await;
+    assert_eq!(got, 409, "{body}");
+    assert_eq!(agents[0].role(GROUP).await.unwrap(), ("leader".to_owned(), term));
+    // Priority 0 says why it waits once the seat is free: agent-0 hands
+    // over to agent-1, which is stopped, and agent-0 abstains.
+    let (code, body) = post(agents[0].port, "/v1/groups/jobs/step-down?to=agent-1").await;
+    assert_eq!(code, 200, "{body}");
+    agents[1].signal(testkit::Signal::SIGKILL);
+    let start = Instant::now();
+    loop {
+        let view = status(2).await.groups[GROUP].clone();
+        assert_ne!(view.role, "leader", "priority 0 led");
+        if view.deferring.as_ref().is_some_and(|d| d.reason == "neverLeads") {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_millis(TTL_MS * 3), "{view:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+}
+
+on_both_stores! {
 async fn sigterm_on_the_leader_hands_over_within_the_retry_interval(server: own) {
     let mut agents = start_agents(&server, 3).await;
     let l = agreed_leader(&agents, Duration::from_secs(3)).await;
@@ -670,6 +740,14 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
         (
             agent(&["--group", "g", "--ttl-ms", "0"]),
             "ttl_ms = 0 is out of range",
+        ),
+        (
+            agent(&["--group", "g", "--priority", "101"]),
+            "--priority = \"101\" is out of range: it must be a whole number from 0 (never leads) to 100",
+        ),
+        (
+            agent(&["--group", "g", "--priority", "-1"]),
+            "--priority = \"-1\" is out of range",
         ),
         (
             agent(&["--group", "g", "--group", "h", "--", "sh"]),

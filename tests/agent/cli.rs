@@ -219,6 +219,49 @@ async fn subscribe_prints_messages_until_interrupted_and_unregisters(server) {
 }
 
 on_both_stores! {
+/// docs/behaviour.md P5 from the command line: `step-down --to` hands the
+/// group to the pod named, and refuses (exit 1, the leader leads on) a pod
+/// that is no live member or has priority 0; `groups` shows priorities.
+async fn step_down_to_a_named_member_and_its_refusals(server) {
+    let mut members = Vec::new();
+    for (id, priority) in [("ns/a", 1), ("ns/b", 2), ("ns/z", 0)] {
+        let n = node(&server, id).await;
+        let g = n.join_with_priority("ns/web", fast(), priority).unwrap();
+        members.push((n, g));
+    }
+    let groups: Vec<&Group> = members.iter().map(|(_, g)| g).collect();
+    let leader = one_leader(&groups, Duration::from_secs(3)).await;
+    testkit::eventually(Duration::from_secs(3), "the others follow", || {
+        (0..3).all(|i| i == leader || testkit::is_follower(groups[i]))
+    })
+    .await;
+    let target = ["b", "a"][leader];
+    let answer = json(&server, &["step-down", "ns/web", "--to", target]);
+    assert_eq!(answer["leader"], format!("ns/{target}"), "{answer}");
+    let term = answer["newTerm"].as_u64().unwrap();
+    for (to, words) in [
+        ("z", "priority 0, so it never leads"),
+        ("ghost", "not a live member of the group"),
+        (target, "already leads"),
+    ] {
+        let out = leasehold(&server, &["step-down", "ns/web", "--to", to])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--to {to} was not refused");
+        assert!(stderr.contains(words), "--to {to}: {stderr}");
+    }
+    let state = json(&server, &["groups"]);
+    let web = &state["groups"][0];
+    assert_eq!(web["leader"], format!("ns/{target}"), "{state}");
+    assert_eq!(web["term"].as_u64(), Some(term), "{state}");
+    assert_eq!(web["priorities"]["ns/z"], 0, "{state}");
+    assert_eq!(web["priorities"]["ns/b"], 2, "{state}");
+    assert!(run(&server, &["groups"]).contains("ns/b=2,ns/z=0"));
+}
+}
+
+on_both_stores! {
 async fn step_down_hands_the_lease_to_another_member(server) {
     let (_members, leader) = two_members_of_web(&server).await;
     let (was, next) = [("ns/a", "ns/b"), ("ns/b", "ns/a")][leader];

@@ -40,7 +40,7 @@ use leasehold_engine::config::{
 };
 use leasehold_engine::{Event, Group, Node, NodeOptions};
 
-pub use api::{GroupView, InboxView, Status};
+pub use api::{DeferView, GroupView, InboxView, Status};
 pub use mailbox::Item;
 
 /// The exec guard, run by the `leasehold` binary as its hidden
@@ -81,6 +81,14 @@ pub struct AgentArgs {
     pub role_dir: Option<PathBuf>,
     #[command(flatten)]
     pub election: ElectionArgs,
+    /// Priority in every group: a free seat goes to the live member of highest priority; 0 follows and never leads (0 to 100, default 1). Empty means the default, so it can come from a pod annotation through the downward API.
+    #[arg(
+        long,
+        env = "LEASEHOLD_PRIORITY",
+        value_name = "N",
+        allow_hyphen_values = true
+    )]
+    pub priority: Option<String>,
     /// How long the node stays registered without a heartbeat, ms.
     #[arg(long, env = "LEASEHOLD_NODE_LEASE_MS", default_value_t = NodeConfig::default().lease_duration_ms)]
     pub node_lease_ms: u64,
@@ -113,6 +121,8 @@ pub struct Settings {
     /// `(LeaderGroup name, engine group NAMESPACE/NAME)`.
     pub groups: Vec<(String, String)>,
     pub election: ElectionConfig,
+    /// The priority this pod campaigns with in every group.
+    pub priority: u32,
     pub node: NodeConfig,
     pub grace: Duration,
     pub command: Vec<String>,
@@ -136,6 +146,7 @@ impl Settings {
             node_id,
             groups,
             election,
+            priority: Self::priority(args)?,
             node,
             grace: Duration::from_millis(args.grace_period_ms),
             command: args.command.clone(),
@@ -162,6 +173,28 @@ impl Settings {
         validate_name("--node-id", &node_id)
             .map_err(|e| FlagError::worded("--node-id", e.to_string()))?;
         Ok(node_id)
+    }
+
+    /// `--priority`: a whole number from 0 to MAX_PRIORITY; unset or empty
+    /// (a downward-API annotation the pod does not have) is the default.
+    fn priority(args: &AgentArgs) -> Result<u32, FlagError> {
+        let text = args.priority.as_deref().map(str::trim).unwrap_or("");
+        if text.is_empty() {
+            return Ok(leasehold_engine::DEFAULT_PRIORITY);
+        }
+        let out_of_range = || {
+            FlagError::worded(
+                "--priority",
+                format!(
+                    "--priority = {text:?} is out of range: it must be a whole number from 0 (never leads) to {}",
+                    leasehold_engine::MAX_PRIORITY
+                ),
+            )
+        };
+        let priority: u32 = text.parse().map_err(|_| out_of_range())?;
+        leasehold_engine::config::validate_priority("--priority", priority)
+            .map_err(|_| out_of_range())?;
+        Ok(priority)
     }
 
     /// `(LeaderGroup name, engine group name)` per `--group`, each once.
@@ -285,20 +318,40 @@ impl From<FlagError> for AgentError {
     }
 }
 
-/// Steps down from `group`; in exec mode, the command of that group is
-/// stopped first, so it is gone before another pod can win the lease.
+/// Steps down from `group`, handing it to the node `to` when one is named;
+/// in exec mode, the command of that group is stopped first, so it is gone
+/// before another pod can win the lease. A handover that would be refused
+/// is refused before the command stops; one refused after (the successor
+/// died in between) becomes a plain step-down, as a command stopped for a
+/// term is not started again in it.
 async fn step_down(
     node: &Node,
     command: Option<&exec::Exec>,
     settings: &Settings,
     group: &str,
+    to: Option<&str>,
 ) -> Result<bool, leasehold_engine::Error> {
-    if let Some(command) = command {
-        if settings.groups[0].1 == group {
-            command.hand_over().await;
-        }
+    if let Some(to) = to {
+        node.check_hand_over(group, to).await?;
     }
-    node.step_down(group).await
+    let stopped = match command {
+        Some(command) if settings.groups[0].1 == group => {
+            command.hand_over().await;
+            true
+        }
+        _ => false,
+    };
+    match to {
+        None => node.step_down(group).await,
+        Some(to) => match node.hand_over(group, to).await {
+            Ok(()) => Ok(true),
+            Err(e) if stopped => {
+                tracing::warn!(%group, %to, error = %e, "the handover was refused after the command stopped; stepping down");
+                node.step_down(group).await
+            }
+            Err(e) => Err(e),
+        },
+    }
 }
 
 /// Runs the agent until SIGTERM/SIGINT (exit code 0), or in exec mode until
@@ -526,9 +579,10 @@ impl Agent {
     /// Joins the groups of `--group` and subscribes to `--subscribe`.
     async fn join_and_subscribe(node: &Node, settings: &Settings) -> Result<Vec<Group>, FlagError> {
         let joined = node
-            .join_all(
+            .join_all_with_priority(
                 settings.groups.iter().map(|(_, full)| full.as_str()),
                 settings.election,
+                settings.priority,
             )
             .map_err(|e| FlagError::new("--group", e))?;
         for pattern in &settings.subscribe {
@@ -546,13 +600,13 @@ impl Agent {
                 _ = &mut shutdown => return Exit::Signal,
                 Some(request) = self.requests.recv() => {
                     let full = NamespacedName::new(&self.namespace, &request.group).to_string();
-                    let result = step_down(&self.node, self.command.as_ref(), &self.settings, &full).await;
-                    tracing::info!(group = %full, ?result, "step-down asked through the API");
+                    let result = step_down(&self.node, self.command.as_ref(), &self.settings, &full, request.to.as_deref()).await;
+                    tracing::info!(group = %full, to = ?request.to, ?result, "step-down asked through the API");
                     let _ = request.reply.send(result);
                 }
                 Some(request) = self.deferred.recv() => {
-                    let result = step_down(&self.node, self.command.as_ref(), &self.settings, &request.group).await;
-                    tracing::info!(group = %request.group, from = %request.from, ?result, "step-down asked by the controller");
+                    let result = step_down(&self.node, self.command.as_ref(), &self.settings, &request.group, request.to.as_deref()).await;
+                    tracing::info!(group = %request.group, from = %request.from, to = ?request.to, ?result, "step-down asked by the controller");
                 }
                 ended = async { self.command.as_mut().expect("guarded").ended().await }, if self.command.is_some() => {
                     self.command = None;

@@ -19,7 +19,7 @@ use leasehold_daemon::http::{self, get_only, Refusal};
 
 pub(crate) use state::{AgentState, StepDown};
 pub(crate) use status::role_text;
-pub use status::{GroupView, InboxView, Status};
+pub use status::{DeferView, GroupView, InboxView, Status};
 
 /// Which endpoints a listener serves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -46,6 +46,8 @@ impl AgentState {
 /// A step-down asked for through the API, answered by the task owning the node.
 pub(crate) struct StepDown {
     pub group: String,
+    /// The node to hand the group to (`?to=`), as a node id.
+    pub to: Option<String>,
     pub reply: tokio::sync::oneshot::Sender<Result<bool, leasehold_engine::Error>>,
 }
 

@@ -15,7 +15,7 @@ use leasehold_daemon::http::{json, Refusal, Response, StatusCode};
 use leasehold_engine::{Group, Role};
 use serde::Serialize;
 
-use super::state::{AgentState, StepDown};
+use super::state::{AgentState, Params, StepDown};
 
 /// One group as this agent sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -28,6 +28,27 @@ pub struct GroupView {
     pub term: Option<u64>,
     /// The leader's node id, when one is known.
     pub leader: Option<String>,
+    /// The priority this pod campaigns with (0: it never leads).
+    #[serde(default = "default_priority")]
+    pub priority: u32,
+    /// Why this pod leaves the free seat to another member right now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deferring: Option<DeferView>,
+}
+
+fn default_priority() -> u32 {
+    leasehold_engine::DEFAULT_PRIORITY
+}
+
+/// Whom a candidate leaves the free seat to, and why: `neverLeads`
+/// (priority 0), `priority` (a live member of higher priority),
+/// `preferred` (one the controller prefers, during a rollout) or
+/// `successor` (the member a handover named).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct DeferView {
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub to: String,
 }
 
 /// `GET /v1/status`.
@@ -63,6 +84,8 @@ pub fn view(group: &str, role: &Role, leading: Option<u64>, me: &str) -> GroupVi
         role: role_text(role, leading).to_owned(),
         term,
         leader,
+        priority: default_priority(),
+        deferring: None,
     }
 }
 
@@ -80,7 +103,16 @@ pub(crate) fn role_text(role: &Role, leading: Option<u64>) -> &'static str {
 
 fn group_view(state: &AgentState, group: &Group) -> GroupView {
     let role = group.role().borrow().clone();
-    view(group.name(), &role, group.leader_term(), &state.node_id)
+    let mut v = view(group.name(), &role, group.leader_term(), &state.node_id);
+    v.priority = group.priority();
+    v.deferring = group
+        .deferral()
+        .filter(|_| v.role == "candidate")
+        .map(|d| DeferView {
+            reason: d.reason.as_str().to_owned(),
+            to: d.to,
+        });
+    v
 }
 
 /// `GET /v1/status`.
@@ -124,16 +156,37 @@ pub(super) async fn leader(
 struct SteppedDown<'a> {
     group: &'a str,
     was_leader: bool,
+    /// The member the group was handed to, when one was named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    to: Option<String>,
 }
 
-/// `POST /v1/groups/{name}/step-down`, answered by the task that owns the
-/// node once the lease is released.
+/// The query of a step-down: `?to=POD` (a pod of this namespace) or
+/// `?to=NAMESPACE/POD` (a node id).
+#[derive(serde::Deserialize)]
+pub(super) struct StepDownQuery {
+    to: Option<String>,
+}
+
+/// `POST /v1/groups/{name}/step-down[?to=POD]`, answered by the task that
+/// owns the node once the lease is released (or handed to `to`). A
+/// handover that cannot happen is refused and the leader leads on: 409
+/// when this agent does not lead the group, 422 when `to` is no live
+/// member that may lead, 400 when it is no valid name.
 pub(super) async fn step_down(
     State(state): State<Arc<AgentState>>,
     Path(name): Path<String>,
+    Params(query): Params<StepDownQuery>,
     headers: HeaderMap,
 ) -> Result<Response, Refusal> {
     let group = state.group(&name)?;
+    let to = query.to.filter(|t| !t.is_empty()).map(|t| {
+        if t.contains('/') {
+            t
+        } else {
+            format!("{}/{t}", state.namespace)
+        }
+    });
     if headers.contains_key(ORIGIN) {
         return Err(Refusal::new(
             403,
@@ -144,6 +197,7 @@ pub(super) async fn step_down(
     let (reply, answer) = tokio::sync::oneshot::channel();
     let request = StepDown {
         group: name.clone(),
+        to: to.clone(),
         reply,
     };
     state
@@ -154,14 +208,29 @@ pub(super) async fn step_down(
     let was_leader = answer
         .await
         .map_err(|_| shutting_down())?
-        .map_err(|e| Refusal::new(503, e.to_string()))?;
+        .map_err(|e| Refusal::new(refusal_status(&e), e.to_string()))?;
     Ok(json(
         StatusCode::OK,
         &SteppedDown {
             group: group.name(),
             was_leader,
+            to,
         },
     ))
+}
+
+/// The status of a step-down the engine refused.
+fn refusal_status(e: &leasehold_engine::Error) -> u16 {
+    use leasehold_engine::{Error, SuccessorRefusal};
+    match e {
+        Error::Successor {
+            reason: SuccessorRefusal::NotLeader,
+            ..
+        } => 409,
+        Error::Successor { .. } => 422,
+        Error::Config(_) => 400,
+        _ => 503,
+    }
 }
 
 #[cfg(test)]

@@ -237,13 +237,30 @@ impl Campaigns {
         }
     }
 
+    /// See [`crate::Node::check_hand_over`].
+    pub async fn check_hand_over(&self, name: &str, successor: &str) -> Result<(), Error> {
+        let refused = successor_refusal(name, successor);
+        validate_name("successor", successor)?;
+        if successor == self.shared.id {
+            return Err(refused(SuccessorRefusal::Itself));
+        }
+        let group = self
+            .group(name)
+            .ok_or_else(|| Error::NotJoined(name.to_owned()))?;
+        if !group.is_leader() {
+            return Err(refused(SuccessorRefusal::NotLeader));
+        }
+        let state = self.shared.store.group_state(name).await?;
+        match state.priorities.get(successor) {
+            None => Err(refused(SuccessorRefusal::NotMember)),
+            Some(0) => Err(refused(SuccessorRefusal::NeverLeads)),
+            Some(_) => Ok(()),
+        }
+    }
+
     /// A step-down to a named successor ([`crate::Node::hand_over`]).
     pub async fn hand_over(&self, name: &str, successor: &str) -> Result<(), Error> {
-        let refused = |reason| Error::Successor {
-            group: name.to_owned(),
-            successor: successor.to_owned(),
-            reason,
-        };
+        let refused = successor_refusal(name, successor);
         validate_name("successor", successor)?;
         if successor == self.shared.id {
             return Err(refused(SuccessorRefusal::Itself));
@@ -303,6 +320,18 @@ impl Campaigns {
         }
         unreleased.sort();
         unreleased
+    }
+}
+
+/// Builds the refusal of a handover of `group` to `successor`.
+fn successor_refusal<'a>(
+    group: &'a str,
+    successor: &'a str,
+) -> impl Fn(SuccessorRefusal) -> Error + 'a {
+    move |reason| Error::Successor {
+        group: group.to_owned(),
+        successor: successor.to_owned(),
+        reason,
     }
 }
 

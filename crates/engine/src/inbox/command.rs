@@ -8,8 +8,15 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "command", rename_all = "camelCase")]
 pub enum Command {
-    /// Step down from `group` (release and abstain for one ttl).
-    StepDown { group: String },
+    /// Step down from `group` (release and abstain for one ttl); with
+    /// `to`, hand the seat to that member ([`crate::Node::hand_over`]).
+    /// Absent from the JSON when none, so an older node reads a plain
+    /// step-down as before.
+    StepDown {
+        group: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        to: Option<String>,
+    },
 }
 
 impl Command {
@@ -30,9 +37,19 @@ mod tests {
     fn commands_travel_as_tagged_json() {
         let c = Command::StepDown {
             group: "shop/web".into(),
+            to: None,
         };
         assert_eq!(c.encode(), br#"{"command":"stepDown","group":"shop/web"}"#);
         assert_eq!(Command::decode(&c.encode()).unwrap(), c);
+        let to = Command::StepDown {
+            group: "shop/web".into(),
+            to: Some("shop/web-2".into()),
+        };
+        assert_eq!(
+            to.encode(),
+            br#"{"command":"stepDown","group":"shop/web","to":"shop/web-2"}"#
+        );
+        assert_eq!(Command::decode(&to.encode()).unwrap(), to);
         assert!(Command::decode(b"{\"command\":\"reboot\"}").is_err());
     }
 }

@@ -105,6 +105,27 @@ impl Node {
         validate_name("group name", group)?;
         let command = crate::inbox::command::Command::StepDown {
             group: group.to_owned(),
+            to: None,
+        };
+        self.send_command(node, &command).await
+    }
+
+    /// Asks the live node `node` to hand `group` over to `successor`
+    /// ([`Node::hand_over`]), as [`Node::ask_to_step_down`] asks a
+    /// step-down. The answer does not come back: a refusal (the successor
+    /// is no live member that may lead) is logged by `node`, which leads
+    /// on; check [`crate::Store::group_state`] first.
+    pub async fn ask_to_hand_over(
+        &self,
+        node: &str,
+        group: &str,
+        successor: &str,
+    ) -> Result<Published, Error> {
+        validate_name("group name", group)?;
+        validate_name("successor", successor)?;
+        let command = crate::inbox::command::Command::StepDown {
+            group: group.to_owned(),
+            to: Some(successor.to_owned()),
         };
         self.send_command(node, &command).await
     }

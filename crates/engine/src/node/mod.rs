@@ -87,6 +87,9 @@ pub struct StepDownRequest {
     pub from: String,
     /// The group to step down from.
     pub group: String,
+    /// The member to hand the seat to, if one was named
+    /// ([`Node::hand_over`]); otherwise a plain [`Node::step_down`].
+    pub to: Option<String>,
 }
 
 /// A registered node. See the module docs.
@@ -315,6 +318,14 @@ impl Node {
         self.campaigns.hand_over(group, successor).await
     }
 
+    /// Whether [`Node::hand_over`] would be refused now, and why, read from
+    /// the store without changing anything: for work that must stop
+    /// before the handover (exec mode's command) only when it will happen.
+    /// The handover itself checks again, in the same step as the release.
+    pub async fn check_hand_over(&self, group: &str, successor: &str) -> Result<(), Error> {
+        self.campaigns.check_hand_over(group, successor).await
+    }
+
     pub fn group(&self, group: &str) -> Option<Group> {
         self.campaigns.group(group)
     }
@@ -369,16 +380,25 @@ async fn act_on_commands(
 ) {
     while let Some((from, payload)) = commands.recv().await {
         match crate::inbox::command::Command::decode(&payload) {
-            Ok(crate::inbox::command::Command::StepDown { group }) if deferred.is_some() => {
-                tracing::info!(%from, %group, "step-down requested; handed to the application");
+            Ok(crate::inbox::command::Command::StepDown { group, to }) if deferred.is_some() => {
+                tracing::info!(%from, %group, ?to, "step-down requested; handed to the application");
                 if let Some(tx) = &deferred {
-                    let _ = tx.send(StepDownRequest { from, group });
+                    let _ = tx.send(StepDownRequest { from, group, to });
                 }
             }
-            Ok(crate::inbox::command::Command::StepDown { group }) => {
+            Ok(crate::inbox::command::Command::StepDown { group, to: None }) => {
                 let result = campaigns.step_down(&group).await;
                 tracing::info!(%from, %group, ?result, "stepped down on request");
             }
+            Ok(crate::inbox::command::Command::StepDown {
+                group,
+                to: Some(to),
+            }) => match campaigns.hand_over(&group, &to).await {
+                Ok(()) => tracing::info!(%from, %group, %to, "handed over on request"),
+                Err(e) => {
+                    tracing::warn!(%from, %group, %to, error = %e, "handover asked for was refused")
+                }
+            },
             Err(e) => tracing::warn!(%from, error = %e, "ignored an unknown command"),
         }
     }
