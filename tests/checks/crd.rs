@@ -31,7 +31,12 @@ fn the_crd_has_names_columns_bounds_and_rules() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(columns, ["Leader", "Term", "Live", "Age", "Expires"]);
+    assert_eq!(
+        columns,
+        ["Leader", "Term", "Live", "Age", "Expires", "Preferred"]
+    );
+    // The preferred member shows with `-o wide`.
+    assert_eq!(version["additionalPrinterColumns"][5]["priority"], 1);
     // kubectl renders a `date` column holding a future time as `<invalid>`;
     // the lease expiry lies in the future while a leader holds it.
     let expires = &version["additionalPrinterColumns"][4];
@@ -49,6 +54,16 @@ fn the_crd_has_names_columns_bounds_and_rules() {
             "{field}"
         );
     }
+    let placement = &schema["properties"]["placement"]["properties"];
+    assert_eq!(placement["stableSeconds"]["minimum"].as_f64(), Some(1.0));
+    assert_eq!(
+        placement["stableSeconds"]["maximum"].as_f64(),
+        Some(86400.0)
+    );
+    assert_eq!(
+        placement["failback"]["enum"],
+        serde_json::json!(["Never", "AfterStable"])
+    );
     let text = serde_json::to_string(schema).unwrap();
     assert!(text.contains("self.renewIntervalMs < self.ttlMs"), "{text}");
     assert!(text.contains("selector must not be empty"), "{text}");

@@ -37,6 +37,7 @@ fn group() -> LeaderGroup {
         renew_interval_ms: 200,
         retry_interval_ms: 100,
         role_label: DEFAULT_ROLE_LABEL.into(),
+        placement: Default::default(),
     };
     let mut g = LeaderGroup::new("web", spec);
     g.metadata.namespace = Some("shop".into());
@@ -548,6 +549,7 @@ async fn plan_follows(
         .map(|p| PodView {
             name: p.to_string(),
             labels: [("app".to_owned(), "web".to_owned())].into(),
+            ..Default::default()
         })
         .collect();
     let g = group();
@@ -854,6 +856,9 @@ async fn a_sweep_by_another_node_is_reflected_in_the_group() {
                 role: leasehold_kube::crd::MemberRole::Follower,
                 expires_at: leasehold_kube::plan::time_of(0),
                 problem: None,
+                priority: 1,
+                live_since: None,
+                revision: None,
             })
             .collect(),
         ..Default::default()

@@ -19,6 +19,10 @@ pub mod types {
     /// "What Redis must provide"); False names what to change. Not part of
     /// Ready: the group works, with a weaker guarantee.
     pub const REDIS_SETTINGS_SAFE: &str = "RedisSettingsSafe";
+    /// The last `leasehold.dev/step-down-to` request: True when the leader
+    /// was asked to hand over, False (with the reason) when it was
+    /// refused. Absent until the first request.
+    pub const HANDOVER: &str = "Handover";
     /// A leader is elected and labelled, and nothing above is wrong.
     pub const READY: &str = "Ready";
 }
@@ -39,6 +43,8 @@ pub mod reasons {
     pub const SAFE_SETTINGS: &str = "SafeSettings";
     pub const UNSAFE_SETTINGS: &str = "UnsafeSettings";
     pub const NOT_READY: &str = "NotReady";
+    pub const HANDOVER_REQUESTED: &str = "HandoverRequested";
+    pub const SUCCESSOR_REFUSED: &str = "SuccessorRefused";
 }
 
 pub const TRUE: &str = "True";

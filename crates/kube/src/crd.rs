@@ -21,6 +21,14 @@ pub const DEFAULT_ROLE_LABEL: &str = "leasehold.dev/role";
 /// Annotation whose new values ask the current leader to step down.
 pub const STEP_DOWN_ANNOTATION: &str = "leasehold.dev/step-down";
 
+/// Annotation whose new values ask the current leader to hand over to the
+/// pod named (a pod of the group's namespace).
+pub const STEP_DOWN_TO_ANNOTATION: &str = "leasehold.dev/step-down-to";
+
+/// Default and bounds of `spec.placement.stableSeconds`.
+pub const DEFAULT_STABLE_SECONDS: i64 = 60;
+pub const MAX_STABLE_SECONDS: i64 = 86_400;
+
 fn default_ttl_ms() -> i64 {
     ElectionConfig::default().ttl_ms as i64
 }
@@ -32,6 +40,12 @@ fn default_retry_interval_ms() -> i64 {
 }
 fn default_role_label() -> String {
     DEFAULT_ROLE_LABEL.to_owned()
+}
+fn default_true() -> bool {
+    true
+}
+fn default_stable_seconds() -> i64 {
+    DEFAULT_STABLE_SECONDS
 }
 
 /// A group of pods of which exactly one leads. The leader pod is labelled
@@ -82,6 +96,13 @@ fn default_role_label() -> String {
         json_path = ".status.leaseExpiresAt",
         priority = 1,
         description = "When the current lease runs out unless renewed (UTC)"
+    ),
+    printcolumn(
+        name = "Preferred",
+        type_ = "string",
+        json_path = ".status.preferred",
+        priority = 1,
+        description = "The member placement would have lead: highest priority, then on the updated revision during a rollout"
     )
 )]
 #[x_kube(validation = Rule::new("self.renewIntervalMs < self.ttlMs").message("renewIntervalMs must be less than ttlMs"))]
@@ -113,6 +134,52 @@ pub struct LeaderGroupSpec {
     #[schemars(length(min = 1, max = 317))]
     #[x_kube(validation = Rule::new("self.matches('^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$')").message("roleLabel must be a label key: an optional DNS prefix and '/', then 1 to 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit"))]
     pub role_label: String,
+    /// Who should lead, beyond the members' own priorities (the agent's
+    /// `--priority`).
+    #[serde(default)]
+    pub placement: Placement,
+}
+
+/// Who should lead: the controller's part of the choice. The engine's
+/// rules (a free seat goes to the live member of highest priority) hold
+/// without it; placement adds what only the cluster knows.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// During a rollout (member pods on more than one revision), members on
+    /// the updated revision that are ready come first among equal
+    /// priorities, and a leader on an old revision hands over once to one
+    /// of them (of at least its priority), before its own pod is replaced.
+    #[serde(default = "default_true")]
+    pub prefer_updated: bool,
+    /// Whether a leader hands over to a member of higher priority that has
+    /// been live for `stableSeconds`. `Never` by default: an automatic
+    /// failback moves the leader twice per incident, and flaps with a
+    /// member that comes and goes.
+    #[serde(default)]
+    pub failback: Failback,
+    /// How long a member of higher priority must have been live before a
+    /// failback to it, seconds.
+    #[serde(default = "default_stable_seconds")]
+    #[schemars(range(min = 1, max = 86400))]
+    pub stable_seconds: i64,
+}
+
+impl Default for Placement {
+    fn default() -> Self {
+        Self {
+            prefer_updated: true,
+            failback: Failback::Never,
+            stable_seconds: DEFAULT_STABLE_SECONDS,
+        }
+    }
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Failback {
+    #[default]
+    Never,
+    AfterStable,
 }
 
 /// A member's role, as its pod's label value says it.
@@ -163,6 +230,48 @@ pub struct Member {
     /// Why the pod is not labelled, if it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<MemberProblem>,
+    /// The priority the member campaigns with (0: it never leads).
+    #[serde(default = "default_priority")]
+    pub priority: i64,
+    /// When the controller first saw the member live (for a failback's
+    /// stability window).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_since: Option<Time>,
+    /// The pod's revision (`controller-revision-hash` or
+    /// `pod-template-hash`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub revision: Option<String>,
+}
+
+fn default_priority() -> i64 {
+    i64::from(leasehold_engine::DEFAULT_PRIORITY)
+}
+
+/// A rollout as the controller sees it: the member pods are on more than
+/// one revision.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollout {
+    /// The updated revision: the revision of the newest member pod.
+    pub revision: String,
+    /// The members preferred in Redis: on the updated revision and ready
+    /// (with `placement.preferUpdated`).
+    #[serde(default)]
+    pub preferred: Vec<String>,
+}
+
+/// A handover the controller asked of a leader.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Handover {
+    /// The node asked to hand over, and the term it led under.
+    pub from: String,
+    pub term: i64,
+    /// The node it was asked to hand over to.
+    pub to: String,
+    /// `Rollout`, `Failback` or `Requested` (the step-down-to annotation).
+    pub reason: String,
+    pub time: Time,
 }
 
 /// The last sweep of expired nodes that touched this group.
@@ -213,6 +322,18 @@ pub struct LeaderGroupStatus {
     /// The last `leasehold.dev/step-down` annotation value acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_step_down: Option<String>,
+    /// The last `leasehold.dev/step-down-to` annotation value acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_step_down_to: Option<String>,
+    /// The pod (or node) placement would have lead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preferred: Option<String>,
+    /// The rollout in progress, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Rollout>,
+    /// The last handover the controller asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handover: Option<Handover>,
 }
 
 impl LeaderGroupSpec {

@@ -122,6 +122,7 @@ mod tests {
             labels: role
                 .map(|r| [(KEY.to_owned(), r.to_owned())].into())
                 .unwrap_or_default(),
+            ..Default::default()
         }
     }
 

@@ -13,11 +13,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, T
 
 use crate::conditions::{self, condition, reasons, types};
 use crate::crd::{
-    LastSweep, LeaderGroup, LeaderGroupSpec, LeaderGroupStatus, Member, MemberProblem, MemberRole,
-    STEP_DOWN_ANNOTATION,
+    Handover, LastSweep, LeaderGroup, LeaderGroupSpec, LeaderGroupStatus, Member, MemberProblem,
+    MemberRole, STEP_DOWN_ANNOTATION, STEP_DOWN_TO_ANNOTATION,
 };
+use crate::placement::{self, Seat};
+pub use crate::pods::{pod_of, time_of, PodView};
 use crate::selector::{PodSelector, SelectorIndex};
-use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::config::ElectionConfig;
 use leasehold_engine::store::GroupState;
 use leasehold_engine::SettingWarning;
@@ -32,13 +33,8 @@ pub mod event_reasons {
     pub const LEADER_LOST: &str = "LeaderLost";
     pub const NODES_SWEPT: &str = "NodesSwept";
     pub const STEP_DOWN_REQUESTED: &str = "StepDownRequested";
-}
-
-/// A pod as the plan needs it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PodView {
-    pub name: String,
-    pub labels: BTreeMap<String, String>,
+    pub const HANDOVER_REQUESTED: &str = "HandoverRequested";
+    pub const HANDOVER_REFUSED: &str = "HandoverRefused";
 }
 
 /// Another LeaderGroup of the namespace, to detect two groups that would
@@ -112,6 +108,12 @@ pub struct Plan {
     pub events: Vec<PlannedEvent>,
     /// Node to send a step-down command to.
     pub step_down: Option<String>,
+    /// A handover to ask of the leader ([`Handover::from`] to
+    /// [`Handover::to`]).
+    pub hand_over: Option<Handover>,
+    /// The preferred members to write into Redis, when they changed
+    /// (`Some(None)`: remove the preference).
+    pub preferred_nodes: Option<Option<Vec<String>>>,
     /// Term to put back into Redis, which lost (part of) its data.
     pub restore_term: Option<u64>,
     /// Timings to write into the group's config in Redis, when valid.
@@ -120,21 +122,6 @@ pub struct Plan {
     /// expected. `(since_ms, remaining_ms)`: since when (Redis clock) and
     /// how much longer to wait before looking again.
     pub awaiting_successor: Option<(u64, u64)>,
-}
-
-/// Milliseconds since the epoch as a Kubernetes time (second precision, as
-/// Kubernetes writes them).
-pub fn time_of(ms: u64) -> Time {
-    let seconds = i64::try_from(ms / 1000).unwrap_or(i64::MAX);
-    Time(
-        k8s_openapi::jiff::Timestamp::from_second(seconds)
-            .unwrap_or(k8s_openapi::jiff::Timestamp::MAX),
-    )
-}
-
-/// The pod a node id names, if it is `NAMESPACE/POD` in `namespace`.
-pub fn pod_of<'n>(node: &'n str, namespace: &str) -> Option<&'n str> {
-    NamespacedName::name_in(node, namespace)
 }
 
 // One piece on purpose: the rules run in this order, each a named step
@@ -164,13 +151,15 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
             status: previous,
             events: Vec::new(),
             step_down: None,
+            hand_over: None,
+            preferred_nodes: None,
             restore_term: None,
             config: None,
             awaiting_successor: Some(wait),
         };
     }
     let holder_pod = holder.and_then(|h| pod_of(h, namespace));
-    let members = members(state, holder, namespace, &pods, observed.pods);
+    let members = members(state, holder, namespace, &pods, observed.pods, &previous);
     // An unusable role label is reported (SpecValid) and nothing is labelled:
     // the API server would refuse every patch.
     let labels = if role_label_ok {
@@ -182,6 +171,27 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let last_sweep = report_sweeps(&previous, observed.swept, &mut events);
     let (step_down, handled_step_down) =
         step_down_on_annotation(group, &previous, holder, &mut events);
+    let listed: Vec<Member> = members.iter().map(|m| m.member.clone()).collect();
+    let seat = Seat {
+        placement: &group.spec.placement,
+        namespace,
+        holder,
+        term,
+        members: &listed,
+        pods: observed.pods,
+        previous: previous.handover.as_ref(),
+        now_ms: state.now_ms,
+    };
+    let placed = placement::place(&seat);
+    let (requested, handled_step_down_to, handover_condition) =
+        step_down_to_on_annotation(group, &previous, &seat, &mut events);
+    let hand_over = requested
+        .or(placed.hand_over)
+        .filter(|_| step_down.is_none());
+    if let Some(h) = &hand_over {
+        events.push(handover_event(h, placed.rollout.as_ref()));
+    }
+    let preferred_nodes = preferred_nodes_to_write(&previous, placed.rollout.as_ref());
 
     let leader_pod = holder_pod
         .filter(|p| observed.pods.iter().any(|pod| pod.name == *p))
@@ -189,7 +199,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let elected = holder.is_some();
     let conflicts = pods.conflicts();
     let ready = elected && config.is_some() && pods.yielded.is_empty() && role_label_ok;
-    let next_conditions = vec![
+    let mut next_conditions = vec![
         spec_valid,
         condition(
             types::STORE_AVAILABLE,
@@ -215,6 +225,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
             },
         ),
     ];
+    next_conditions.extend(handover_condition);
     let status = LeaderGroupStatus {
         leader: leader_pod,
         holder: holder.map(str::to_owned),
@@ -241,6 +252,10 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         ),
         observed_generation: group.metadata.generation,
         handled_step_down,
+        handled_step_down_to,
+        preferred: placed.preferred,
+        rollout: placed.rollout,
+        handover: hand_over.clone().or(previous.handover.clone()),
     };
     let write_status = status_changed(&status, &previous, state.now_ms);
     Plan {
@@ -249,6 +264,8 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         write_status,
         events,
         step_down,
+        hand_over,
+        preferred_nodes,
         restore_term,
         config,
         awaiting_successor: None,
@@ -375,6 +392,8 @@ fn while_redis_is_unavailable(
         write_status,
         events: Vec::new(),
         step_down: None,
+        hand_over: None,
+        preferred_nodes: None,
         restore_term: None,
         config,
         awaiting_successor: None,
@@ -493,6 +512,7 @@ fn members<'a>(
     namespace: &str,
     sorted: &PodsOfGroup<'_>,
     pods: &[PodView],
+    previous: &LeaderGroupStatus,
 ) -> Vec<PlannedMember<'a>> {
     let mut list: Vec<(&str, u64)> = state
         .members
@@ -522,6 +542,7 @@ fn members<'a>(
             } else {
                 MemberRole::Follower
             };
+            let seen = previous.members.iter().find(|m| m.node == node);
             PlannedMember {
                 member: Member {
                     node: node.to_owned(),
@@ -529,6 +550,20 @@ fn members<'a>(
                     role,
                     expires_at: time_of(expiry),
                     problem,
+                    priority: i64::from(
+                        state
+                            .priorities
+                            .get(node)
+                            .copied()
+                            .unwrap_or(leasehold_engine::DEFAULT_PRIORITY),
+                    ),
+                    live_since: Some(
+                        seen.and_then(|m| m.live_since.clone())
+                            .unwrap_or_else(|| time_of(state.now_ms)),
+                    ),
+                    revision: pod
+                        .and_then(|p| pods.iter().find(|v| v.name == p))
+                        .and_then(|v| v.revision.clone()),
                 },
                 labelled_pod: pod.filter(|_| problem.is_none()),
             }
@@ -712,6 +747,86 @@ fn step_down_on_annotation(
         warning: false,
     });
     (holder.map(str::to_owned), annotation)
+}
+
+/// Rule: each new value of the step-down-to annotation asks the holder to
+/// hand over to that pod once (placement decides whether it may); a
+/// refusal is a warning Event and a `Handover=False` condition, and the
+/// leader leads on. The value handled is kept in the status; the
+/// condition stays until the next request.
+fn step_down_to_on_annotation(
+    group: &LeaderGroup,
+    previous: &LeaderGroupStatus,
+    seat: &Seat<'_>,
+    events: &mut Vec<PlannedEvent>,
+) -> (Option<Handover>, Option<String>, Option<Condition>) {
+    let kept = previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == types::HANDOVER)
+        .cloned();
+    let annotation = group
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(STEP_DOWN_TO_ANNOTATION))
+        .cloned();
+    if annotation.is_none() || annotation == previous.handled_step_down_to {
+        return (None, previous.handled_step_down_to.clone(), kept);
+    }
+    let pod = annotation.as_deref().unwrap_or_default().trim();
+    match placement::requested(seat, pod) {
+        Ok(handover) => {
+            let message = format!("asked node {} to hand over to pod {pod}", handover.from);
+            let condition = condition(types::HANDOVER, true, reasons::HANDOVER_REQUESTED, message);
+            (Some(handover), annotation, Some(condition))
+        }
+        Err(why) => {
+            events.push(PlannedEvent {
+                reason: event_reasons::HANDOVER_REFUSED,
+                note: format!(
+                    "{STEP_DOWN_TO_ANNOTATION}={pod} refused: {why}; the leader leads on"
+                ),
+                warning: true,
+            });
+            let condition = condition(types::HANDOVER, false, reasons::SUCCESSOR_REFUSED, why);
+            (None, annotation, Some(condition))
+        }
+    }
+}
+
+/// The Event of a handover asked for.
+fn handover_event(h: &Handover, rollout: Option<&crate::crd::Rollout>) -> PlannedEvent {
+    let why = match (h.reason.as_str(), rollout) {
+        (placement::reasons::ROLLOUT, Some(r)) => format!("rollout to revision {}", r.revision),
+        (placement::reasons::FAILBACK, _) => "failback to a member of higher priority".to_owned(),
+        _ => format!("{STEP_DOWN_TO_ANNOTATION} annotation"),
+    };
+    PlannedEvent {
+        reason: event_reasons::HANDOVER_REQUESTED,
+        note: format!(
+            "asked node {} (term {}) to hand over to node {}: {why}",
+            h.from, h.term, h.to
+        ),
+        warning: false,
+    }
+}
+
+/// Rule: the preferred members are written into Redis when they differ
+/// from the ones the status last recorded (none outside a rollout).
+fn preferred_nodes_to_write(
+    previous: &LeaderGroupStatus,
+    rollout: Option<&crate::crd::Rollout>,
+) -> Option<Option<Vec<String>>> {
+    let was = previous
+        .rollout
+        .as_ref()
+        .map(|r| r.preferred.clone())
+        .filter(|p| !p.is_empty());
+    let now = rollout
+        .map(|r| r.preferred.clone())
+        .filter(|p| !p.is_empty());
+    (was != now).then_some(now)
 }
 
 fn leader_elected(holder: Option<&str>, leader_pod: Option<&str>, term: u64) -> Condition {

@@ -20,6 +20,7 @@ fn spec() -> LeaderGroupSpec {
         renew_interval_ms: 5_000,
         retry_interval_ms: 2_000,
         role_label: DEFAULT_ROLE_LABEL.into(),
+        placement: Default::default(),
     }
 }
 
@@ -39,6 +40,7 @@ fn pod(name: &str, role: Option<&str>) -> PodView {
     PodView {
         name: name.into(),
         labels,
+        ..Default::default()
     }
 }
 
@@ -716,6 +718,7 @@ fn a_plan_on_the_pods_it_reads_equals_one_on_all_pods() {
                 PodView {
                     name: format!("p{i}"),
                     labels,
+                    ..Default::default()
                 }
             })
             .collect();
@@ -775,4 +778,238 @@ fn a_plan_on_the_pods_it_reads_equals_one_on_all_pods() {
         "the filter kept every pod in {} of 2000 cases",
         2_000 - kept_fewer
     );
+}
+
+// ---- placement (placement.rs): who should lead ----
+
+/// A member pod on `revision`, created at `created_ms`, with its readiness.
+fn pod_on(name: &str, revision: &str, created_ms: u64, ready: Option<bool>) -> PodView {
+    let mut p = pod(name, None);
+    p.labels
+        .insert("controller-revision-hash".into(), revision.into());
+    p.revision = Some(revision.into());
+    p.created_ms = created_ms;
+    p.ready = ready;
+    p
+}
+
+/// `state` with priorities for some members.
+fn with_priorities(store: StoreView, priorities: &[(&str, u32)]) -> StoreView {
+    let StoreView::Available(mut s) = store else {
+        unreachable!()
+    };
+    for m in &s.members {
+        s.priorities.insert(m.0.clone(), 1);
+    }
+    for (m, p) in priorities {
+        s.priorities.insert(format!("{NS}/{m}"), *p);
+    }
+    StoreView::Available(s)
+}
+
+fn rollout_pods(ready: Option<bool>) -> [PodView; 3] {
+    [
+        pod_on("a", "v1", 1_000, Some(true)),
+        pod_on("b", "v1", 2_000, Some(true)),
+        pod_on("c", "v2", 3_000, ready),
+    ]
+}
+
+#[test]
+fn during_a_rollout_a_leader_on_an_old_revision_hands_over_once_to_a_ready_updated_member() {
+    let g = group("web", spec(), None);
+    let p = run(
+        &g,
+        &rollout_pods(Some(true)),
+        &state(Some("a"), 4, &["a", "b", "c"]),
+    );
+    let h = p.hand_over.clone().expect("a handover");
+    assert_eq!(
+        (h.from.as_str(), h.to.as_str(), h.term),
+        ("shop/a", "shop/c", 4)
+    );
+    assert_eq!(h.reason, placement::reasons::ROLLOUT);
+    let rollout = p.status.rollout.clone().unwrap();
+    assert_eq!(rollout.revision, "v2");
+    assert_eq!(rollout.preferred, ["shop/c"]);
+    assert_eq!(p.preferred_nodes, Some(Some(vec!["shop/c".to_owned()])));
+    assert_eq!(p.status.preferred.as_deref(), Some("c"));
+    assert_eq!(p.status.handover.as_ref(), Some(&h));
+    assert!(p
+        .events
+        .iter()
+        .any(|e| e.reason == event_reasons::HANDOVER_REQUESTED && e.note.contains("revision v2")));
+    assert!(p.write_status);
+    // Asked once per term: the next reconcile in the same term asks nothing,
+    // and writes no preferred members again.
+    let g = group("web", spec(), Some(p.status.clone()));
+    let again = run(
+        &g,
+        &rollout_pods(Some(true)),
+        &state(Some("a"), 4, &["a", "b", "c"]),
+    );
+    assert_eq!(again.hand_over, None);
+    assert_eq!(again.preferred_nodes, None);
+}
+
+#[test]
+fn a_rollout_asks_nothing_while_no_updated_member_is_ready_or_without_prefer_updated() {
+    for ready in [Some(false), None] {
+        let g = group("web", spec(), None);
+        let p = run(
+            &g,
+            &rollout_pods(ready),
+            &state(Some("a"), 4, &["a", "b", "c"]),
+        );
+        assert_eq!(p.hand_over, None, "ready {ready:?}");
+        assert_eq!(
+            p.status.rollout.as_ref().unwrap().preferred,
+            Vec::<String>::new()
+        );
+        assert_eq!(p.preferred_nodes, None, "no list before, none now");
+    }
+    let mut s = spec();
+    s.placement.prefer_updated = false;
+    let g = group("web", s, None);
+    let p = run(
+        &g,
+        &rollout_pods(Some(true)),
+        &state(Some("a"), 4, &["a", "b", "c"]),
+    );
+    assert_eq!(p.hand_over, None);
+    assert_eq!(p.preferred_nodes, None);
+    // A leader already on the updated revision stays.
+    let g = group("web", spec(), None);
+    let p = run(
+        &g,
+        &rollout_pods(Some(true)),
+        &state(Some("c"), 4, &["a", "b", "c"]),
+    );
+    assert_eq!(p.hand_over, None);
+}
+
+#[test]
+fn a_rollout_never_hands_over_to_a_member_of_lower_priority() {
+    let g = group("web", spec(), None);
+    let store = with_priorities(state(Some("a"), 4, &["a", "b", "c"]), &[("a", 5), ("c", 2)]);
+    let p = run(&g, &rollout_pods(Some(true)), &store);
+    assert_eq!(p.hand_over, None);
+    // Placement still prefers the leader: it has the highest priority.
+    assert_eq!(p.status.preferred.as_deref(), Some("a"));
+}
+
+#[test]
+fn the_end_of_a_rollout_removes_the_preferred_members_from_redis() {
+    let previous = LeaderGroupStatus {
+        rollout: Some(crate::crd::Rollout {
+            revision: "v2".into(),
+            preferred: vec!["shop/c".into()],
+        }),
+        ..Default::default()
+    };
+    let g = group("web", spec(), Some(previous));
+    let pods = [
+        pod_on("a", "v2", 4_000, None),
+        pod_on("b", "v2", 5_000, None),
+        pod_on("c", "v2", 3_000, None),
+    ];
+    let p = run(&g, &pods, &state(Some("c"), 5, &["a", "b", "c"]));
+    assert_eq!(p.status.rollout, None);
+    assert_eq!(p.preferred_nodes, Some(None));
+}
+
+#[test]
+fn failback_after_stable_hands_over_to_a_member_of_higher_priority_live_long_enough() {
+    let store = with_priorities(state(Some("a"), 7, &["a", "b"]), &[("b", 3)]);
+    let pods = [pod("a", None), pod("b", None)];
+    let live_since = |b_ms: u64| LeaderGroupStatus {
+        holder: Some("shop/a".into()),
+        members: run(&group("web", spec(), None), &pods, &store)
+            .status
+            .members
+            .into_iter()
+            .map(|mut m| {
+                m.live_since = Some(time_of(if m.node == "shop/b" { b_ms } else { 0 }));
+                m
+            })
+            .collect(),
+        ..Default::default()
+    };
+    let mut s = spec();
+    s.placement.failback = crate::crd::Failback::AfterStable;
+    // Live for 61 s: handed over.
+    let p = run(
+        &group("web", s.clone(), Some(live_since(NOW - 61_000))),
+        &pods,
+        &store,
+    );
+    let h = p.hand_over.expect("a failback");
+    assert_eq!(
+        (h.to.as_str(), h.reason.as_str()),
+        ("shop/b", placement::reasons::FAILBACK)
+    );
+    // Live for 30 s: not yet.
+    let p = run(
+        &group("web", s, Some(live_since(NOW - 30_000))),
+        &pods,
+        &store,
+    );
+    assert_eq!(p.hand_over, None);
+    // Never (the default): the leader keeps its seat.
+    let p = run(
+        &group("web", spec(), Some(live_since(NOW - 61_000))),
+        &pods,
+        &store,
+    );
+    assert_eq!(p.hand_over, None);
+    assert_eq!(p.status.preferred.as_deref(), Some("b"));
+}
+
+#[test]
+fn the_step_down_to_annotation_asks_a_handover_to_a_live_member_or_is_refused_once() {
+    let store = with_priorities(state(Some("a"), 2, &["a", "b", "z"]), &[("z", 0)]);
+    let pods = [pod("a", None), pod("b", None), pod("z", None)];
+    let annotated = |value: &str, status: Option<LeaderGroupStatus>| {
+        let mut g = group("web", spec(), status);
+        g.metadata.annotations = Some(
+            [(
+                crate::crd::STEP_DOWN_TO_ANNOTATION.to_owned(),
+                value.to_owned(),
+            )]
+            .into(),
+        );
+        g
+    };
+    let p = run(&annotated("b", None), &pods, &store);
+    let h = p.hand_over.clone().expect("a handover");
+    assert_eq!(
+        (h.to.as_str(), h.reason.as_str()),
+        ("shop/b", placement::reasons::REQUESTED)
+    );
+    assert_eq!(p.status.handled_step_down_to.as_deref(), Some("b"));
+    assert_eq!(cond(&p.status, types::HANDOVER).status, "True");
+    for (pod, words) in [
+        ("z", "priority 0"),
+        ("ghost", "not a live member"),
+        ("a", "already leads"),
+    ] {
+        let p = run(&annotated(pod, None), &pods, &store);
+        assert_eq!(p.hand_over, None, "{pod}");
+        let c = cond(&p.status, types::HANDOVER);
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", reasons::SUCCESSOR_REFUSED)
+        );
+        assert!(c.message.contains(words), "{pod}: {}", c.message);
+        let e = p
+            .events
+            .iter()
+            .find(|e| e.reason == event_reasons::HANDOVER_REFUSED)
+            .unwrap();
+        assert!(e.warning && e.note.contains(words), "{e:?}");
+        // The same value again: handled, nothing more, the condition kept.
+        let again = run(&annotated(pod, Some(p.status.clone())), &pods, &store);
+        assert!(again.events.is_empty() && again.hand_over.is_none());
+        assert_eq!(cond(&again.status, types::HANDOVER).status, "False");
+    }
 }

@@ -89,6 +89,10 @@ pub enum ReconcileError {
     },
     #[error("writing status: {0}")]
     Status(#[source] kube::Error),
+    /// The preferred members could not be written into the store: the
+    /// status is not written either, so the next reconcile tries again.
+    #[error("writing the preferred members into the store: {0}")]
+    Preferred(#[source] leasehold_engine::StoreError),
     #[error("this replica stopped being the active one before the clean-up was done")]
     NotActive,
 }
@@ -101,16 +105,60 @@ impl ReconcileError {
             Self::PodsNotCached => "pods_not_cached",
             Self::LabelPod { .. } => "label_pod",
             Self::Status(_) => "status",
+            Self::Preferred(_) => "preferred",
             Self::NotActive => "not_active",
         }
     }
 }
 
 fn pod_view(pod: &PartialObjectMeta<Pod>) -> PodView {
+    let labels = pod.metadata.labels.clone().unwrap_or_default();
     PodView {
         name: pod.name_any(),
-        labels: pod.metadata.labels.clone().unwrap_or_default(),
+        revision: PodView::revision_of(&labels),
+        labels,
+        created_ms: pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map_or(0, |t| t.0.as_millisecond().max(0) as u64),
+        ready: None,
     }
+}
+
+/// During a rollout (the pods read are on more than one revision), each
+/// pod's readiness, read from the API server: the watch keeps metadata
+/// only, which does not say. At rest nothing is read. A pod that cannot
+/// be read stays unknown, never preferred.
+async fn read_readiness(pods: &mut [PodView], namespace: &str, ctx: &Context) {
+    let mut revisions = pods.iter().filter_map(|p| p.revision.as_deref());
+    let Some(first) = revisions.next() else {
+        return;
+    };
+    if revisions.all(|r| r == first) {
+        return;
+    }
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    for pod in pods.iter_mut().filter(|p| p.revision.is_some()) {
+        pod.ready = match api.get_opt(&pod.name).await {
+            Ok(Some(full)) => Some(is_ready(&full)),
+            Ok(None) => Some(false),
+            Err(e) => {
+                tracing::debug!(pod = %pod.name, error = %e, "could not read the pod's readiness");
+                None
+            }
+        };
+    }
+}
+
+/// Whether the pod's `Ready` condition is true, and it is not terminating.
+fn is_ready(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_none()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// A hash of what a plan reads from the group object apart from its
@@ -172,16 +220,12 @@ pub async fn reconcile(
         return Ok(Action::requeue(Duration::from_millis(remaining)));
     }
     locked(&ctx.holders_gone).remove(&redis_group);
-    apply_to_redis(&plan, &redis_group, ctx).await;
+    apply_to_redis(&plan, &redis_group, ctx).await?;
     if !apply_labels(&plan.labels, &namespace, ctx).await? {
         // No longer the active replica: the rest is the new one's to write.
         return Ok(Action::requeue(ctx.resync));
     }
-    if let Some(holder) = &plan.step_down {
-        if let Err(e) = ctx.node.ask_to_step_down(holder, &redis_group).await {
-            tracing::warn!(%holder, error = %e, "could not send the step-down command");
-        }
-    }
+    send_commands(&plan, &redis_group, ctx).await;
     record_events(&plan, &group, ctx).await;
     write_status(&plan, &group, &namespace, ctx).await?;
     if plan.write_status {
@@ -344,7 +388,10 @@ impl World {
         };
         let others = other_groups(group, namespace, ctx);
         let read = PodsRead::new(group, &others, &store);
-        let pods = cached_pods(namespace, ctx, |name, labels| read.needs(name, labels))?;
+        let mut pods = cached_pods(namespace, ctx, |name, labels| read.needs(name, labels))?;
+        if group.spec.placement.prefer_updated {
+            read_readiness(&mut pods, namespace, ctx).await;
+        }
         let swept = locked(&ctx.swept).clone();
         Ok(Self {
             pods,
@@ -356,18 +403,57 @@ impl World {
 }
 
 /// The group's timings and a lost term go back into Redis; a failure is
-/// logged and retried at the next reconcile.
-async fn apply_to_redis(plan: &Plan, redis_group: &str, ctx: &Context) {
+/// logged and retried at the next reconcile. The preferred members too,
+/// but a failure to write them ends the reconcile, before the status that
+/// would record them.
+async fn apply_to_redis(
+    plan: &Plan,
+    redis_group: &str,
+    ctx: &Context,
+) -> Result<(), ReconcileError> {
     let store = ctx.node.store();
     if let Some(config) = &plan.config {
         if let Err(e) = bounded(STORE_READ, store.write_group_config(redis_group, config)).await {
             tracing::warn!(error = %e, "could not write the group's timings");
         }
     }
+    if let Some(preferred) = &plan.preferred_nodes {
+        if let Err(e) = bounded(
+            STORE_READ,
+            store.write_preferred(redis_group, preferred.as_deref()),
+        )
+        .await
+        {
+            return Err(ReconcileError::Preferred(e));
+        }
+    }
     if let Some(term) = plan.restore_term {
         match bounded(STORE_READ, store.restore_term(redis_group, term)).await {
             Ok(raised) => tracing::info!(term, raised, "restored the term redis lost"),
             Err(e) => tracing::warn!(error = %e, "could not restore the term"),
+        }
+    }
+    Ok(())
+}
+
+/// A step-down or a handover the plan asks of the leader. A command that
+/// cannot be sent is logged; the status still records the handover asked
+/// for, so it is not asked again in the same term (a rollout's next pod
+/// change, or the next term, asks again).
+async fn send_commands(plan: &Plan, redis_group: &str, ctx: &Context) {
+    if let Some(holder) = &plan.step_down {
+        if let Err(e) = ctx.node.ask_to_step_down(holder, redis_group).await {
+            tracing::warn!(%holder, error = %e, "could not send the step-down command");
+        }
+    }
+    if let Some(h) = &plan.hand_over {
+        match ctx.node.ask_to_hand_over(&h.from, redis_group, &h.to).await {
+            Ok(_) => {
+                tracing::info!(from = %h.from, to = %h.to, reason = %h.reason, "asked for a handover")
+            }
+            Err(e) => {
+                tracing::warn!(from = %h.from, to = %h.to, error = %e, "could not send the handover command")
+            }
         }
     }
 }
@@ -497,6 +583,7 @@ pub fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Co
         ReconcileError::LabelPod { .. } => Action::requeue(Duration::from_secs(1)),
         ReconcileError::PodsNotCached => Action::requeue(Duration::from_secs(1)),
         ReconcileError::Status(_) => Action::requeue(Duration::from_secs(5)),
+        ReconcileError::Preferred(_) => Action::requeue(Duration::from_secs(1)),
         ReconcileError::NotActive => Action::requeue(ctx.resync),
     }
 }

@@ -1,0 +1,225 @@
+//! Who should lead, as far as the cluster can tell: the controller's part
+//! of the choice, beside the members' own priorities that the engine
+//! applies to every free seat. Pure, like `plan.rs`, which calls it:
+//!
+//! - during a rollout (the member pods are on more than one revision), the
+//!   members on the updated revision that are ready are written to Redis
+//!   as preferred, so a free seat goes to one of them among equal
+//!   priorities; and a leader on an old revision is asked, once per term,
+//!   to hand over to the best of them (of at least its own priority), so
+//!   a rollout moves the leader once, onto the new revision, instead of
+//!   each time its pod is replaced;
+//! - with `failback: AfterStable`, a leader is asked, once per term, to
+//!   hand over to a member of higher priority that has been live for
+//!   `stableSeconds`;
+//! - each new value of the `leasehold.dev/step-down-to` annotation asks
+//!   the leader to hand over to that pod, when it is a live member that
+//!   may lead; otherwise the request is refused and reported.
+//!
+//! The updated revision is the revision of the newest member pod: a
+//! rollout creates pods only on the revision it rolls out. It needs no
+//! read of the StatefulSet or Deployment (nor the RBAC for it).
+
+use crate::crd::{Failback, Handover, Member, Placement, Rollout};
+use crate::pods::{pod_of, time_of, PodView};
+
+/// Why a handover was asked for, as the status and the Events name it.
+pub mod reasons {
+    pub const ROLLOUT: &str = "Rollout";
+    pub const FAILBACK: &str = "Failback";
+    pub const REQUESTED: &str = "Requested";
+}
+
+/// What placement decided for one reconcile.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placed {
+    /// The pod (or node) placement would have lead.
+    pub preferred: Option<String>,
+    pub rollout: Option<Rollout>,
+    /// A handover to ask of the leader now.
+    pub hand_over: Option<Handover>,
+}
+
+/// The group as placement sees it.
+pub struct Seat<'a> {
+    pub placement: &'a Placement,
+    pub namespace: &'a str,
+    /// The live holder and its term.
+    pub holder: Option<&'a str>,
+    pub term: u64,
+    /// The live members, with their priority, revision and first sight.
+    pub members: &'a [Member],
+    pub pods: &'a [PodView],
+    /// The last handover asked for.
+    pub previous: Option<&'a Handover>,
+    pub now_ms: u64,
+}
+
+impl Seat<'_> {
+    fn pod(&self, member: &Member) -> Option<&PodView> {
+        let name = pod_of(&member.node, self.namespace)?;
+        self.pods.iter().find(|p| p.name == name)
+    }
+
+    fn holder(&self) -> Option<&Member> {
+        let holder = self.holder?;
+        self.members.iter().find(|m| m.node == holder)
+    }
+
+    /// The updated revision, when the member pods are on more than one.
+    fn updated_revision(&self) -> Option<&str> {
+        let pods: Vec<&PodView> = self.members.iter().filter_map(|m| self.pod(m)).collect();
+        let first = pods.iter().find_map(|p| p.revision.as_deref())?;
+        if pods
+            .iter()
+            .all(|p| p.revision.as_deref().is_none_or(|r| r == first))
+        {
+            return None;
+        }
+        pods.iter()
+            .filter(|p| p.revision.is_some())
+            .max_by_key(|p| (p.created_ms, &p.name))
+            .and_then(|p| p.revision.as_deref())
+    }
+
+    /// Whether a handover was already asked of this holder in this term.
+    fn asked_this_term(&self) -> bool {
+        self.previous
+            .is_some_and(|h| Some(h.from.as_str()) == self.holder && h.term == self.term as i64)
+    }
+
+    fn ask(&self, to: &Member, reason: &str) -> Option<Handover> {
+        Some(Handover {
+            from: self.holder?.to_owned(),
+            term: self.term as i64,
+            to: to.node.clone(),
+            reason: reason.to_owned(),
+            time: time_of(self.now_ms),
+        })
+    }
+}
+
+/// The best of `members` by priority (then node id, for a stable choice),
+/// the holder first among equals.
+fn best<'m>(members: impl Iterator<Item = &'m Member>, holder: Option<&str>) -> Option<&'m Member> {
+    members.filter(|m| m.priority > 0).min_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then_with(|| (Some(b.node.as_str()) == holder).cmp(&(Some(a.node.as_str()) == holder)))
+            .then_with(|| a.node.cmp(&b.node))
+    })
+}
+
+/// Rules: see the module docs.
+pub fn place(seat: &Seat<'_>) -> Placed {
+    let updated = seat.updated_revision();
+    let preferred_nodes: Vec<&Member> = match updated {
+        Some(revision) if seat.placement.prefer_updated => seat
+            .members
+            .iter()
+            .filter(|m| m.revision.as_deref() == Some(revision))
+            .filter(|m| seat.pod(m).is_some_and(|p| p.ready == Some(true)))
+            .collect(),
+        _ => Vec::new(),
+    };
+    let rollout = updated.map(|revision| Rollout {
+        revision: revision.to_owned(),
+        preferred: preferred_nodes.iter().map(|m| m.node.clone()).collect(),
+    });
+    // Placement's choice: the highest priority; among equals a preferred
+    // member (during a rollout), then the holder.
+    let top = seat
+        .members
+        .iter()
+        .filter(|m| m.priority > 0)
+        .map(|m| m.priority)
+        .max();
+    let at_top = seat.members.iter().filter(|m| Some(m.priority) == top);
+    let choice = best(
+        at_top
+            .clone()
+            .filter(|m| preferred_nodes.iter().any(|p| p.node == m.node)),
+        seat.holder,
+    )
+    .or_else(|| best(at_top, seat.holder));
+    let preferred = choice.map(|m| {
+        pod_of(&m.node, seat.namespace)
+            .unwrap_or(&m.node)
+            .to_owned()
+    });
+    Placed {
+        preferred,
+        rollout,
+        hand_over: hand_over(seat, updated, &preferred_nodes),
+    }
+}
+
+/// Rules: a leader on an old revision hands over to the best ready,
+/// updated member of at least its priority (rollout); with failback, a
+/// leader hands over to the best member of higher priority live for the
+/// stability window. Once per term each, so a refusal is not repeated.
+fn hand_over(seat: &Seat<'_>, updated: Option<&str>, preferred: &[&Member]) -> Option<Handover> {
+    let holder = seat.holder()?;
+    if seat.asked_this_term() {
+        return None;
+    }
+    let on_old_revision =
+        updated.is_some_and(|u| holder.revision.as_deref().is_some_and(|r| r != u));
+    if seat.placement.prefer_updated && on_old_revision {
+        let to = best(
+            preferred
+                .iter()
+                .copied()
+                .filter(|m| m.node != holder.node && m.priority >= holder.priority),
+            None,
+        );
+        if let Some(to) = to {
+            return seat.ask(to, reasons::ROLLOUT);
+        }
+    }
+    if seat.placement.failback == Failback::AfterStable {
+        let stable_ms = u64::try_from(seat.placement.stable_seconds.max(1)).unwrap_or(1) * 1000;
+        let stable = |m: &&Member| {
+            m.live_since.as_ref().is_some_and(|since| {
+                since.0.as_millisecond().saturating_add(stable_ms as i64) <= seat.now_ms as i64
+            })
+        };
+        let to = best(
+            seat.members
+                .iter()
+                .filter(|m| m.node != holder.node && m.priority > holder.priority)
+                .filter(stable),
+            None,
+        );
+        if let Some(to) = to {
+            return seat.ask(to, reasons::FAILBACK);
+        }
+    }
+    None
+}
+
+/// Rule: a new value of the step-down-to annotation names a pod of the
+/// group's namespace; the leader is asked to hand over to it when it is a
+/// live member that may lead, and otherwise the request is refused with
+/// the reason (the leader leads on).
+pub fn requested(seat: &Seat<'_>, pod: &str) -> Result<Handover, String> {
+    let Some(holder) = seat.holder else {
+        return Err(format!("no leader to hand over to pod {pod:?}"));
+    };
+    let node = format!("{}/{pod}", seat.namespace);
+    if node == holder {
+        return Err(format!("pod {pod:?} already leads"));
+    }
+    let Some(member) = seat.members.iter().find(|m| m.node == node) else {
+        return Err(format!(
+            "pod {pod:?} is not a live member of the group (it runs no agent that campaigns for it)"
+        ));
+    };
+    if member.priority <= 0 {
+        return Err(format!(
+            "pod {pod:?} campaigns with priority 0: it never leads"
+        ));
+    }
+    seat.ask(member, reasons::REQUESTED)
+        .ok_or_else(|| format!("no leader to hand over to pod {pod:?}"))
+}

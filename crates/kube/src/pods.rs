@@ -1,0 +1,48 @@
+//! A pod as the controller's rules see it, and the small conversions they
+//! share (a node id's pod, a Kubernetes time): a leaf, so `plan` and
+//! `placement` both use it without naming each other.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use leasehold_daemon::names::NamespacedName;
+
+/// A pod as the plan needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PodView {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// The pod's revision: its `controller-revision-hash` (StatefulSet,
+    /// DaemonSet) or `pod-template-hash` (Deployment) label.
+    pub revision: Option<String>,
+    /// When the pod was created (ms).
+    pub created_ms: u64,
+    /// Whether the pod is Ready; read only during a rollout (`None`
+    /// otherwise: the metadata the controller watches does not say).
+    pub ready: Option<bool>,
+}
+
+impl PodView {
+    /// A pod's revision from its labels.
+    pub fn revision_of(labels: &BTreeMap<String, String>) -> Option<String> {
+        labels
+            .get("controller-revision-hash")
+            .or_else(|| labels.get("pod-template-hash"))
+            .cloned()
+    }
+}
+
+/// Milliseconds since the epoch as a Kubernetes time (second precision, as
+/// Kubernetes writes them).
+pub fn time_of(ms: u64) -> Time {
+    let seconds = i64::try_from(ms / 1000).unwrap_or(i64::MAX);
+    Time(
+        k8s_openapi::jiff::Timestamp::from_second(seconds)
+            .unwrap_or(k8s_openapi::jiff::Timestamp::MAX),
+    )
+}
+
+/// The pod a node id names, if it is `NAMESPACE/POD` in `namespace`.
+pub fn pod_of<'n>(node: &'n str, namespace: &str) -> Option<&'n str> {
+    NamespacedName::name_in(node, namespace)
+}
