@@ -365,6 +365,28 @@ impl EndpointWatch {
         }
     }
 
+    /// How many times the one endpoint went from one pod to another after
+    /// `since` (a state with none between two pods does not count).
+    fn leader_changes_since(&self, since: Instant) -> usize {
+        let seen = self.seen.lock().unwrap();
+        let last_before = seen
+            .iter()
+            .filter(|(at, pods)| *at < since && pods.len() == 1)
+            .map(|(_, pods)| pods[0].clone())
+            .next_back();
+        let mut current = last_before;
+        let mut changes = 0;
+        for (_, pods) in seen.iter().filter(|(at, _)| *at >= since) {
+            if let [pod] = &pods[..] {
+                if current.as_ref().is_some_and(|c| c != pod) {
+                    changes += 1;
+                }
+                current = Some(pod.clone());
+            }
+        }
+        changes
+    }
+
     fn states(&self) -> Vec<Vec<String>> {
         self.seen
             .lock()
@@ -413,6 +435,80 @@ fn three_live(cluster: &Cluster) {
             (out.trim() == "3").then_some(())
         },
     );
+}
+
+/// What one rollout did to the leader.
+#[derive(Debug)]
+struct RolloutFigure {
+    /// Leader changes, from the LeaderGroup's `status.transitions`.
+    changes: i64,
+    /// Leader changes the `web-leader` Service went through (a state with
+    /// no endpoint between two leaders does not count).
+    endpoint_changes: usize,
+    leader: String,
+    /// Whether the leader after is on the StatefulSet's updated revision.
+    on_new_revision: bool,
+}
+
+/// One `kubectl rollout restart` of the StatefulSet, with `preferUpdated`
+/// set as given and the leader first put on web-1 by name (the README's
+/// step-down-to), so that both runs start alike: a StatefulSet replaces
+/// web-2 first, then web-1, then web-0.
+fn rollout(cluster: &Cluster, watch: &EndpointWatch, prefer_updated: bool) -> RolloutFigure {
+    let minute = Duration::from_secs(60);
+    let patch = format!(r#"{{"spec":{{"placement":{{"preferUpdated":{prefer_updated}}}}}}}"#);
+    cluster.kubectl(&["patch", "lg", "web", "--type", "merge", "-p", &patch]);
+    three_live(cluster);
+    if cluster.leader_of("web").as_deref() != Some("web-1") {
+        cluster.readme("kubectl annotate lg web leasehold.dev/step-down-to-");
+        cluster.kubectl(&[
+            "annotate",
+            "--overwrite",
+            "lg",
+            "web",
+            "leasehold.dev/step-down-to=web-1",
+        ]);
+        eventually(minute, "web-1 leads after step-down-to=web-1", || {
+            (cluster.leader_of("web").as_deref() == Some("web-1")).then_some(())
+        });
+    }
+    let transitions = || {
+        cluster
+            .kubectl(&["get", "lg", "web", "-o", "jsonpath={.status.transitions}"])
+            .trim()
+            .parse::<i64>()
+            .expect("transitions")
+    };
+    let before = transitions();
+    let since = Instant::now();
+    cluster.kubectl(&["rollout", "restart", "statefulset", "web"]);
+    cluster.kubectl(&["rollout", "status", "statefulset", "web", "--timeout=5m"]);
+    three_live(cluster);
+    // The last handover, if any, is settled within a retry interval.
+    std::thread::sleep(Duration::from_secs(3));
+    let leader = eventually(minute, "a leader after the rollout", || {
+        cluster.leader_of("web")
+    });
+    let updated = cluster.kubectl(&[
+        "get",
+        "statefulset",
+        "web",
+        "-o",
+        "jsonpath={.status.updateRevision}",
+    ]);
+    let revision = cluster.kubectl(&[
+        "get",
+        "pod",
+        &leader,
+        "-o",
+        "jsonpath={.metadata.labels.controller-revision-hash}",
+    ]);
+    RolloutFigure {
+        changes: transitions() - before,
+        endpoint_changes: watch.leader_changes_since(since),
+        on_new_revision: !updated.trim().is_empty() && updated.trim() == revision.trim(),
+        leader,
+    }
 }
 
 fn eventually<T>(limit: Duration, what: &str, mut check: impl FnMut() -> Option<T>) -> T {
@@ -644,6 +740,37 @@ fn the_readme_user_guide_works_on_a_one_node_cluster() {
     cluster.readme("kubectl annotate --overwrite lg web leasehold.dev/step-down=$(date +%s)");
     let (last, took) = watch.wait_for_other(&after_step_down, since, MOVE_BOUND);
     println!("4. step-down of {after_step_down} under {took_over}: web-leader reaches {last} {took:?} later");
+
+    // 5. Choose who leads: a named successor, then a rollout with
+    // placement off and one with it on (the default). The figure goes into
+    // the README.
+    three_live(&cluster);
+    cluster.readme("kubectl annotate --overwrite lg web leasehold.dev/step-down-to=web-2");
+    let (named, _) = eventually(minute, "web-2 leads, or the request refused", || {
+        let g = cluster.json(&["get", "lg", "web"]);
+        let handover = g["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .find(|c| c["type"] == "Handover")?
+            .clone();
+        let leader = g["status"]["leader"].as_str()?.to_owned();
+        (leader == "web-2" || handover["status"] == "False").then_some((leader, handover))
+    });
+    println!("5. step-down-to=web-2: web-2 leads ({named})");
+    assert_eq!(named, "web-2");
+    cluster.readme("kubectl annotate lg web leasehold.dev/step-down-to-");
+    let off = rollout(&cluster, &watch, false);
+    println!("5. rollout with preferUpdated off: {off:?}");
+    let on = rollout(&cluster, &watch, true);
+    println!(
+        "5. rollout with preferUpdated on: {on:?}; {} leads after it",
+        on.leader
+    );
+    assert_eq!(
+        (on.changes, on.endpoint_changes, on.on_new_revision),
+        (1, 1, true),
+        "with preferUpdated a rollout moves the leader once, onto the new revision"
+    );
     watch.assert_never_two();
     println!(
         "   web-leader's endpoints, every state the watch saw: {:?}",

@@ -752,8 +752,8 @@ fn step_down_on_annotation(
 /// Rule: each new value of the step-down-to annotation asks the holder to
 /// hand over to that pod once (placement decides whether it may); a
 /// refusal is a warning Event and a `Handover=False` condition, and the
-/// leader leads on. The value handled is kept in the status; the
-/// condition stays until the next request.
+/// leader leads on. The value handled is kept in the status until the
+/// annotation is removed; the condition stays until the next request.
 fn step_down_to_on_annotation(
     group: &LeaderGroup,
     previous: &LeaderGroupStatus,
@@ -771,8 +771,10 @@ fn step_down_to_on_annotation(
         .as_ref()
         .and_then(|a| a.get(STEP_DOWN_TO_ANNOTATION))
         .cloned();
+    // Removing the annotation forgets the value handled, so the same pod
+    // can be asked for again.
     if annotation.is_none() || annotation == previous.handled_step_down_to {
-        return (None, previous.handled_step_down_to.clone(), kept);
+        return (None, annotation, kept);
     }
     let pod = annotation.as_deref().unwrap_or_default().trim();
     match placement::requested(seat, pod) {

@@ -1012,4 +1012,10 @@ fn the_step_down_to_annotation_asks_a_handover_to_a_live_member_or_is_refused_on
         assert!(again.events.is_empty() && again.hand_over.is_none());
         assert_eq!(cond(&again.status, types::HANDOVER).status, "False");
     }
+    // Removed, the value is forgotten: the same pod can be asked again.
+    let handled = run(&annotated("b", None), &pods, &store).status;
+    let removed = run(&group("web", spec(), Some(handled)), &pods, &store);
+    assert_eq!(removed.status.handled_step_down_to, None);
+    let again = run(&annotated("b", Some(removed.status)), &pods, &store);
+    assert!(again.hand_over.is_some());
 }

@@ -220,15 +220,23 @@ impl Campaign {
         }
     }
 
-    /// A hint from the listener, while neither leading nor abstaining.
+    /// A hint from the listener, while not leading. Named successor, an
+    /// abstaining node ends its abstention and claims.
     async fn on_hint(&mut self, st: &mut State, hint: Hint) {
         let following = match &*self.role.borrow() {
             Role::Follower { term, .. } => Some(*term),
             _ => None,
         };
         let due = candidacy_due(st.claimed, &self.config);
-        match after_hint(hint, following, due, &self.config) {
-            AfterHint::Claim => self.claim(st).await,
+        let abstaining = st.abstain_until.is_some();
+        match after_hint(hint, following, abstaining, due, &self.config) {
+            AfterHint::Claim => {
+                if abstaining {
+                    st.abstain_until = None;
+                    self.set_role(Role::Candidate);
+                }
+                self.claim(st).await;
+            }
             AfterHint::ClaimAt(at) => st.next_claim = at,
             AfterHint::Ignore => {}
         }

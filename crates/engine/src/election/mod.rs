@@ -136,7 +136,7 @@ pub(crate) struct Campaigns {
 
 impl Campaigns {
     pub fn new(shared: Arc<Incarnation>) -> Self {
-        let wake = wake::Wake::start(&shared.store);
+        let wake = wake::Wake::start(&shared.store, &shared.id);
         Self {
             shared,
             wake,

@@ -177,9 +177,18 @@ pub(super) enum AfterHint {
 pub(super) fn after_hint(
     hint: Hint,
     following: Option<u64>,
+    abstaining: bool,
     candidacy_due: Instant,
     config: &ElectionConfig,
 ) -> AfterHint {
+    // A node that stepped down sits out its abstention (E9) unless the
+    // leader handed the seat to it by name (P5).
+    if abstaining {
+        return match hint {
+            Hint::Successor => AfterHint::Claim,
+            _ => AfterHint::Ignore,
+        };
+    }
     match (hint, following) {
         (Hint::Renewed { term, ttl, at }, Some(followed)) if term == followed => {
             let lease_ends = at + ttl.min(config.ttl()) - config.renew_interval() / 4;
@@ -289,7 +298,9 @@ pub(super) enum Step {
     /// A step-down's abstention is over: a candidate again, claiming now.
     EndAbstention,
     /// Wait for `at`, then renew (a leader) or claim; until then a release
-    /// may wake a claim early only when `can_wake`, and a leader's lease
+    /// may wake a claim early only when `can_wake` (not leading; an
+    /// abstaining node heeds only its naming as successor,
+    /// [`after_hint`]), and a leader's lease
     /// view ends at `deadline`.
     Wait {
         renew: bool,
@@ -318,7 +329,7 @@ pub(super) fn next_step(st: &Standing, config: &ElectionConfig, now: Instant) ->
         renew,
         at,
         deadline: st.leading.map(|(_, v)| v),
-        can_wake: st.leading.is_none() && st.abstain_until.is_none(),
+        can_wake: st.leading.is_none(),
     }
 }
 
@@ -663,7 +674,7 @@ mod tests {
     }
 
     #[test]
-    fn an_abstaining_node_ignores_wake_ups_until_its_abstention_ends() {
+    fn an_abstaining_node_waits_for_its_abstention_to_end_or_a_wake_up_naming_it() {
         let t0 = Instant::now();
         let st = Standing {
             abstain_until: Some(t0 + ms(1000)),
@@ -675,7 +686,7 @@ mod tests {
                 renew: false,
                 at: t0 + ms(1000),
                 deadline: None,
-                can_wake: false
+                can_wake: true
             }
         );
         assert_eq!(
@@ -695,12 +706,12 @@ mod tests {
         let due = at + ms(5000);
         // ttl 1000 less a quarter of the renew interval, 300.
         assert_eq!(
-            after_hint(renewed(4), Some(4), due, &config()),
+            after_hint(renewed(4), Some(4), false, due, &config()),
             AfterHint::ClaimAt(at + ms(925))
         );
         // Never past the candidacy's refresh.
         assert_eq!(
-            after_hint(renewed(4), Some(4), at + ms(700), &config()),
+            after_hint(renewed(4), Some(4), false, at + ms(700), &config()),
             AfterHint::ClaimAt(at + ms(700))
         );
         // A longer ttl than the follower's: at most one of its own ttls.
@@ -710,27 +721,54 @@ mod tests {
             at,
         };
         assert_eq!(
-            after_hint(longer, Some(4), due, &config()),
+            after_hint(longer, Some(4), false, due, &config()),
             AfterHint::ClaimAt(at + ms(925))
         );
         // A late hint of an older lease says nothing.
         assert_eq!(
-            after_hint(renewed(3), Some(4), due, &config()),
+            after_hint(renewed(3), Some(4), false, due, &config()),
             AfterHint::Ignore
         );
         // A lease under a term this node has not seen: claim to learn its holder.
         assert_eq!(
-            after_hint(renewed(5), Some(4), due, &config()),
+            after_hint(renewed(5), Some(4), false, due, &config()),
             AfterHint::Claim
         );
         assert_eq!(
-            after_hint(renewed(5), None, due, &config()),
+            after_hint(renewed(5), None, false, due, &config()),
             AfterHint::Claim
         );
         assert_eq!(
-            after_hint(Hint::Look, Some(4), due, &config()),
+            after_hint(Hint::Look, Some(4), false, due, &config()),
             AfterHint::Claim
         );
+        assert_eq!(
+            after_hint(Hint::Successor, Some(4), false, due, &config()),
+            AfterHint::Claim
+        );
+    }
+
+    #[test]
+    fn an_abstaining_node_claims_only_when_named_successor() {
+        let due = Instant::now() + ms(5000);
+        assert_eq!(
+            after_hint(Hint::Successor, None, true, due, &config()),
+            AfterHint::Claim
+        );
+        for hint in [Hint::Look, renewed_at(4, Instant::now())] {
+            assert_eq!(
+                after_hint(hint, None, true, due, &config()),
+                AfterHint::Ignore
+            );
+        }
+    }
+
+    fn renewed_at(term: u64, at: Instant) -> Hint {
+        Hint::Renewed {
+            term,
+            ttl: ms(1000),
+            at,
+        }
     }
 
     #[test]

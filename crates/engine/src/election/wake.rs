@@ -29,6 +29,9 @@ pub(crate) enum Hint {
     /// Look now: the lease was released, the timings changed, or the
     /// listener is back after hints may have been lost.
     Look,
+    /// The leader handed the seat to this node by name: claim now, even
+    /// while abstaining (a look for any other node).
+    Successor,
     /// The leader renewed the lease under `term` for `ttl`, as of `at`
     /// (when the listener read the hint).
     Renewed {
@@ -39,8 +42,9 @@ pub(crate) enum Hint {
 }
 
 /// The one hint waiting for a group's campaign. Hints that come while the
-/// campaign is busy merge into it: a look stays a look (what it may have
-/// missed is found by claiming), a later renewal replaces an earlier one.
+/// campaign is busy merge into it: being named successor stays (it is also
+/// a look), a look stays a look (what it may have missed is found by
+/// claiming), a later renewal replaces an earlier one.
 #[derive(Default)]
 pub(crate) struct HintSlot {
     notify: Notify,
@@ -51,7 +55,13 @@ impl HintSlot {
     fn push(&self, hint: Hint) {
         {
             let mut pending = crate::sync::locked(&self.pending);
-            if *pending != Some(Hint::Look) {
+            let keep = match (*pending, hint) {
+                (Some(Hint::Successor), _) => true,
+                (Some(Hint::Look), Hint::Successor) => false,
+                (Some(Hint::Look), _) => true,
+                _ => false,
+            };
+            if !keep {
                 *pending = Some(hint);
             }
         }
@@ -86,12 +96,18 @@ pub(crate) struct Wake {
 }
 
 impl Wake {
-    pub fn start(store: &Store) -> Self {
+    /// `me` is this node's id: a handover that names it is its own.
+    pub fn start(store: &Store, me: &str) -> Self {
         let routes: Routes = Arc::default();
         let (wake_tx, wake_rx) = mpsc::unbounded_channel();
         let (changes, changes_rx) = mpsc::unbounded_channel();
         let healthy = Arc::new(AtomicBool::new(false));
-        let dispatcher = crate::task::spawn(dispatch(wake_rx, routes.clone(), healthy.clone()));
+        let dispatcher = crate::task::spawn(dispatch(
+            wake_rx,
+            routes.clone(),
+            healthy.clone(),
+            me.to_owned(),
+        ));
         let wanted = routes.clone();
         let interest = Interest::new(
             move || -> HashSet<String> { crate::sync::locked(&wanted).keys().cloned().collect() },
@@ -131,6 +147,7 @@ async fn dispatch(
     mut wakeups: mpsc::UnboundedReceiver<Wakeup>,
     routes: Routes,
     healthy: Arc<AtomicBool>,
+    me: String,
 ) {
     while let Some(wakeup) = wakeups.recv().await {
         let (group, hint) = match wakeup {
@@ -154,6 +171,14 @@ async fn dispatch(
                 }
             }
             Wakeup::Group(group) => (group, Hint::Look),
+            Wakeup::HandedTo { group, to } => {
+                let hint = if to == me {
+                    Hint::Successor
+                } else {
+                    Hint::Look
+                };
+                (group, hint)
+            }
             Wakeup::Renewed {
                 group,
                 term,
@@ -192,6 +217,16 @@ mod tests {
         slot.push(Hint::Look);
         slot.push(renewed(3));
         assert_eq!(slot.next().await, Hint::Look);
+    }
+
+    #[tokio::test]
+    async fn being_named_successor_outlasts_every_other_hint_and_replaces_a_look() {
+        let slot = HintSlot::default();
+        slot.push(Hint::Look);
+        slot.push(Hint::Successor);
+        slot.push(Hint::Look);
+        slot.push(renewed(3));
+        assert_eq!(slot.next().await, Hint::Successor);
     }
 
     #[tokio::test]

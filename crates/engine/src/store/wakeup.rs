@@ -18,6 +18,9 @@ pub(crate) enum Wakeup {
     Listening(Option<String>),
     /// Something changed for this group: its followers look now.
     Group(String),
+    /// The group's leader handed the seat to the member `to`: its
+    /// followers look now, and `to` claims even while it abstains.
+    HandedTo { group: String, to: String },
     /// The group's leader renewed its lease under `term` for `ttl_ms`
     /// (Redis only: see the PostgreSQL store's `renew`). `received` is when
     /// the listener read it, as early as it can be taken: the lease ends no

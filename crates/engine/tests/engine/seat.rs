@@ -302,6 +302,28 @@ async fn a_leader_hands_the_seat_to_the_member_it_names(server) {
 }
 
 on_both_stores! {
+/// docs/behaviour.md P5: the member named may be one that stepped down
+/// itself a moment ago and still abstains: named, it claims at once.
+async fn a_handover_to_a_member_that_abstains_ends_its_abstention(server) {
+    let cfg = fast();
+    let all = members(&server, &[1, 1, 1], cfg).await;
+    let first = settled_leader(&all, Duration::from_secs(3)).await;
+    let second = (first + 1) % 3;
+    let (node, _) = all[first].running.as_ref().unwrap();
+    node.hand_over(GROUP, &all[second].id).await.unwrap();
+    only_this_one_leads(&all, second, cfg.retry_interval() * 3).await;
+    assert_eq!(role(all[first].group().unwrap()), Role::Abstaining);
+    let (node, _) = all[second].running.as_ref().unwrap();
+    node.hand_over(GROUP, &all[first].id).await.unwrap();
+    let took = only_this_one_leads(&all, first, cfg.ttl()).await;
+    assert!(
+        took <= cfg.retry_interval() * 2,
+        "the abstaining successor took {took:?} to lead"
+    );
+}
+}
+
+on_both_stores! {
 /// docs/behaviour.md P5: a handover to a member that cannot lead (not a
 /// member, priority 0, the leader itself) or asked of a follower is
 /// refused with the reason, and the leader leads on under the same term.

@@ -341,10 +341,16 @@ async fn listen(
 fn dispatch(channels: &Channels, routes: &Mutex<Routes>, n: Notification) {
     let mut routes = locked(routes);
     if n.channel() == channels.release {
-        let group = n.payload().to_owned();
-        routes
-            .wakeups
-            .retain(|s| s.send(Wakeup::Group(group.clone())).is_ok());
+        // `GROUP`, or `GROUP SUCCESSOR` from a handover (names hold no
+        // spaces).
+        let wakeup = match n.payload().split_once(' ') {
+            Some((group, to)) => Wakeup::HandedTo {
+                group: group.to_owned(),
+                to: to.to_owned(),
+            },
+            None => Wakeup::Group(n.payload().to_owned()),
+        };
+        routes.wakeups.retain(|s| s.send(wakeup.clone()).is_ok());
     } else if n.channel() == channels.inbox {
         if let Some(list) = routes.inboxes.get_mut(n.payload()) {
             list.retain(|w| match w.upgrade() {

@@ -48,6 +48,17 @@ fn renewal_hint(group: &str, message: &str) -> Option<Wakeup> {
     })
 }
 
+/// How handover.lua's message starts (`handover SUCCESSOR`).
+const HANDOVER: &str = "handover ";
+
+/// A handover to a named successor on `group`'s release channel.
+fn handover(group: &str, message: &str) -> Option<Wakeup> {
+    Some(Wakeup::HandedTo {
+        group: group.to_owned(),
+        to: message.strip_prefix(HANDOVER)?.to_owned(),
+    })
+}
+
 /// The pushes of the pub/sub connection as wake-ups.
 async fn translate(
     mut pushes: mpsc::UnboundedReceiver<PushInfo>,
@@ -72,9 +83,9 @@ async fn translate(
                     // A release carries the holder's id and a timings
                     // change "config": both wake the followers.
                     match push.data.get(1).and_then(text) {
-                        Some(message) => {
-                            renewal_hint(&group, &message).unwrap_or(Wakeup::Group(group))
-                        }
+                        Some(message) => renewal_hint(&group, &message)
+                            .or_else(|| handover(&group, &message))
+                            .unwrap_or(Wakeup::Group(group)),
                         None => Wakeup::Group(group),
                     }
                 }

@@ -283,6 +283,7 @@ BEGIN
     UPDATE {s}.groups SET holder = NULL, incarnation = NULL, expires_ms = NULL,
         successor = p_successor, successor_until_ms = v_now + p_window, vacant_ms = NULL
         WHERE name = p_group;
-    PERFORM pg_notify('{c}.release', p_group);
+    -- The successor is named, so it claims even while it abstains.
+    PERFORM pg_notify('{c}.release', p_group || ' ' || p_successor);
     RETURN 1;
 END $$;

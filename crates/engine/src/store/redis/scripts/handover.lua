@@ -1,7 +1,9 @@
 -- Release a lease to a named successor (step-down --to): as release.lua,
 -- but only when the successor is a live member that may lead, and then
 -- the other candidates leave the free seat to it until the window ends
--- (seat.lua).
+-- (seat.lua). The wake-up says whom the seat went to
+-- ('handover SUCCESSOR'), so the successor claims even while it abstains
+-- after a step-down of its own.
 -- KEYS: lease, members, priorities, seat
 -- ARGV: node id, incarnation, term, wake channel (P:g:{G}:released),
 --       successor id, window ms
@@ -16,5 +18,5 @@ if tonumber(redis.call('HGET', KEYS[3], ARGV[5]) or DEFAULT_PRIORITY) <= 0 then 
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[4], 'successor', ARGV[5], 'until', now + tonumber(ARGV[6]))
 redis.call('HDEL', KEYS[4], 'vacant')
-redis.call('PUBLISH', ARGV[4], ARGV[1])
+redis.call('PUBLISH', ARGV[4], 'handover ' .. ARGV[5])
 return 1
