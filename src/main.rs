@@ -25,7 +25,7 @@ enum Command {
     /// Print the LeaderGroup CustomResourceDefinition as YAML.
     Crdgen,
     /// The sidecar: campaign for this pod's LeaderGroups, serve a local API, optionally run a command while leading.
-    Agent(leasehold_agent::AgentArgs),
+    Agent(Box<leasehold_agent::AgentArgs>),
     /// Reflect Redis state into LeaderGroups and pod labels (in the cluster).
     Controller(leasehold_kube::run::ControllerArgs),
     /// List the registered nodes: lease left, last heartbeat, groups, inbox backlog and drops.
@@ -79,7 +79,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
         Command::Controller(args) => leasehold_kube::run::run(args)
             .await
             .map_err(anyhow::Error::msg),
-        Command::Agent(args) => match leasehold_agent::run(args).await {
+        Command::Agent(args) => match leasehold_agent::run(*args).await {
             // Exec mode passes the command's own exit code on.
             Ok(code) => return std::process::ExitCode::from(code),
             Err(e) => Err(anyhow::Error::msg(e)),

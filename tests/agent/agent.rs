@@ -186,6 +186,98 @@ async fn priorities_and_a_named_successor_through_the_agent(server) {
 }
 
 on_both_stores! {
+/// docs/behaviour.md P6 through the agent (`--health-command`, a file the
+/// test removes and puts back): an unhealthy member never leads and says
+/// why; a leader whose check fails three times in a row steps down within
+/// three retry intervals and a margin of two; with every member unhealthy
+/// nobody leads, and each reports it; a member that passes again leads.
+async fn health_checks_gate_who_leads(server) {
+    let dir = tempfile_dir("health");
+    let ok = |i: usize| dir.join(format!("ok-{i}"));
+    let mut agents = Vec::new();
+    for i in 0..2 {
+        let id = format!("t/agent-{i}");
+        let port = free_port();
+        let mut a = args(&id, &server.url(), port, GROUP);
+        a.extend([
+            "--health-command".to_owned(),
+            format!("test -f {}", ok(i).display()),
+            "--health-failures".to_owned(),
+            "3".to_owned(),
+        ]);
+        agents.push(Agent::start(&id, port, a).await);
+    }
+    std::fs::write(ok(0), "").unwrap();
+    let status = |i: usize| {
+        let agent = &agents[i];
+        async move {
+            let (code, body) = get(agent.port, "/v1/status").await;
+            assert_eq!(code, 200, "{body}");
+            serde_json::from_str::<leasehold_agent::Status>(&body).unwrap()
+        }
+    };
+    // agent-0 is healthy and leads; agent-1 never checked healthy.
+    let start = Instant::now();
+    while !agents[0].leads(GROUP).await {
+        assert!(start.elapsed() < Duration::from_secs(5), "agent-0 did not lead");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let one = status(1).await;
+    assert!(!agents[1].leads(GROUP).await);
+    let health = one.health.clone().unwrap();
+    assert!(!health.healthy && health.checked, "{health:?}");
+    let problem = one.groups[GROUP].problem.clone().unwrap_or_default();
+    assert!(problem.contains("unhealthy: the health command exited with 1"), "{problem}");
+    let (_, metrics) = get(agents[1].port, "/metrics").await;
+    assert!(metrics.contains("leasehold_agent_healthy 0"), "{metrics}");
+
+    // agent-0 turns unhealthy: it steps down after three failed checks,
+    // and with agent-1 unhealthy too, nobody leads.
+    std::fs::remove_file(ok(0)).unwrap();
+    let gone = Instant::now();
+    while agents[0].leads(GROUP).await {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert!(gone.elapsed() < Duration::from_secs(5), "agent-0 kept leading");
+    }
+    let took = gone.elapsed();
+    assert!(
+        took <= Duration::from_millis(5 * RETRY_MS),
+        "the unhealthy leader stepped down after {took:?}, more than three checks and two retry intervals"
+    );
+    let until = Instant::now() + Duration::from_millis(3 * TTL_MS);
+    while Instant::now() < until {
+        for (i, agent) in agents.iter().enumerate() {
+            assert!(!agent.leads(GROUP).await, "agent-{i} led while unhealthy");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for i in 0..2 {
+        assert!(status(i).await.groups[GROUP].problem.is_some());
+    }
+    // agent-1 passes again: it leads.
+    std::fs::write(ok(1), "").unwrap();
+    let back = Instant::now();
+    while !agents[1].leads(GROUP).await {
+        assert!(back.elapsed() < Duration::from_millis(3 * TTL_MS), "agent-1 did not lead once healthy");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(status(1).await.groups[GROUP].problem, None);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+}
+
+/// A directory of the test's own under the system's temporary directory.
+fn tempfile_dir(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "leasehold-{name}-{}-{}",
+        std::process::id(),
+        free_port()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+on_both_stores! {
 async fn sigterm_on_the_leader_hands_over_within_the_retry_interval(server: own) {
     let mut agents = start_agents(&server, 3).await;
     let l = agreed_leader(&agents, Duration::from_secs(3)).await;
@@ -748,6 +840,22 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
         (
             agent(&["--group", "g", "--priority", "-1"]),
             "--priority = \"-1\" is out of range",
+        ),
+        (
+            agent(&["--group", "g", "--health-url", "https://127.0.0.1/ready"]),
+            "must be an http:// URL",
+        ),
+        (
+            agent(&["--group", "g", "--health-command", "true", "--health-timeout-ms", "0"]),
+            "--health-timeout-ms = 0 is out of range: it must be a whole number of milliseconds from 1 to 60000",
+        ),
+        (
+            agent(&["--group", "g", "--health-command", "true", "--health-failures", "0"]),
+            "--health-failures = 0 is out of range: it must be a whole number from 1 to 100",
+        ),
+        (
+            agent(&["--group", "g", "--health-command", "true", "--health-url", "http://x/"]),
+            "--health-url",
         ),
         (
             agent(&["--group", "g", "--group", "h", "--", "sh"]),

@@ -859,6 +859,7 @@ async fn a_sweep_by_another_node_is_reflected_in_the_group() {
                 priority: 1,
                 live_since: None,
                 revision: None,
+                unhealthy: None,
             })
             .collect(),
         ..Default::default()

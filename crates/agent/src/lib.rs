@@ -15,6 +15,7 @@
 mod api;
 pub mod config;
 mod exec;
+mod health;
 mod invalid;
 mod mailbox;
 mod metrics;
@@ -41,6 +42,7 @@ use leasehold_engine::config::{
 use leasehold_engine::{Event, Group, Node, NodeOptions};
 
 pub use api::{DeferView, GroupView, InboxView, Status};
+pub use health::HealthView;
 pub use mailbox::Item;
 
 /// The exec guard, run by the `leasehold` binary as its hidden
@@ -89,6 +91,23 @@ pub struct AgentArgs {
         allow_hyphen_values = true
     )]
     pub priority: Option<String>,
+    /// Check the application's health with a GET of this http:// URL (200 to 399 passes), at start and every retry interval: an unhealthy pod never takes the lead, and a leader that fails --health-failures checks in a row steps down.
+    #[arg(
+        long,
+        env = "LEASEHOLD_HEALTH_URL",
+        value_name = "URL",
+        conflicts_with = "health_command"
+    )]
+    pub health_url: Option<String>,
+    /// Check the application's health with this shell command (exit 0 passes), as --health-url does.
+    #[arg(long, env = "LEASEHOLD_HEALTH_COMMAND", value_name = "COMMAND")]
+    pub health_command: Option<String>,
+    /// How long one health check may take, ms (1 to 60000).
+    #[arg(long, env = "LEASEHOLD_HEALTH_TIMEOUT_MS", default_value_t = health::DEFAULT_HEALTH_TIMEOUT_MS)]
+    pub health_timeout_ms: u64,
+    /// Failed health checks in a row after which a leader steps down (1 to 100).
+    #[arg(long, env = "LEASEHOLD_HEALTH_FAILURES", default_value_t = health::DEFAULT_HEALTH_FAILURES)]
+    pub health_failures: u32,
     /// How long the node stays registered without a heartbeat, ms.
     #[arg(long, env = "LEASEHOLD_NODE_LEASE_MS", default_value_t = NodeConfig::default().lease_duration_ms)]
     pub node_lease_ms: u64,
@@ -123,6 +142,8 @@ pub struct Settings {
     pub election: ElectionConfig,
     /// The priority this pod campaigns with in every group.
     pub priority: u32,
+    /// How the application's health is checked, if it is.
+    pub health: Option<health::HealthSettings>,
     pub node: NodeConfig,
     pub grace: Duration,
     pub command: Vec<String>,
@@ -147,6 +168,7 @@ impl Settings {
             groups,
             election,
             priority: Self::priority(args)?,
+            health: Self::health(args)?,
             node,
             grace: Duration::from_millis(args.grace_period_ms),
             command: args.command.clone(),
@@ -195,6 +217,45 @@ impl Settings {
         leasehold_engine::config::validate_priority("--priority", priority)
             .map_err(|_| out_of_range())?;
         Ok(priority)
+    }
+
+    /// `--health-url` or `--health-command`, with its timeout and count.
+    fn health(args: &AgentArgs) -> Result<Option<health::HealthSettings>, FlagError> {
+        let check = match (&args.health_url, &args.health_command) {
+            (Some(url), _) => {
+                health::Check::url(url).map_err(|e| FlagError::worded("--health-url", e))?
+            }
+            (None, Some(line)) if !line.trim().is_empty() => health::Check::Command(line.clone()),
+            (None, Some(_)) => {
+                return Err(FlagError::worded(
+                    "--health-command",
+                    "--health-command is empty",
+                ))
+            }
+            (None, None) => return Ok(None),
+        };
+        if !(1..=health::MAX_HEALTH_TIMEOUT_MS).contains(&args.health_timeout_ms) {
+            return Err(FlagError::worded("--health-timeout-ms", format!(
+                "--health-timeout-ms = {} is out of range: it must be a whole number of milliseconds from 1 to {}",
+                args.health_timeout_ms,
+                health::MAX_HEALTH_TIMEOUT_MS
+            )));
+        }
+        if !(1..=health::MAX_HEALTH_FAILURES).contains(&args.health_failures) {
+            return Err(FlagError::worded(
+                "--health-failures",
+                format!(
+                "--health-failures = {} is out of range: it must be a whole number from 1 to {}",
+                args.health_failures,
+                health::MAX_HEALTH_FAILURES
+            ),
+            ));
+        }
+        Ok(Some(health::HealthSettings {
+            check,
+            timeout: Duration::from_millis(args.health_timeout_ms),
+            failures: args.health_failures,
+        }))
     }
 
     /// `(LeaderGroup name, engine group name)` per `--group`, each once.
@@ -392,6 +453,8 @@ struct Agent {
     command: Option<exec::Exec>,
     /// Reaps orphans when the agent is PID 1 of its namespace.
     reaper: Option<tokio::task::JoinHandle<()>>,
+    /// Checks the application's health (`--health-url`, `--health-command`).
+    health: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Agent {
@@ -423,32 +486,28 @@ impl Agent {
             let (mailbox, id, events) = (mailbox.clone(), settings.node_id.clone(), node.events());
             tokio::spawn(async move { mailbox.follow(&id, events).await })
         };
+        let health = settings
+            .health
+            .as_ref()
+            .map(|_| Arc::new(health::Health::default()));
         let state = Arc::new(api::AgentState {
+            health: health.clone(),
             node: node.clone(),
             mailbox,
             node_id: settings.node_id.clone(),
             namespace: args.namespace.clone(),
             groups: groups.clone(),
             store,
-            step_downs,
+            step_downs: step_downs.clone(),
             registry: Arc::new(registry),
-            metrics: agent_metrics,
+            metrics: agent_metrics.clone(),
         });
+        let health = Self::start_health(&settings, &groups, health, step_downs, agent_metrics);
         let (servers, stop_server) = Self::serve(state, listener, probe_listener);
         let role_watchers = role_files.as_ref().map(|files| files.watch(&groups));
         let own_children = exec::reaper::OwnChildren::default();
         let reaper = exec::reaper::start_if_pid_one(own_children.clone());
-        let command = (!settings.command.is_empty()).then(|| {
-            let (name, group) = &groups[0];
-            exec::Exec::spawn(exec::Run {
-                command: settings.command.clone(),
-                name: name.clone(),
-                group: group.clone(),
-                node_id: settings.node_id.clone(),
-                grace: settings.grace,
-                own: own_children,
-            })
-        });
+        let command = Self::start_command(&settings, &groups, own_children);
         if settings.groups.is_empty() {
             tracing::info!("no --group: this agent campaigns for nothing and only relays messages");
         }
@@ -475,6 +534,45 @@ impl Agent {
             role_watchers,
             command,
             reaper,
+            health,
+        })
+    }
+
+    /// The health checks, when the agent is told how to check.
+    fn start_health(
+        settings: &Settings,
+        groups: &[(String, Group)],
+        health: Option<Arc<health::Health>>,
+        step_downs: mpsc::Sender<StepDown>,
+        metrics: Arc<metrics::AgentMetrics>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        let check = settings.health.clone()?;
+        Some(tokio::spawn(health::watch(
+            check,
+            groups.to_vec(),
+            settings.priority,
+            health?,
+            step_downs,
+            metrics,
+        )))
+    }
+
+    /// Exec mode's command, when there is one.
+    fn start_command(
+        settings: &Settings,
+        groups: &[(String, Group)],
+        own: exec::reaper::OwnChildren,
+    ) -> Option<exec::Exec> {
+        (!settings.command.is_empty()).then(|| {
+            let (name, group) = &groups[0];
+            exec::Exec::spawn(exec::Run {
+                command: settings.command.clone(),
+                name: name.clone(),
+                group: group.clone(),
+                node_id: settings.node_id.clone(),
+                grace: settings.grace,
+                own,
+            })
         })
     }
 
@@ -578,13 +676,24 @@ impl Agent {
     /// the node's displacement.
     /// Joins the groups of `--group` and subscribes to `--subscribe`.
     async fn join_and_subscribe(node: &Node, settings: &Settings) -> Result<Vec<Group>, FlagError> {
+        // With a health check, a pod campaigns with priority 0 until the
+        // first check passes (health.rs).
+        let priority = match settings.health {
+            Some(_) => 0,
+            None => settings.priority,
+        };
         let joined = node
             .join_all_with_priority(
                 settings.groups.iter().map(|(_, full)| full.as_str()),
                 settings.election,
-                settings.priority,
+                priority,
             )
             .map_err(|e| FlagError::new("--group", e))?;
+        if settings.health.is_some() {
+            for group in &joined {
+                group.set_problem(Some("unhealthy: not checked yet"));
+            }
+        }
         for pattern in &settings.subscribe {
             node.subscribe(pattern).await.map_err(|e| {
                 FlagError::worded("--subscribe", format!("--subscribe {pattern:?}: {e}"))
@@ -631,6 +740,9 @@ impl Agent {
     /// leader: the command first (nothing may run as leader once the lease
     /// is free), role files `stopped` before the leases go, the node last.
     async fn stop(self, exit: Exit) -> Result<u8, AgentError> {
+        if let Some(health) = self.health {
+            health.abort();
+        }
         if let Some(command) = self.command {
             command.stop().await;
         }

@@ -4,6 +4,7 @@
 //! they say what `/v1/status` says. Group names come from the agent's own
 //! flags, a small fixed set, so they are safe as label values.
 
+use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
@@ -16,6 +17,10 @@ type GroupLabel = [(&'static str, String); 1];
 pub(crate) struct AgentMetrics {
     leader: Family<GroupLabel, Gauge>,
     term: Family<GroupLabel, Gauge>,
+    /// With a health check: whether the last one passed, and checks by
+    /// result.
+    healthy: Gauge,
+    health_checks: Family<[(&'static str, &'static str); 1], Counter>,
 }
 
 impl AgentMetrics {
@@ -31,7 +36,27 @@ impl AgentMetrics {
             "The term under which this pod leads the group (0 when it does not)",
             m.term.clone(),
         );
+        registry.register(
+            "agent_healthy",
+            "Whether the application passed its last health check (1) or not (0); 1 without a health check",
+            m.healthy.clone(),
+        );
+        m.healthy.set(1);
+        registry.register(
+            "agent_health_checks",
+            "Health checks of the application, by result (passed, failed)",
+            m.health_checks.clone(),
+        );
         m
+    }
+
+    /// Counts a health check and sets `agent_healthy`.
+    pub fn health_checked(&self, passed: bool) {
+        self.healthy.set(i64::from(passed));
+        let result = if passed { "passed" } else { "failed" };
+        self.health_checks
+            .get_or_create(&[("result", result)])
+            .inc();
     }
 
     /// Sets the gauges from each `(LeaderGroup name, group)`.

@@ -66,9 +66,9 @@ struct Cli {
 #[derive(Debug, Subcommand)]
 enum Process {
     #[command(hide = true)]
-    Agent(leasehold_agent::AgentArgs),
+    Agent(Box<leasehold_agent::AgentArgs>),
     #[command(hide = true)]
-    Controller(leasehold_kube::run::ControllerArgs),
+    Controller(Box<leasehold_kube::run::ControllerArgs>),
 }
 
 #[tokio::main]
@@ -83,14 +83,14 @@ async fn main() -> std::process::ExitCode {
         // run no command.
         Some(Process::Agent(args)) => {
             leasehold_daemon::init_logging("info");
-            match leasehold_agent::run(args).await {
+            match leasehold_agent::run(*args).await {
                 Ok(code) => return std::process::ExitCode::from(code),
                 Err(e) => Err(anyhow::Error::msg(e)),
             }
         }
         Some(Process::Controller(args)) => {
             leasehold_daemon::init_logging("info");
-            leasehold_kube::run::run(args)
+            leasehold_kube::run::run(*args)
                 .await
                 .map_err(anyhow::Error::msg)
         }

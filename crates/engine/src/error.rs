@@ -11,6 +11,8 @@ pub enum SuccessorRefusal {
     NotMember,
     #[error("it campaigns with priority 0, so it never leads")]
     NeverLeads,
+    #[error("its application is unhealthy, so it does not take the lead")]
+    Unhealthy,
     #[error("it is the leader itself")]
     Itself,
     #[error("this node does not lead the group")]

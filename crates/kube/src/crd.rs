@@ -241,6 +241,11 @@ pub struct Member {
     /// `pod-template-hash`), when it has one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub revision: Option<String>,
+    /// Why the member's application is unhealthy, as its agent's health
+    /// check says (`--health-url`, `--health-command`): it does not take
+    /// the lead meanwhile.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unhealthy: Option<String>,
 }
 
 fn default_priority() -> i64 {

@@ -215,6 +215,9 @@ pub fn requested(seat: &Seat<'_>, pod: &str) -> Result<Handover, String> {
             "pod {pod:?} is not a live member of the group (it runs no agent that campaigns for it)"
         ));
     };
+    if let Some(reason) = &member.unhealthy {
+        return Err(format!("pod {pod:?} does not take the lead: {reason}"));
+    }
     if member.priority <= 0 {
         return Err(format!(
             "pod {pod:?} campaigns with priority 0: it never leads"

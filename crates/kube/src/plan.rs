@@ -35,6 +35,7 @@ pub mod event_reasons {
     pub const STEP_DOWN_REQUESTED: &str = "StepDownRequested";
     pub const HANDOVER_REQUESTED: &str = "HandoverRequested";
     pub const HANDOVER_REFUSED: &str = "HandoverRefused";
+    pub const MEMBER_UNHEALTHY: &str = "MemberUnhealthy";
 }
 
 /// Another LeaderGroup of the namespace, to detect two groups that would
@@ -168,6 +169,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         Vec::new()
     };
     let mut events = leader_change_events(&previous, holder, holder_pod, term);
+    report_unhealthy(&previous, &members, &mut events);
     let last_sweep = report_sweeps(&previous, observed.swept, &mut events);
     let (step_down, handled_step_down) =
         step_down_on_annotation(group, &previous, holder, &mut events);
@@ -564,6 +566,7 @@ fn members<'a>(
                     revision: pod
                         .and_then(|p| pods.iter().find(|v| v.name == p))
                         .and_then(|v| v.revision.clone()),
+                    unhealthy: state.problems.get(node).cloned(),
                 },
                 labelled_pod: pod.filter(|_| problem.is_none()),
             }
@@ -688,6 +691,39 @@ fn leader_change_events(
         (None, None) => return Vec::new(),
     };
     vec![event]
+}
+
+/// Rule: a member whose application turns unhealthy (its agent's health
+/// check) is reported once, with the reason, as a `MemberUnhealthy`
+/// warning; it stays a member (labelled `follower`) that does not lead.
+fn report_unhealthy(
+    previous: &LeaderGroupStatus,
+    members: &[PlannedMember<'_>],
+    events: &mut Vec<PlannedEvent>,
+) {
+    for m in members {
+        let Some(reason) = &m.member.unhealthy else {
+            continue;
+        };
+        let was = previous
+            .members
+            .iter()
+            .find(|p| p.node == m.member.node)
+            .and_then(|p| p.unhealthy.as_ref());
+        if was.is_some() {
+            continue;
+        }
+        let who = m
+            .member
+            .pod
+            .as_ref()
+            .map_or_else(|| format!("node {}", m.member.node), |p| format!("pod {p}"));
+        events.push(PlannedEvent {
+            reason: event_reasons::MEMBER_UNHEALTHY,
+            note: format!("{who} does not take the lead: {reason}"),
+            warning: true,
+        });
+    }
 }
 
 /// Rule: a sweep that removed nodes this group last listed as members is

@@ -54,6 +54,7 @@ fn state(holder: Option<&str>, term: u64, members: &[&str]) -> StoreView {
             .map(|m| (format!("{NS}/{m}"), NOW + 17_000))
             .collect(),
         priorities: Default::default(),
+        problems: Default::default(),
         now_ms: NOW,
     })
 }
@@ -269,6 +270,7 @@ fn members_without_a_selected_pod_are_reported_and_never_labelled() {
             .map(|m| (m.to_string(), NOW + 1))
             .collect(),
         priorities: Default::default(),
+        problems: Default::default(),
         now_ms: NOW,
     });
     let p = run(&g, &pods, &store);
@@ -1018,4 +1020,58 @@ fn the_step_down_to_annotation_asks_a_handover_to_a_live_member_or_is_refused_on
     assert_eq!(removed.status.handled_step_down_to, None);
     let again = run(&annotated("b", Some(removed.status)), &pods, &store);
     assert!(again.hand_over.is_some());
+}
+
+#[test]
+fn a_member_turning_unhealthy_is_reported_once_and_cannot_be_named_successor() {
+    let StoreView::Available(mut s) = state(Some("a"), 2, &["a", "b"]) else {
+        unreachable!()
+    };
+    s.problems.insert(
+        format!("{NS}/b"),
+        "unhealthy: GET /ready answered 503".into(),
+    );
+    let store = StoreView::Available(s);
+    let pods = [pod("a", None), pod("b", None)];
+    let p = run(&group("web", spec(), None), &pods, &store);
+    let b = p
+        .status
+        .members
+        .iter()
+        .find(|m| m.node == "shop/b")
+        .unwrap();
+    assert_eq!(
+        b.unhealthy.as_deref(),
+        Some("unhealthy: GET /ready answered 503")
+    );
+    let e = p
+        .events
+        .iter()
+        .find(|e| e.reason == event_reasons::MEMBER_UNHEALTHY)
+        .expect("a MemberUnhealthy event");
+    assert!(
+        e.warning
+            && e.note
+                .contains("pod b does not take the lead: unhealthy: GET"),
+        "{e:?}"
+    );
+    // Still a labelled follower.
+    assert!(p.labels.contains(&change("b", Some(FOLLOWER))));
+    // Once: the next plan reports nothing new.
+    let again = run(&group("web", spec(), Some(p.status.clone())), &pods, &store);
+    assert!(again.events.is_empty(), "{:?}", again.events);
+    // And it cannot be named successor.
+    let mut g = group("web", spec(), Some(p.status));
+    g.metadata.annotations = Some(
+        [(
+            crate::crd::STEP_DOWN_TO_ANNOTATION.to_owned(),
+            "b".to_owned(),
+        )]
+        .into(),
+    );
+    let refused = run(&g, &pods, &store);
+    assert_eq!(refused.hand_over, None);
+    assert!(cond(&refused.status, types::HANDOVER)
+        .message
+        .contains("unhealthy"));
 }

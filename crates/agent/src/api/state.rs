@@ -26,6 +26,8 @@ pub(crate) struct AgentState {
     pub mailbox: Arc<Mailbox>,
     pub registry: Arc<Registry>,
     pub metrics: Arc<AgentMetrics>,
+    /// The application's health, when the agent checks it.
+    pub health: Option<Arc<crate::health::Health>>,
 }
 
 impl AgentState {

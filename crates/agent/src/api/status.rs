@@ -34,6 +34,9 @@ pub struct GroupView {
     /// Why this pod leaves the free seat to another member right now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deferring: Option<DeferView>,
+    /// Why this pod does not take the lead: its application is unhealthy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub problem: Option<String>,
 }
 
 fn default_priority() -> u32 {
@@ -59,6 +62,10 @@ pub struct Status {
     /// By LeaderGroup name.
     pub groups: BTreeMap<String, GroupView>,
     pub inbox: InboxView,
+    /// The application's health, when the agent checks it
+    /// (`--health-url`, `--health-command`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<crate::health::HealthView>,
 }
 
 /// Messages taken from this node's inbox for the API's readers since the
@@ -86,6 +93,7 @@ pub fn view(group: &str, role: &Role, leading: Option<u64>, me: &str) -> GroupVi
         leader,
         priority: default_priority(),
         deferring: None,
+        problem: None,
     }
 }
 
@@ -105,6 +113,7 @@ fn group_view(state: &AgentState, group: &Group) -> GroupView {
     let role = group.role().borrow().clone();
     let mut v = view(group.name(), &role, group.leader_term(), &state.node_id);
     v.priority = group.priority();
+    v.problem = group.problem();
     v.deferring = group
         .deferral()
         .filter(|_| v.role == "candidate")
@@ -131,6 +140,7 @@ pub(super) async fn status(State(state): State<Arc<AgentState>>) -> Response {
             received,
             recoveries,
         },
+        health: state.health.as_ref().map(|h| h.view()),
     };
     json(StatusCode::OK, &status)
 }

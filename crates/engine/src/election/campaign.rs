@@ -94,8 +94,9 @@ impl Campaign {
     fn candidacy(&self) -> Candidacy {
         Candidacy {
             ms: self.config.ttl_ms + 2 * self.config.retry_interval_ms,
-            priority: self.bid.priority(),
+            priority: self.bid.effective_priority(),
             defer_ms: self.config.deference().as_millis() as u64,
+            problem: self.bid.problem(),
         }
     }
 

@@ -113,6 +113,24 @@ impl Group {
         Ok(())
     }
 
+    /// Marks the application of this node unhealthy (`Some(reason)`) or
+    /// healthy again (`None`). While unhealthy the node campaigns with
+    /// priority 0, so it never takes a free seat, and the store keeps the
+    /// reason, which the controller shows on the member
+    /// (docs/behaviour.md P6). A leader keeps its seat: step down to hand it
+    /// over. The reason is cut to [`MAX_PROBLEM_BYTES`].
+    pub fn set_problem(&self, problem: Option<&str>) {
+        let problem = problem.map(|p| cut(p.trim(), MAX_PROBLEM_BYTES).to_owned());
+        if self.bid.set_problem(problem) {
+            self.hints.look();
+        }
+    }
+
+    /// Why this node's application is unhealthy, as last set.
+    pub fn problem(&self) -> Option<String> {
+        self.bid.problem()
+    }
+
     /// Why this node leaves the free seat to another candidate, as its
     /// last claim was answered (`None` when it did not defer).
     pub fn deferral(&self) -> Option<Deferral> {
@@ -251,6 +269,9 @@ impl Campaigns {
             return Err(refused(SuccessorRefusal::NotLeader));
         }
         let state = self.shared.store.group_state(name).await?;
+        if state.problems.contains_key(successor) {
+            return Err(refused(SuccessorRefusal::Unhealthy));
+        }
         match state.priorities.get(successor) {
             None => Err(refused(SuccessorRefusal::NotMember)),
             Some(0) => Err(refused(SuccessorRefusal::NeverLeads)),
@@ -321,6 +342,19 @@ impl Campaigns {
         unreleased.sort();
         unreleased
     }
+}
+
+/// The longest reason [`Group::set_problem`] keeps, in bytes: it travels
+/// with every claim and renewal while set.
+pub const MAX_PROBLEM_BYTES: usize = 200;
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+fn cut(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// Builds the refusal of a handover of `group` to `successor`.

@@ -44,6 +44,9 @@ pub(crate) struct LocalLease {
 pub(crate) struct Bid {
     priority: AtomicU32,
     deferral: Mutex<Option<Deferral>>,
+    /// Why the application is unhealthy, while it is: the node then
+    /// campaigns with priority 0.
+    problem: Mutex<Option<String>>,
 }
 
 impl Bid {
@@ -51,6 +54,7 @@ impl Bid {
         Self {
             priority: AtomicU32::new(priority),
             deferral: Mutex::new(None),
+            problem: Mutex::new(None),
         }
     }
     pub fn priority(&self) -> u32 {
@@ -59,6 +63,24 @@ impl Bid {
     /// Whether the priority changed.
     pub fn set_priority(&self, priority: u32) -> bool {
         self.priority.swap(priority, Ordering::SeqCst) != priority
+    }
+    /// The priority a claim sends: 0 while the application is unhealthy.
+    pub fn effective_priority(&self) -> u32 {
+        if self.problem().is_some() {
+            0
+        } else {
+            self.priority()
+        }
+    }
+    pub fn problem(&self) -> Option<String> {
+        crate::sync::locked(&self.problem).clone()
+    }
+    /// Whether it changed.
+    pub fn set_problem(&self, problem: Option<String>) -> bool {
+        let mut current = crate::sync::locked(&self.problem);
+        let changed = *current != problem;
+        *current = problem;
+        changed
     }
     pub fn deferral(&self) -> Option<Deferral> {
         crate::sync::locked(&self.deferral).clone()

@@ -5,7 +5,7 @@
 //! a free seat (docs/behaviour.md P1-P4).
 
 /// A candidacy as a claim or a renewal refreshes it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Candidacy {
     /// How long the membership lasts from the store's clock at the call.
     pub ms: u64,
@@ -15,4 +15,7 @@ pub(crate) struct Candidacy {
     /// ([`crate::ElectionConfig::deference`]), and a handover for its
     /// named successor.
     pub defer_ms: u64,
+    /// Why the application is unhealthy, if it is: the priority sent is 0
+    /// then, and the store keeps the reason for the controller.
+    pub problem: Option<String>,
 }

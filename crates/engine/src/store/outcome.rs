@@ -160,5 +160,8 @@ pub struct GroupState {
     pub members: Vec<(String, u64)>,
     /// The priority of each live member (docs/behaviour.md P1).
     pub priorities: std::collections::BTreeMap<String, u32>,
+    /// Why a live member's application is unhealthy, for those whose agent
+    /// says so (they campaign with priority 0 meanwhile; P6).
+    pub problems: std::collections::BTreeMap<String, String>,
     pub now_ms: u64,
 }

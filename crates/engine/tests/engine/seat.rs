@@ -380,3 +380,49 @@ async fn a_handover_to_a_member_that_cannot_lead_is_refused_and_the_leader_leads
     );
 }
 }
+
+on_both_stores! {
+/// docs/behaviour.md P6: a member whose application is unhealthy
+/// (`Group::set_problem`) campaigns with priority 0 and its reason: the
+/// store shows both, it never takes a free seat, and once healthy again
+/// it campaigns with its own priority.
+async fn an_unhealthy_member_never_takes_a_free_seat_and_says_why(server) {
+    let cfg = fast();
+    let store = server.store();
+    let mut all = members(&server, &[1, 5], cfg).await;
+    assert_eq!(settled_leader(&all, Duration::from_secs(3)).await, 0);
+    all[1].group().unwrap().set_problem(Some("unhealthy: GET /ready answered 503"));
+    let mut seen = None;
+    for _ in 0..200 {
+        let state = store.group_state(GROUP).await.unwrap();
+        if state.problems.contains_key("test/m1") {
+            seen = Some(state);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let state = seen.expect("the store never showed the problem");
+    assert_eq!(
+        state.problems.get("test/m1").map(String::as_str),
+        Some("unhealthy: GET /ready answered 503")
+    );
+    assert_eq!(state.priorities.get("test/m1"), Some(&0));
+    // The leader crashes: the unhealthy member (priority 5 otherwise)
+    // never takes the seat.
+    crash(&mut all[0]);
+    let until = Instant::now() + cfg.ttl() * 3;
+    while Instant::now() < until {
+        assert!(!all[1].group().unwrap().is_leader(), "an unhealthy member led");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        all[1].group().unwrap().deferral().map(|d| d.reason),
+        Some(DeferReason::NeverLeads)
+    );
+    all[1].group().unwrap().set_problem(None);
+    only_this_one_leads(&all, 1, cfg.retry_interval() * 3).await;
+    let state = store.group_state(GROUP).await.unwrap();
+    assert!(state.problems.is_empty(), "{state:?}");
+    assert_eq!(state.priorities.get("test/m1"), Some(&5));
+}
+}

@@ -71,6 +71,7 @@ impl PgStore {
                     &started_ms,
                     &priority(candidacy.priority),
                     &big(candidacy.defer_ms),
+                    &candidacy.problem,
                 ],
             )
             .await?;
@@ -132,6 +133,7 @@ impl PgStore {
                     &big(ttl_ms),
                     &big(candidacy.ms),
                     &priority(candidacy.priority),
+                    &candidacy.problem,
                 ],
             )
             .await?;
@@ -210,6 +212,7 @@ impl PgStore {
         let ids: Vec<String> = row.get(4);
         let until: Vec<i64> = row.get(5);
         let priorities: Vec<i32> = row.get(6);
+        let problems: Vec<String> = row.get(7);
         Ok(GroupState {
             holder: row.get(0),
             term: row.get::<_, i64>(1).max(0) as u64,
@@ -219,6 +222,12 @@ impl PgStore {
                 .cloned()
                 .zip(priorities)
                 .map(|(id, p)| (id, p.max(0) as u32))
+                .collect(),
+            problems: ids
+                .iter()
+                .cloned()
+                .zip(problems)
+                .filter(|(_, p)| !p.is_empty())
                 .collect(),
             members: ids
                 .into_iter()

@@ -62,8 +62,10 @@ impl Op {
         match self {
             Op::Time => "SELECT {s}.now_ms()",
             Op::Ping => "SELECT 1",
-            Op::Claim => "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-            Op::Renew => "SELECT * FROM {s}.renew($1, $2, $3, $4, $5, $6, $7)",
+            Op::Claim => {
+                "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
+            }
+            Op::Renew => "SELECT * FROM {s}.renew($1, $2, $3, $4, $5, $6, $7, $8)",
             Op::Release => "SELECT {s}.release($1, $2, $3, $4, $5)",
             Op::HandOver => "SELECT {s}.hand_over($1, $2, $3, $4, $5, $6)",
             Op::GroupState => "SELECT * FROM {s}.group_state($1)",

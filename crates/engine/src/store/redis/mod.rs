@@ -39,6 +39,17 @@ use crate::store::options::ConnectOptions;
 use crate::store::outcome::{deferral, Claim, GroupState, Handover, Heartbeat, Renewal, Sweep};
 use crate::store::StoreError;
 
+/// A value of a group's priorities hash (seat.lua): `N`, or `0 REASON`
+/// for a member whose application is unhealthy.
+fn priority_and_problem(value: &str) -> (u32, Option<String>) {
+    let (number, problem) = match value.split_once(' ') {
+        Some((n, reason)) => (n, Some(reason.to_owned())),
+        None => (value, None),
+    };
+    let priority = number.parse().unwrap_or(crate::config::DEFAULT_PRIORITY);
+    (priority, problem)
+}
+
 // Public, as every trait impl is: a library user's `?` on a RedisError
 // meets it too. Kept for the many `?`s of this module; it goes when
 // ConnectError stops carrying RedisError (docs/design/postgres-store.md).
@@ -255,7 +266,8 @@ impl RedisStore {
             .arg(seen_term)
             .arg(candidacy.ms)
             .arg(candidacy.priority)
-            .arg(candidacy.defer_ms);
+            .arg(candidacy.defer_ms)
+            .arg(candidacy.problem.as_deref().unwrap_or(""));
         // Expecting its own confirmed lease, a claim waits as a renewal does.
         let expected = match confirmed {
             Some(_) => replication::Write::Renewal,
@@ -322,7 +334,8 @@ impl RedisStore {
             .arg(candidacy.ms)
             .arg(&group.released)
             .arg(if hint { "1" } else { "0" })
-            .arg(candidacy.priority);
+            .arg(candidacy.priority)
+            .arg(candidacy.problem.as_deref().unwrap_or(""));
         let (reply, confirmation) = self
             .write_lease(replication::Write::Renewal, &scripts::RENEW, &call)
             .await?;
@@ -442,24 +455,29 @@ impl RedisStore {
         let mut set = std::collections::BTreeMap::new();
         if let Some(Value::Array(flat)) = items.get(5) {
             for pair in flat.chunks(2) {
-                set.insert(string_at(pair, 0)?, uint_at(pair, 1)?);
+                set.insert(string_at(pair, 0)?, string_at(pair, 1)?);
             }
         }
-        let priorities = members
-            .iter()
-            .map(|(id, _)| {
-                let p = set.get(id).map_or(crate::config::DEFAULT_PRIORITY, |p| {
-                    u32::try_from(*p).unwrap_or(u32::MAX)
+        let mut priorities = std::collections::BTreeMap::new();
+        let mut problems = std::collections::BTreeMap::new();
+        for (id, _) in &members {
+            let (priority, problem) = set
+                .get(id)
+                .map_or((crate::config::DEFAULT_PRIORITY, None), |v| {
+                    priority_and_problem(v)
                 });
-                (id.clone(), p)
-            })
-            .collect();
+            priorities.insert(id.clone(), priority);
+            if let Some(problem) = problem {
+                problems.insert(id.clone(), problem);
+            }
+        }
         Ok(GroupState {
             holder,
             term: uint_at(&items, 1)?,
             lease_pttl_ms: (pttl >= 0).then_some(pttl as u64),
             members,
             priorities,
+            problems,
             now_ms: uint_at(&items, 3)?,
         })
     }

@@ -4,7 +4,10 @@
 -- a version 1 schema; the functions whose signatures change are dropped
 -- and made again.
 
-ALTER TABLE {s}.members ADD COLUMN priority int NOT NULL DEFAULT {DEFAULT_PRIORITY};
+-- problem: why the member's application is unhealthy (its priority is 0
+-- meanwhile), NULL when it is not.
+ALTER TABLE {s}.members ADD COLUMN priority int NOT NULL DEFAULT {DEFAULT_PRIORITY},
+    ADD COLUMN problem text;
 
 -- last_holder: the holder of the latest lease (never waited for: it had
 -- the seat and let it go); vacant_ms: when a claim first deferred on the
@@ -80,7 +83,7 @@ END $$;
 -- priority and leaving a free seat to a better candidate (seat_deferral).
 CREATE FUNCTION {s}.claim(p_group text, p_id text, p_inc text, p_ttl bigint, p_seen bigint,
                           p_candidacy bigint, p_history text, p_started_ms bigint,
-                          p_priority int, p_defer bigint)
+                          p_priority int, p_defer bigint, p_problem text)
 RETURNS TABLE (o_won boolean, o_term bigint, o_fresh boolean, o_wait_ms bigint, o_holder text,
                o_ttl_ms bigint, o_renew_interval_ms bigint, o_retry_interval_ms bigint,
                o_defer text, o_defer_to text)
@@ -131,10 +134,10 @@ BEGIN
     IF v_born <> st.born_ms OR v_epoch <> st.epoch OR st.history IS DISTINCT FROM p_history THEN
         UPDATE {s}.store SET born_ms = v_born, epoch = v_epoch, history = p_history WHERE id = 1;
     END IF;
-    INSERT INTO {s}.members (grp, node, until_ms, priority)
-        VALUES (p_group, p_id, v_now + p_candidacy, p_priority)
+    INSERT INTO {s}.members (grp, node, until_ms, priority, problem)
+        VALUES (p_group, p_id, v_now + p_candidacy, p_priority, p_problem)
         ON CONFLICT (grp, node) DO UPDATE SET until_ms = excluded.until_ms,
-            priority = excluded.priority;
+            priority = excluded.priority, problem = excluded.problem;
     o_ttl_ms := g.ttl_ms;
     o_renew_interval_ms := g.renew_interval_ms;
     o_retry_interval_ms := g.retry_interval_ms;
@@ -195,7 +198,7 @@ END $$;
 
 -- Renew a held lease (version 1), keeping the leader's priority.
 CREATE FUNCTION {s}.renew(p_group text, p_id text, p_inc text, p_term bigint, p_ttl bigint,
-                          p_candidacy bigint, p_priority int)
+                          p_candidacy bigint, p_priority int, p_problem text)
 RETURNS TABLE (o_status int, o_term bigint, o_holder text, o_incarnation text,
                o_ttl_ms bigint, o_renew_interval_ms bigint, o_retry_interval_ms bigint)
 LANGUAGE plpgsql AS $$
@@ -222,10 +225,10 @@ BEGIN
     END IF;
     UPDATE {s}.groups SET counter = greatest(counter, o_term), lease_term = o_term,
         expires_ms = v_now + p_ttl WHERE name = p_group;
-    INSERT INTO {s}.members (grp, node, until_ms, priority)
-        VALUES (p_group, p_id, v_now + p_candidacy, p_priority)
+    INSERT INTO {s}.members (grp, node, until_ms, priority, problem)
+        VALUES (p_group, p_id, v_now + p_candidacy, p_priority, p_problem)
         ON CONFLICT (grp, node) DO UPDATE SET until_ms = excluded.until_ms,
-            priority = excluded.priority;
+            priority = excluded.priority, problem = excluded.problem;
     -- The leader keeps the member list tidy: candidacies that lapsed go.
     DELETE FROM {s}.members WHERE grp = p_group AND until_ms <= v_now;
     o_status := 1;
@@ -238,7 +241,7 @@ END $$;
 
 CREATE FUNCTION {s}.group_state(p_group text)
 RETURNS TABLE (o_holder text, o_term bigint, o_pttl bigint, o_now bigint, o_members text[],
-               o_until bigint[], o_priorities int[])
+               o_until bigint[], o_priorities int[], o_problems text[])
 LANGUAGE plpgsql AS $$
 DECLARE
     g {s}.groups%ROWTYPE;
@@ -252,8 +255,9 @@ BEGIN
     END IF;
     SELECT coalesce(array_agg(node ORDER BY until_ms, node), '{}'),
            coalesce(array_agg(until_ms ORDER BY until_ms, node), '{}'),
-           coalesce(array_agg(priority ORDER BY until_ms, node), '{}')
-        INTO o_members, o_until, o_priorities
+           coalesce(array_agg(priority ORDER BY until_ms, node), '{}'),
+           coalesce(array_agg(coalesce(problem, '') ORDER BY until_ms, node), '{}')
+        INTO o_members, o_until, o_priorities, o_problems
         FROM {s}.members WHERE grp = p_group AND until_ms > o_now;
     RETURN NEXT;
 END $$;

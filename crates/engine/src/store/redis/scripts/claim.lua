@@ -5,7 +5,8 @@
 --       priorities, seat (seat.lua)
 -- ARGV: node id, incarnation, ttl ms, highest term this node has seen,
 --       candidacy ms (how long the membership lasts: the caller passes ttl +
---       two retry intervals), priority, deference ms (seat.lua)
+--       two retry intervals), priority, deference ms, problem ('' or why
+--       the application is unhealthy; seat.lua)
 -- Returns {1, term, fresh, config} when this node holds the lease afterwards
 -- (fresh = 1 for a new acquisition, 0 when it kept a lease it already held),
 -- or {0, term, pttl ms, holder id, config} when another node holds it, or
@@ -120,7 +121,7 @@ if epoch ~= stored_epoch then redis.call('SET', KEYS[8], term_text(epoch)) end
 local config = redis.call('HMGET', KEYS[4], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs')
 redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1])
 local priority = tonumber(ARGV[6])
-keep_priority(KEYS[9], ARGV[1], priority)
+keep_priority(KEYS[9], ARGV[1], priority, ARGV[8])
 local current = redis.call('GET', KEYS[1])
 if current and string.sub(current, 1, #mine) == mine then
   -- Our own lease, still standing after a fail-safe demotion: nobody else

@@ -3,7 +3,7 @@
 -- ARGV: none
 -- Returns {lease value or false, term, pttl ms (-2 when free), now ms,
 -- {id, expiry, ...} of live members, {id, priority, ...} of the members
--- whose priority is not the default}.
+-- whose priority is not the default ('0 REASON' for an unhealthy one)}.
 local now = now_ms()
 return {
   redis.call('GET', KEYS[1]),

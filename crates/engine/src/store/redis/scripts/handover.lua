@@ -14,7 +14,7 @@ local now = now_ms()
 if redis.call('GET', KEYS[1]) ~= ARGV[1] .. '#' .. ARGV[2] .. '#' .. ARGV[3] then return 0 end
 local score = redis.call('ZSCORE', KEYS[2], ARGV[5])
 if not score or tonumber(score) <= now then return -1 end
-if tonumber(redis.call('HGET', KEYS[3], ARGV[5]) or DEFAULT_PRIORITY) <= 0 then return -2 end
+if priority_of(redis.call('HGET', KEYS[3], ARGV[5])) <= 0 then return -2 end
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[4], 'successor', ARGV[5], 'until', now + tonumber(ARGV[6]))
 redis.call('HDEL', KEYS[4], 'vacant')

@@ -2,7 +2,8 @@
 -- KEYS: lease, members, config, term, epoch (the store's term epoch),
 --       priorities (seat.lua)
 -- ARGV: node id, incarnation, term, ttl ms, candidacy ms, wake channel
---       (P:g:{G}:released), "1" to hint the followers, priority
+--       (P:g:{G}:released), "1" to hint the followers, priority, problem
+--       (seat.lua)
 -- Returns {1, config, term} renewed (config as in claim.lua; term is the
 -- lease's term afterwards), {0} the lease is gone (expired), {-1, lease
 -- value} another holder.
@@ -34,7 +35,7 @@ if current == mine .. ARGV[3] then
     redis.call('PEXPIRE', KEYS[1], ttl)
   end
   redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[1])
-  keep_priority(KEYS[6], ARGV[1], tonumber(ARGV[8]))
+  keep_priority(KEYS[6], ARGV[1], tonumber(ARGV[8]), ARGV[9])
   -- The leader keeps the member list tidy: drop candidacies that lapsed.
   drop_lapsed(KEYS[2], KEYS[6], now)
   if ARGV[7] == '1' then

@@ -5,6 +5,8 @@
 -- Priorities live in P:g:{G}:priorities (node id -> priority), and only
 -- those other than the default: a group whose members all campaign with
 -- the default has no such key, and its free seat costs one EXISTS more.
+-- A member whose application is unhealthy campaigns with priority 0 and
+-- its reason: the value is then '0 REASON' (read by `priority_of`).
 -- P:g:{G}:seat holds what the free seat's rules need: `last`, the holder
 -- of the latest lease (never waited for: it had the seat and let it go, by
 -- a release or by not renewing); `vacant`, when a claim first deferred on
@@ -12,12 +14,20 @@
 -- `until`, a named successor and the end of its handover window. A grant
 -- sets `last` and clears the rest.
 
-local function keep_priority(key, id, priority)
-  if priority == DEFAULT_PRIORITY then
+local function keep_priority(key, id, priority, problem)
+  local value = tostring(priority)
+  if problem and problem ~= '' then value = '0 ' .. problem end
+  if value == tostring(DEFAULT_PRIORITY) then
     redis.call('HDEL', key, id)
-  elseif redis.call('HGET', key, id) ~= tostring(priority) then
-    redis.call('HSET', key, id, priority)
+  elseif redis.call('HGET', key, id) ~= value then
+    redis.call('HSET', key, id, value)
   end
+end
+
+-- The priority in a value of the priorities hash.
+local function priority_of(value)
+  if not value then return DEFAULT_PRIORITY end
+  return tonumber(string.match(value, '^%d+')) or DEFAULT_PRIORITY
 end
 
 -- Removes the candidacies that lapsed, with their priorities.
@@ -53,7 +63,7 @@ local function seat_deferral(members, priorities, seat, config, id, priority, no
   end
   local prios = {}
   local flat = redis.call('HGETALL', priorities)
-  for i = 1, #flat, 2 do prios[flat[i]] = tonumber(flat[i + 1]) end
+  for i = 1, #flat, 2 do prios[flat[i]] = priority_of(flat[i + 1]) end
   -- Priority first; among equals, the preferred ones (all, without a list).
   local function rank(node, p)
     if p <= 0 then return 0 end

@@ -1,0 +1,332 @@
+//! The application's health, when the agent is told how to check it
+//! (`--health-url` or `--health-command`): checked once at start and then
+//! every retry interval, each check bounded by `--health-timeout-ms`.
+//!
+//! - Until the first check passes, and from any failed check until one
+//!   passes, this pod campaigns with priority 0 and the reason
+//!   ([`Group::set_problem`]): it never takes a free seat, and the store
+//!   shows the reason to the controller (the member's `unhealthy`).
+//! - A leader whose application fails `--health-failures` checks in a row
+//!   steps down, through the same path as the API's step-down (exec mode
+//!   stops its command first), and logs why.
+//!
+//! A check is an HTTP GET (any status from 200 to 399 passes, as a
+//! Kubernetes probe's) or a shell command (exit 0 passes). What the last
+//! check said shows in `/v1/status` and the metrics.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_body_util::Empty;
+use hyper::body::Bytes;
+use leasehold_engine::sync::locked;
+use leasehold_engine::Group;
+use serde::Serialize;
+use tokio::sync::mpsc;
+
+use crate::api::StepDown;
+use crate::metrics::AgentMetrics;
+
+/// Longest `--health-timeout-ms`, and the default.
+pub const MAX_HEALTH_TIMEOUT_MS: u64 = 60_000;
+pub const DEFAULT_HEALTH_TIMEOUT_MS: u64 = 1_000;
+/// Most `--health-failures`, and the default.
+pub const MAX_HEALTH_FAILURES: u32 = 100;
+pub const DEFAULT_HEALTH_FAILURES: u32 = 3;
+
+/// How the application's health is checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Check {
+    /// `GET path` on `authority` (`host:port`), plain HTTP.
+    Url { authority: String, path: String },
+    /// A command run by `sh -c`.
+    Command(String),
+}
+
+impl Check {
+    /// A `--health-url`: `http://HOST:PORT/PATH`. Plain HTTP only: the check
+    /// is of the pod's own application, on its loopback or pod address.
+    pub fn url(text: &str) -> Result<Self, String> {
+        let uri: hyper::Uri = text
+            .parse()
+            .map_err(|e| format!("--health-url {text:?} is not a URL: {e}"))?;
+        if uri.scheme_str() != Some("http") {
+            return Err(format!(
+                "--health-url {text:?} must be an http:// URL (the check is of this pod's own application)"
+            ));
+        }
+        let Some(authority) = uri.authority() else {
+            return Err(format!("--health-url {text:?} names no host"));
+        };
+        let authority = if authority.port_u16().is_some() {
+            authority.to_string()
+        } else {
+            format!("{authority}:80")
+        };
+        let path = uri
+            .path_and_query()
+            .map_or_else(|| "/".to_owned(), ToString::to_string);
+        Ok(Self::Url { authority, path })
+    }
+}
+
+/// The check's settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealthSettings {
+    pub check: Check,
+    pub timeout: Duration,
+    /// Failed checks in a row after which a leader steps down.
+    pub failures: u32,
+}
+
+/// What the last check said, for `/v1/status` and the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthView {
+    /// Whether a check has run yet.
+    pub checked: bool,
+    pub healthy: bool,
+    /// Failed checks in a row.
+    pub failures: u32,
+    /// Why the last check failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Checks run and failed since the agent started.
+    pub checks: u64,
+    pub failed: u64,
+}
+
+/// Runs one check.
+pub async fn check(check: &Check, timeout: Duration) -> Result<(), String> {
+    match tokio::time::timeout(timeout, run(check)).await {
+        Ok(result) => result,
+        Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+    }
+}
+
+async fn run(check: &Check) -> Result<(), String> {
+    match check {
+        Check::Url { authority, path } => get(authority, path).await,
+        Check::Command(line) => {
+            let out = tokio::process::Command::new("sh")
+                .arg("-c")
+                .arg(line)
+                .stdin(std::process::Stdio::null())
+                .kill_on_drop(true)
+                .output()
+                .await
+                .map_err(|e| format!("could not run the health command: {e}"))?;
+            if out.status.success() {
+                return Ok(());
+            }
+            let said = String::from_utf8_lossy(&out.stderr);
+            let said = said.lines().next().unwrap_or("").trim();
+            Err(match (out.status.code(), said.is_empty()) {
+                (Some(code), true) => format!("the health command exited with {code}"),
+                (Some(code), false) => format!("the health command exited with {code}: {said}"),
+                (None, _) => "the health command was killed by a signal".to_owned(),
+            })
+        }
+    }
+}
+
+/// One GET over a connection of its own.
+async fn get(authority: &str, path: &str) -> Result<(), String> {
+    let stream = tokio::net::TcpStream::connect(authority)
+        .await
+        .map_err(|e| format!("GET http://{authority}{path}: {e}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|e| format!("GET http://{authority}{path}: {e}"))?;
+    let connection = tokio::spawn(connection);
+    let request = hyper::Request::get(path)
+        .header(hyper::header::HOST, authority)
+        .header(hyper::header::USER_AGENT, "leasehold-agent")
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| format!("GET http://{authority}{path}: {e}"))?;
+    let answer = sender.send_request(request).await;
+    connection.abort();
+    let status = answer
+        .map_err(|e| format!("GET http://{authority}{path}: {e}"))?
+        .status();
+    if (200..400).contains(&status.as_u16()) {
+        Ok(())
+    } else {
+        Err(format!("GET http://{authority}{path} answered {status}"))
+    }
+}
+
+/// The health loop's state, shared with the API and the metrics.
+#[derive(Default)]
+pub(crate) struct Health {
+    view: Mutex<HealthView>,
+}
+
+impl Health {
+    pub fn view(&self) -> HealthView {
+        locked(&self.view).clone()
+    }
+}
+
+/// Checks now and then every retry interval of the first group (its
+/// timings as adopted), until the agent stops. `priority` is the one the
+/// groups were joined with 0 for, until the first check passes.
+pub(crate) async fn watch(
+    settings: HealthSettings,
+    groups: Vec<(String, Group)>,
+    priority: u32,
+    health: Arc<Health>,
+    step_downs: mpsc::Sender<StepDown>,
+    metrics: Arc<AgentMetrics>,
+) {
+    let mut restored = false;
+    loop {
+        let result = check(&settings.check, settings.timeout).await;
+        let failures = {
+            let mut view = locked(&health.view);
+            view.checked = true;
+            view.checks += 1;
+            match &result {
+                Ok(()) => {
+                    view.healthy = true;
+                    view.failures = 0;
+                    view.reason = None;
+                }
+                Err(reason) => {
+                    view.healthy = false;
+                    view.failures += 1;
+                    view.failed += 1;
+                    view.reason = Some(reason.clone());
+                }
+            }
+            view.failures
+        };
+        metrics.health_checked(result.is_ok());
+        match &result {
+            Ok(()) => {
+                for (_, group) in &groups {
+                    if !restored {
+                        let _ = group.set_priority(priority);
+                    }
+                    if group.problem().is_some() {
+                        tracing::info!(group = %group.name(), "the application is healthy again");
+                    }
+                    group.set_problem(None);
+                }
+                restored = true;
+            }
+            Err(reason) => {
+                for (name, group) in &groups {
+                    if group.problem().is_none() {
+                        tracing::warn!(group = %group.name(), %reason, "the application is unhealthy: this pod does not take the lead");
+                    }
+                    group.set_problem(Some(&format!("unhealthy: {reason}")));
+                    if failures >= settings.failures && group.is_leader() {
+                        tracing::warn!(group = %group.name(), failures, %reason, "the application failed its health check {failures} times in a row: stepping down");
+                        step_down(&step_downs, name).await;
+                    }
+                }
+            }
+        }
+        let every = groups.first().map_or(Duration::from_secs(2), |(_, g)| {
+            g.timings().retry_interval()
+        });
+        tokio::time::sleep(every).await;
+    }
+}
+
+/// A step-down through the agent's owner task (as the API asks one).
+async fn step_down(step_downs: &mpsc::Sender<StepDown>, name: &str) {
+    let (reply, answer) = tokio::sync::oneshot::channel();
+    let request = StepDown {
+        group: name.to_owned(),
+        to: None,
+        reply,
+    };
+    if step_downs.send(request).await.is_ok() {
+        if let Ok(Err(e)) = answer.await {
+            tracing::warn!(group = %name, error = %e, "the step-down for the application's health failed");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_health_url_is_plain_http_with_a_host() {
+        assert_eq!(
+            Check::url("http://127.0.0.1:8080/ready?full=1"),
+            Ok(Check::Url {
+                authority: "127.0.0.1:8080".into(),
+                path: "/ready?full=1".into()
+            })
+        );
+        assert_eq!(
+            Check::url("http://localhost"),
+            Ok(Check::Url {
+                authority: "localhost:80".into(),
+                path: "/".into()
+            })
+        );
+        for bad in ["https://x/ready", "/ready", "not a url"] {
+            assert!(Check::url(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// A server that answers each connection with `status`, once each.
+    async fn answering(statuses: &[&'static str]) -> String {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let statuses = statuses.to_vec();
+        tokio::spawn(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            for status in statuses {
+                let (mut conn, _) = listener.accept().await.unwrap();
+                let mut buf = [0u8; 1024];
+                let _ = conn.read(&mut buf).await;
+                let answer = format!("HTTP/1.1 {status}\r\ncontent-length: 0\r\n\r\n");
+                let _ = conn.write_all(answer.as_bytes()).await;
+            }
+        });
+        format!("http://{addr}/ready")
+    }
+
+    #[tokio::test]
+    async fn a_url_passes_from_200_to_399_and_says_what_it_answered() {
+        let url = answering(&["200 OK", "302 Found", "503 Service Unavailable"]).await;
+        let check_url = Check::url(&url).unwrap();
+        let second = Duration::from_secs(5);
+        assert_eq!(check(&check_url, second).await, Ok(()));
+        assert_eq!(check(&check_url, second).await, Ok(()));
+        let e = check(&check_url, second).await.unwrap_err();
+        assert_eq!(e, format!("GET {url} answered 503 Service Unavailable"));
+        // Nobody listens any more.
+        let e = check(&check_url, second).await.unwrap_err();
+        assert!(e.starts_with(&format!("GET {url}: ")), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_command_passes_on_exit_0_and_says_why_it_failed() {
+        assert_eq!(
+            check(&Check::Command("true".into()), Duration::from_secs(5)).await,
+            Ok(())
+        );
+        let e = check(
+            &Check::Command("echo broken >&2; exit 3".into()),
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e, "the health command exited with 3: broken");
+        let e = check(
+            &Check::Command("sleep 5".into()),
+            Duration::from_millis(100),
+        )
+        .await
+        .unwrap_err();
+        assert_eq!(e, "no answer within 100 ms");
+    }
+}
