@@ -7,8 +7,8 @@
 //!   ([`Group::set_problem`]): it never takes a free seat, and the store
 //!   shows the reason to the controller (the member's `unhealthy`).
 //! - A leader whose application fails `--health-failures` checks in a row
-//!   steps down, through the same path as the API's step-down (exec mode
-//!   stops its command first), and logs why.
+//!   steps down: the group's name goes to the task that owns the node,
+//!   which steps down as for the API (exec mode stops its command first).
 //!
 //! A check is an HTTP GET (any status from 200 to 399 passes, as a
 //! Kubernetes probe's) or a shell command (exit 0 passes). What the last
@@ -24,7 +24,6 @@ use leasehold_engine::Group;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use crate::api::StepDown;
 use crate::metrics::AgentMetrics;
 
 /// Longest `--health-timeout-ms`, and the default.
@@ -177,7 +176,7 @@ pub(crate) async fn watch(
     groups: Vec<(String, Group)>,
     priority: u32,
     health: Arc<Health>,
-    step_downs: mpsc::Sender<StepDown>,
+    step_downs: mpsc::UnboundedSender<String>,
     metrics: Arc<AgentMetrics>,
 ) {
     let mut restored = false;
@@ -224,7 +223,7 @@ pub(crate) async fn watch(
                     group.set_problem(Some(&format!("unhealthy: {reason}")));
                     if failures >= settings.failures && group.is_leader() {
                         tracing::warn!(group = %group.name(), failures, %reason, "the application failed its health check {failures} times in a row: stepping down");
-                        step_down(&step_downs, name).await;
+                        let _ = step_downs.send(name.clone());
                     }
                 }
             }
@@ -233,21 +232,6 @@ pub(crate) async fn watch(
             g.timings().retry_interval()
         });
         tokio::time::sleep(every).await;
-    }
-}
-
-/// A step-down through the agent's owner task (as the API asks one).
-async fn step_down(step_downs: &mpsc::Sender<StepDown>, name: &str) {
-    let (reply, answer) = tokio::sync::oneshot::channel();
-    let request = StepDown {
-        group: name.to_owned(),
-        to: None,
-        reply,
-    };
-    if step_downs.send(request).await.is_ok() {
-        if let Ok(Err(e)) = answer.await {
-            tracing::warn!(group = %name, error = %e, "the step-down for the application's health failed");
-        }
     }
 }
 

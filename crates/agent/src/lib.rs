@@ -455,6 +455,9 @@ struct Agent {
     reaper: Option<tokio::task::JoinHandle<()>>,
     /// Checks the application's health (`--health-url`, `--health-command`).
     health: Option<tokio::task::JoinHandle<()>>,
+    /// Groups (LeaderGroup names) to step down from because the
+    /// application failed its health checks.
+    unhealthy: mpsc::UnboundedReceiver<String>,
 }
 
 impl Agent {
@@ -498,11 +501,12 @@ impl Agent {
             namespace: args.namespace.clone(),
             groups: groups.clone(),
             store,
-            step_downs: step_downs.clone(),
+            step_downs,
             registry: Arc::new(registry),
             metrics: agent_metrics.clone(),
         });
-        let health = Self::start_health(&settings, &groups, health, step_downs, agent_metrics);
+        let (unhealthy_tx, unhealthy) = mpsc::unbounded_channel();
+        let health = Self::start_health(&settings, &groups, health, unhealthy_tx, agent_metrics);
         let (servers, stop_server) = Self::serve(state, listener, probe_listener);
         let role_watchers = role_files.as_ref().map(|files| files.watch(&groups));
         let own_children = exec::reaper::OwnChildren::default();
@@ -535,6 +539,7 @@ impl Agent {
             command,
             reaper,
             health,
+            unhealthy,
         })
     }
 
@@ -543,7 +548,7 @@ impl Agent {
         settings: &Settings,
         groups: &[(String, Group)],
         health: Option<Arc<health::Health>>,
-        step_downs: mpsc::Sender<StepDown>,
+        step_downs: mpsc::UnboundedSender<String>,
         metrics: Arc<metrics::AgentMetrics>,
     ) -> Option<tokio::task::JoinHandle<()>> {
         let check = settings.health.clone()?;
@@ -712,6 +717,11 @@ impl Agent {
                     let result = step_down(&self.node, self.command.as_ref(), &self.settings, &full, request.to.as_deref()).await;
                     tracing::info!(group = %full, to = ?request.to, ?result, "step-down asked through the API");
                     let _ = request.reply.send(result);
+                }
+                Some(name) = self.unhealthy.recv() => {
+                    let full = NamespacedName::new(&self.namespace, &name).to_string();
+                    let result = step_down(&self.node, self.command.as_ref(), &self.settings, &full, None).await;
+                    tracing::warn!(group = %full, ?result, "stepped down: the application failed its health checks");
                 }
                 Some(request) = self.deferred.recv() => {
                     let result = step_down(&self.node, self.command.as_ref(), &self.settings, &request.group, request.to.as_deref()).await;
