@@ -3,9 +3,14 @@
 //! faults, and the guarantees checked from outside, continuously, through
 //! the agents' HTTP API and the store itself.
 //!
+//! The agents campaign with mixed priorities (1, 2, 3 and 0, which never
+//! leads) and a health check (`--health-command`) that the test turns
+//! failing and back.
+//!
 //! Faults: SIGKILL of an agent (it comes back under a new pod name, so the
 //! dead node must be swept), SIGTERM, SIGSTOP for longer than the ttl, a
-//! step-down, the store SIGSTOPped, the store crashing and restarting (Redis
+//! step-down, a handover to a named agent, a health check failing for a
+//! while, the store SIGSTOPped, the store crashing and restarting (Redis
 //! with its data lost, PostgreSQL killed -9 and recovering from its WAL: a
 //! new history either way), and per agent a TCP proxy to the store that
 //! black-holes, cuts or delays traffic.
@@ -44,8 +49,18 @@ const RENEW_MS: u64 = 300;
 const RETRY_MS: u64 = 200;
 /// The agents' node lease; the sweep interval equals it.
 const LEASE_MS: u64 = 1000;
+/// Each slot's priority: agent-3 follows and never leads.
+const PRIORITIES: [u32; AGENTS] = [1, 2, 3, 0];
 
-fn args(name: &str, url: &str, port: u16) -> Vec<String> {
+/// The file whose presence fails slot `index`'s health check.
+fn sick_file(index: usize) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!(
+        "leasehold-chaos-{}-sick-{index}",
+        std::process::id()
+    ))
+}
+
+fn args(name: &str, url: &str, port: u16, index: usize) -> Vec<String> {
     [
         "agent".to_owned(),
         format!("--store-url={url}"),
@@ -58,6 +73,9 @@ fn args(name: &str, url: &str, port: u16) -> Vec<String> {
         format!("--renew-interval-ms={RENEW_MS}"),
         format!("--retry-interval-ms={RETRY_MS}"),
         format!("--node-lease-ms={LEASE_MS}"),
+        format!("--priority={}", PRIORITIES[index]),
+        format!("--health-command=test ! -e {}", sick_file(index).display()),
+        "--health-failures=2".into(),
     ]
     .to_vec()
 }
@@ -84,6 +102,8 @@ struct Slot {
     partitioned: Option<Instant>,
     /// Proxy delaying until then.
     delayed: Option<Instant>,
+    /// Health check failing until then.
+    sick: Option<Instant>,
     /// When the current process started.
     started: Instant,
 }
@@ -100,7 +120,7 @@ impl Slot {
     async fn start_next(&mut self) {
         self.generation += 1;
         let port = free_port();
-        let args = args(&self.name(), &self.url, port);
+        let args = args(&self.name(), &self.url, port, self.index);
         let mut agent = Agent::start(&self.id(), port, args).await;
         agent.read_inbox();
         self.agent = Some(agent);
@@ -226,13 +246,15 @@ async fn agents_keep_their_guarantees_under_random_faults(server: own) {
             state: State::Live,
             partitioned: None,
             delayed: None,
+            sick: None,
             started: Instant::now(),
         };
+        let _ = std::fs::remove_file(sick_file(index));
         let port = free_port();
         let mut agent = Agent::start(
             &slot.id(),
             port,
-            args(&slot.name(), &slot.url, port),
+            args(&slot.name(), &slot.url, port, index),
         )
         .await;
         agent.read_inbox();
@@ -285,7 +307,12 @@ async fn agents_keep_their_guarantees_under_random_faults(server: own) {
                 slot.proxy.delay(Duration::ZERO);
                 slot.delayed = None;
             }
+            if slot.sick.is_some_and(|until| now >= until) {
+                let _ = std::fs::remove_file(sick_file(slot.index));
+                slot.sick = None;
+            }
         }
+        let names: Vec<String> = slots.iter().map(Slot::name).collect();
 
         // A new fault.
         if now >= next_fault {
@@ -301,6 +328,8 @@ async fn agents_keep_their_guarantees_under_random_faults(server: own) {
                 "term",
                 "pause",
                 "step-down",
+                "handover",
+                "sick",
                 "partition",
                 "cut",
                 "delay",
@@ -369,6 +398,19 @@ async fn agents_keep_their_guarantees_under_random_faults(server: own) {
                         let group = pick(&mut rng, &GROUPS);
                         let port = slot.agent.as_ref().unwrap().port;
                         post(port, &format!("/v1/groups/{group}/step-down")).await;
+                    }
+                    // Refused unless this agent leads and the one named is
+                    // a live member that may lead: either way, no two
+                    // leaders under one term.
+                    "handover" => {
+                        let group = pick(&mut rng, &GROUPS);
+                        let to = pick(&mut rng, &names.iter().map(String::as_str).collect::<Vec<_>>());
+                        let port = slot.agent.as_ref().unwrap().port;
+                        post(port, &format!("/v1/groups/{group}/step-down?to={to}")).await;
+                    }
+                    "sick" => {
+                        std::fs::write(sick_file(slot.index), "").unwrap();
+                        slot.sick = Some(now + Duration::from_millis(rng.u64(200..2500)));
                     }
                     "partition" => {
                         let until = now + Duration::from_millis(rng.u64(200..2500));
@@ -464,6 +506,8 @@ async fn agents_keep_their_guarantees_under_random_faults(server: own) {
         slot.proxy.resume();
         slot.proxy.delay(Duration::ZERO);
         slot.partitioned = None;
+        let _ = std::fs::remove_file(sick_file(slot.index));
+        slot.sick = None;
         match slot.state {
             State::Paused(_) => slot
                 .agent
@@ -476,8 +520,13 @@ async fn agents_keep_their_guarantees_under_random_faults(server: own) {
         slot.state = State::Live;
     }
     // One agreed leader per group within ttl + retry + margin (two retry
-    // intervals, and half a second for a restarted process to start).
-    let bound = Duration::from_millis(TTL_MS + 3 * RETRY_MS + 500);
+    // intervals, and half a second for a restarted process to start), plus
+    // what the rules of who leads may add: a health check's interval (one
+    // retry interval) before a recovered agent campaigns at its priority
+    // again, and the deference bound (two retry intervals) while the
+    // candidacy of a killed agent of higher priority has not lapsed
+    // (docs/behaviour.md P3, P6).
+    let bound = Duration::from_millis(TTL_MS + 6 * RETRY_MS + 500);
     let agreed_after = loop {
         let mut statuses = Vec::new();
         for slot in &slots {
