@@ -350,6 +350,11 @@ impl Testbed {
     /// Starts the agent of pod `pod` (a new process; one already running
     /// for it is killed first).
     async fn start_agent(&mut self, pod: &str) {
+        self.start_agent_with(pod, &[]).await;
+    }
+
+    /// [`Testbed::start_agent`] with more flags.
+    async fn start_agent_with(&mut self, pod: &str, extra: &[&str]) {
         self.agents.remove(pod);
         let port = free_port();
         let args: Vec<String> = [
@@ -374,6 +379,7 @@ impl Testbed {
             "200",
         ]
         .iter()
+        .chain(extra)
         .map(|s| s.to_string())
         .collect();
         let agent = Agent::start(&format!("{NS}/{pod}"), port, args).await;
@@ -551,14 +557,25 @@ async fn the_leader_label_follows_kills_terminations_and_step_downs() {
     if let Some(table) = kubectl(&bed.api, &["get", "lg", "-n", NS, "-o", "wide"]) {
         println!("{table}");
         let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
-        assert_eq!(header, ["NAME", "LEADER", "TERM", "LIVE", "AGE", "EXPIRES"]);
+        assert_eq!(
+            header,
+            [
+                "NAME",
+                "LEADER",
+                "TERM",
+                "LIVE",
+                "AGE",
+                "EXPIRES",
+                "PREFERRED"
+            ]
+        );
         let row = table.lines().nth(1).expect("a row for web");
         assert!(row.starts_with("web ") && row.contains(&first), "{row}");
         assert!(!row.contains("<invalid>"), "{row}");
-        assert!(
-            row.split_whitespace().last().unwrap().ends_with('Z'),
-            "{row}"
-        );
+        let columns: Vec<&str> = row.split_whitespace().collect();
+        assert!(columns[5].ends_with('Z'), "{row}");
+        // All at the default priority: placement prefers the leader.
+        assert_eq!(columns[6], first, "{row}");
     }
     let term_of = |s: &Value| s["term"].as_i64().unwrap_or(0);
     let note = bed.latest_event_note("web").await.expect("an Event on web");
@@ -1000,5 +1017,145 @@ async fn a_leader_change_costs_four_requests_and_a_new_member_is_labelled_at_onc
         );
         leader = next;
     }
+    watch.assert_never_two_leaders();
+}
+
+/// docs/controller.md "Who leads" on a real API server, with agents of
+/// priorities 1 (web-0), 3 (web-1) and 0 (web-2): failback after the
+/// stability window, the step-down-to annotation (refused for priority 0:
+/// a warning Event and Handover=False, the leader leading on; carried out
+/// for a live member), a handover undone by failback only once the new
+/// leader has led for the window, and none with failback off. The label
+/// watch never sees two leaders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn priorities_failback_and_a_named_successor_on_a_real_api_server() {
+    let Some(mut bed) = Testbed::start("apiserver: who leads", 3).await else {
+        return;
+    };
+    let watch = LabelWatch::start(bed.admin.clone());
+    bed.create_group(
+        "web",
+        json!({ "selector": { "matchLabels": { "app": "web" } },
+                "ttlMs": 1000, "renewIntervalMs": 300, "retryIntervalMs": 200,
+                "placement": { "failback": "AfterStable", "stableSeconds": 1 } }),
+    )
+    .await
+    .expect("create LeaderGroup web");
+    bed.start_agent_with("web-0", &["--priority", "1"]).await;
+    let _controller = Controller::start(&bed.api, &bed.redis, "leasehold-0");
+    let (first, _) = watch.next_leader(None, Duration::from_secs(20)).await;
+    assert_eq!(first, "web-0");
+    // A member of higher priority arrives: web-0 keeps its seat until
+    // web-1 has been live for the window, then hands over once.
+    let arrived = Instant::now();
+    bed.start_agent_with("web-1", &["--priority", "3"]).await;
+    bed.start_agent_with("web-2", &["--priority", "0"]).await;
+    let (next, _) = watch
+        .next_leader(Some("web-0"), Duration::from_secs(10))
+        .await;
+    let took = arrived.elapsed();
+    println!("failback web-0 -> {next} {took:?} after web-1 arrived");
+    assert_eq!(next, "web-1");
+    assert!(
+        took >= Duration::from_secs(1),
+        "failback before the window: {took:?}"
+    );
+    eventually_async(
+        Duration::from_secs(5),
+        "status: handover Failback, preferred web-1",
+        || {
+            let bed = &bed;
+            async move {
+                let s = bed.status("web").await;
+                s["handover"]["reason"] == "Failback"
+                    && s["handover"]["to"] == "shop/web-1"
+                    && s["preferred"] == "web-1"
+                    && s["members"].as_array().is_some_and(|m| {
+                        m.iter().any(|m| m["pod"] == "web-2" && m["priority"] == 0)
+                    })
+            }
+        },
+    )
+    .await;
+
+    // Named successor of priority 0: refused, web-1 leads on.
+    let annotate = |to: &'static str| {
+        let groups = bed.groups();
+        async move {
+            groups
+                .patch(
+                    "web",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({ "metadata": { "annotations": {
+                        "leasehold.dev/step-down-to": to } } })),
+                )
+                .await
+                .expect("annotate")
+        }
+    };
+    annotate("web-2").await;
+    eventually_async(
+        Duration::from_secs(5),
+        "Handover=False and a warning",
+        || {
+            let bed = &bed;
+            async move {
+                let refused = bed
+                    .condition("web", "Handover")
+                    .await
+                    .is_some_and(|(s, r, m)| {
+                        s == "False" && r == "SuccessorRefused" && m.contains("priority 0")
+                    });
+                let note = bed.latest_event_note("web").await.unwrap_or_default();
+                refused && note.contains("refused")
+            }
+        },
+    )
+    .await;
+    tokio::time::sleep(2 * RETRY).await;
+    assert_eq!(bed.status("web").await["leader"], "web-1");
+
+    // Named successor web-0: it leads; after it has led for the window,
+    // failback returns the seat to web-1.
+    annotate("web-0").await;
+    let (named, _) = watch
+        .next_leader(Some("web-1"), Duration::from_secs(5))
+        .await;
+    assert_eq!(named, "web-0");
+    let handed = Instant::now();
+    let (back, _) = watch
+        .next_leader(Some("web-0"), Duration::from_secs(10))
+        .await;
+    let held = handed.elapsed();
+    println!("named web-0 held the seat {held:?} before failback to {back}");
+    assert_eq!(back, "web-1");
+    // The window less the labels' own latency (two retry intervals).
+    assert!(
+        held >= Duration::from_secs(1) - 2 * RETRY,
+        "failback undid the handover at once: {held:?}"
+    );
+
+    // Failback off: a handover to web-0 stays.
+    bed.groups()
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": { "placement": { "failback": "Never" } },
+                "metadata": { "annotations": { "leasehold.dev/step-down-to": null } } })),
+        )
+        .await
+        .expect("failback off");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    annotate("web-0").await;
+    let (named, _) = watch
+        .next_leader(Some("web-1"), Duration::from_secs(5))
+        .await;
+    assert_eq!(named, "web-0");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        bed.status("web").await["leader"],
+        "web-0",
+        "failback while off"
+    );
     watch.assert_never_two_leaders();
 }

@@ -9,9 +9,11 @@
 //!   to hand over to the best of them (of at least its own priority), so
 //!   a rollout moves the leader once, onto the new revision, instead of
 //!   each time its pod is replaced;
-//! - with `failback: AfterStable`, a leader is asked, once per term, to
-//!   hand over to a member of higher priority that has been live for
-//!   `stableSeconds`;
+//! - with `failback: AfterStable`, a leader that has led for
+//!   `stableSeconds` is asked, once per term, to hand over to a member of
+//!   higher priority that has been live for `stableSeconds` (so neither a
+//!   member that comes and goes nor a handover just made is undone at
+//!   once);
 //! - each new value of the `leasehold.dev/step-down-to` annotation asks
 //!   the leader to hand over to that pod, when it is a live member that
 //!   may lead; otherwise the request is refused and reported.
@@ -38,6 +40,9 @@ pub struct Placed {
     pub rollout: Option<Rollout>,
     /// A handover to ask of the leader now.
     pub hand_over: Option<Handover>,
+    /// When to look again (ms from now): a failback that waits for its
+    /// stability window, which no watch event would wake.
+    pub look_again_ms: Option<u64>,
 }
 
 /// The group as placement sees it.
@@ -52,6 +57,8 @@ pub struct Seat<'a> {
     pub pods: &'a [PodView],
     /// The last handover asked for.
     pub previous: Option<&'a Handover>,
+    /// When the holder won the seat (ms), as the status last said.
+    pub leader_since_ms: Option<u64>,
     pub now_ms: u64,
 }
 
@@ -147,11 +154,37 @@ pub fn place(seat: &Seat<'_>) -> Placed {
             .unwrap_or(&m.node)
             .to_owned()
     });
+    let hand_over = hand_over(seat, updated, &preferred_nodes);
     Placed {
         preferred,
         rollout,
-        hand_over: hand_over(seat, updated, &preferred_nodes),
+        look_again_ms: hand_over.is_none().then(|| failback_due_in(seat)).flatten(),
+        hand_over,
     }
+}
+
+/// With failback on and a member of higher priority than the leader, how
+/// long until both it has been live and the leader has led for the
+/// window (at least 1 ms, so the caller looks again).
+fn failback_due_in(seat: &Seat<'_>) -> Option<u64> {
+    if seat.placement.failback != Failback::AfterStable || seat.asked_this_term() {
+        return None;
+    }
+    let holder = seat.holder()?;
+    let stable_ms = u64::try_from(seat.placement.stable_seconds.max(1)).unwrap_or(1) * 1000;
+    let ms = |t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time| {
+        t.0.as_millisecond().max(0) as u64
+    };
+    let member_due = seat
+        .members
+        .iter()
+        .filter(|m| m.node != holder.node && m.priority > holder.priority)
+        .filter_map(|m| m.live_since.as_ref().map(|t| ms(t) + stable_ms))
+        .min()?;
+    let leader_due = seat.leader_since_ms.unwrap_or(seat.now_ms) + stable_ms;
+    // Kubernetes times are whole seconds, cut down: a second more.
+    let due = member_due.max(leader_due) + 1000;
+    Some(due.saturating_sub(seat.now_ms).max(1))
 }
 
 /// Rules: a leader on an old revision hands over to the best ready,
@@ -179,6 +212,14 @@ fn hand_over(seat: &Seat<'_>, updated: Option<&str>, preferred: &[&Member]) -> O
     }
     if seat.placement.failback == Failback::AfterStable {
         let stable_ms = u64::try_from(seat.placement.stable_seconds.max(1)).unwrap_or(1) * 1000;
+        // The leader, too, must have led for the window: a handover to it
+        // (a named one, most of all) is not undone at once.
+        let led_long_enough = seat
+            .leader_since_ms
+            .is_some_and(|since| since + stable_ms <= seat.now_ms);
+        if !led_long_enough {
+            return None;
+        }
         let stable = |m: &&Member| {
             m.live_since.as_ref().is_some_and(|since| {
                 since.0.as_millisecond().saturating_add(stable_ms as i64) <= seat.now_ms as i64

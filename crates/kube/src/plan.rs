@@ -115,6 +115,9 @@ pub struct Plan {
     /// The preferred members to write into Redis, when they changed
     /// (`Some(None)`: remove the preference).
     pub preferred_nodes: Option<Option<Vec<String>>>,
+    /// Look again this soon (ms), before the resync: a failback waits for
+    /// its stability window.
+    pub look_again_ms: Option<u64>,
     /// Term to put back into Redis, which lost (part of) its data.
     pub restore_term: Option<u64>,
     /// Timings to write into the group's config in Redis, when valid.
@@ -154,6 +157,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
             step_down: None,
             hand_over: None,
             preferred_nodes: None,
+            look_again_ms: None,
             restore_term: None,
             config: None,
             awaiting_successor: Some(wait),
@@ -182,6 +186,11 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         members: &listed,
         pods: observed.pods,
         previous: previous.handover.as_ref(),
+        leader_since_ms: previous
+            .leader_since
+            .as_ref()
+            .filter(|_| holder.is_some() && previous.holder.as_deref() == holder)
+            .map(|t| t.0.as_millisecond().max(0) as u64),
         now_ms: state.now_ms,
     };
     let placed = placement::place(&seat);
@@ -268,6 +277,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         step_down,
         hand_over,
         preferred_nodes,
+        look_again_ms: placed.look_again_ms,
         restore_term,
         config,
         awaiting_successor: None,
@@ -396,6 +406,7 @@ fn while_redis_is_unavailable(
         step_down: None,
         hand_over: None,
         preferred_nodes: None,
+        look_again_ms: None,
         restore_term: None,
         config,
         awaiting_successor: None,

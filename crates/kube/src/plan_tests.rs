@@ -926,6 +926,7 @@ fn failback_after_stable_hands_over_to_a_member_of_higher_priority_live_long_eno
     let pods = [pod("a", None), pod("b", None)];
     let live_since = |b_ms: u64| LeaderGroupStatus {
         holder: Some("shop/a".into()),
+        leader_since: Some(time_of(NOW - 120_000)),
         members: run(&group("web", spec(), None), &pods, &store)
             .status
             .members
@@ -950,12 +951,21 @@ fn failback_after_stable_hands_over_to_a_member_of_higher_priority_live_long_eno
         (h.to.as_str(), h.reason.as_str()),
         ("shop/b", placement::reasons::FAILBACK)
     );
-    // Live for 30 s: not yet.
+    // Live for 30 s: not yet; the controller looks again when the window
+    // ends (a second later: statuses keep whole seconds).
     let p = run(
         &group("web", s, Some(live_since(NOW - 30_000))),
         &pods,
         &store,
     );
+    assert_eq!(p.hand_over, None);
+    assert_eq!(p.look_again_ms, Some(31_000));
+    // A leader that has led for less than the window keeps its seat.
+    let mut fresh = live_since(NOW - 61_000);
+    fresh.leader_since = Some(time_of(NOW - 10_000));
+    let mut s2 = spec();
+    s2.placement.failback = crate::crd::Failback::AfterStable;
+    let p = run(&group("web", s2, Some(fresh)), &pods, &store);
     assert_eq!(p.hand_over, None);
     // Never (the default): the leader keeps its seat.
     let p = run(

@@ -239,7 +239,10 @@ pub async fn reconcile(
     locked(&ctx.refusals).remove(&redis_group);
     ctx.metrics
         .set_leader(redis_group, plan.status.leader.is_some());
-    Ok(Action::requeue(ctx.resync))
+    let again = plan
+        .look_again_ms
+        .map_or(ctx.resync, |ms| Duration::from_millis(ms).min(ctx.resync));
+    Ok(Action::requeue(again))
 }
 
 impl Context {
