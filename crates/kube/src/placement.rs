@@ -18,9 +18,12 @@
 //!   the leader to hand over to that pod, when it is a live member that
 //!   may lead; otherwise the request is refused and reported.
 //!
-//! The updated revision is the revision of the newest member pod: a
-//! rollout creates pods only on the revision it rolls out. It needs no
-//! read of the StatefulSet or Deployment (nor the RBAC for it).
+//! The updated revision is the one whose oldest member pod is the newest: a
+//! rollout creates the first pod of its revision after every pod of the
+//! revisions before. It needs no read of the StatefulSet or Deployment (nor
+//! the RBAC for it). Members from two workloads on different revisions look
+//! like a rollout that never ends: placement then prefers the younger
+//! workload's pods among equals.
 
 use crate::crd::{Failback, Handover, Member, Placement, Rollout};
 use crate::pods::{pod_of, time_of, PodView};
@@ -83,10 +86,21 @@ impl Seat<'_> {
         {
             return None;
         }
-        pods.iter()
-            .filter(|p| p.revision.is_some())
-            .max_by_key(|p| (p.created_ms, &p.name))
-            .and_then(|p| p.revision.as_deref())
+        // Each revision's oldest pod: the rollout's revision is the one
+        // whose oldest pod is the newest. (Not simply the newest pod's: a
+        // Deployment's old ReplicaSet replaces an evicted pod on the old
+        // revision during a rollout.)
+        let mut oldest: std::collections::BTreeMap<&str, u64> = Default::default();
+        for p in &pods {
+            if let Some(r) = p.revision.as_deref() {
+                let at = oldest.entry(r).or_insert(p.created_ms);
+                *at = (*at).min(p.created_ms);
+            }
+        }
+        oldest
+            .into_iter()
+            .max_by_key(|(r, at)| (*at, *r))
+            .map(|(r, _)| r)
     }
 
     /// Whether a handover was already asked of this holder in this term.

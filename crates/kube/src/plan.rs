@@ -194,15 +194,25 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         now_ms: state.now_ms,
     };
     let placed = placement::place(&seat);
-    let (requested, handled_step_down_to, handover_condition) =
-        step_down_to_on_annotation(group, &previous, &seat, &mut events);
+    // A step-down asked in the same reconcile goes first; a step-down-to
+    // is then handled at the next one, of whoever leads then.
+    let (requested, handled_step_down_to, handover_condition) = if step_down.is_none() {
+        step_down_to_on_annotation(group, &previous, &seat, &mut events)
+    } else {
+        let kept = previous
+            .conditions
+            .iter()
+            .find(|c| c.type_ == types::HANDOVER)
+            .cloned();
+        (None, previous.handled_step_down_to.clone(), kept)
+    };
     let hand_over = requested
         .or(placed.hand_over)
         .filter(|_| step_down.is_none());
     if let Some(h) = &hand_over {
         events.push(handover_event(h, placed.rollout.as_ref()));
     }
-    let preferred_nodes = preferred_nodes_to_write(&previous, placed.rollout.as_ref());
+    let preferred_nodes = preferred_nodes_to_write(state, placed.rollout.as_ref());
 
     let leader_pod = holder_pod
         .filter(|p| observed.pods.iter().any(|pod| pod.name == *p))
@@ -862,16 +872,14 @@ fn handover_event(h: &Handover, rollout: Option<&crate::crd::Rollout>) -> Planne
 }
 
 /// Rule: the preferred members are written into Redis when they differ
-/// from the ones the status last recorded (none outside a rollout).
+/// from the ones Redis holds (none outside a rollout): a list left by a
+/// controller that failed before its status write, or lost with Redis's
+/// data, is put right at the next reconcile.
 fn preferred_nodes_to_write(
-    previous: &LeaderGroupStatus,
+    state: &GroupState,
     rollout: Option<&crate::crd::Rollout>,
 ) -> Option<Option<Vec<String>>> {
-    let was = previous
-        .rollout
-        .as_ref()
-        .map(|r| r.preferred.clone())
-        .filter(|p| !p.is_empty());
+    let was = state.preferred.clone().filter(|p| !p.is_empty());
     let now = rollout
         .map(|r| r.preferred.clone())
         .filter(|p| !p.is_empty());

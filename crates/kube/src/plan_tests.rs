@@ -55,6 +55,7 @@ fn state(holder: Option<&str>, term: u64, members: &[&str]) -> StoreView {
             .collect(),
         priorities: Default::default(),
         problems: Default::default(),
+        preferred: None,
         now_ms: NOW,
     })
 }
@@ -271,6 +272,7 @@ fn members_without_a_selected_pod_are_reported_and_never_labelled() {
             .collect(),
         priorities: Default::default(),
         problems: Default::default(),
+        preferred: None,
         now_ms: NOW,
     });
     let p = run(&g, &pods, &store);
@@ -843,12 +845,16 @@ fn during_a_rollout_a_leader_on_an_old_revision_hands_over_once_to_a_ready_updat
         .any(|e| e.reason == event_reasons::HANDOVER_REQUESTED && e.note.contains("revision v2")));
     assert!(p.write_status);
     // Asked once per term: the next reconcile in the same term asks nothing,
-    // and writes no preferred members again.
+    // and writes no preferred members again (Redis has them now).
     let g = group("web", spec(), Some(p.status.clone()));
+    let StoreView::Available(mut written) = state(Some("a"), 4, &["a", "b", "c"]) else {
+        unreachable!()
+    };
+    written.preferred = Some(vec!["shop/c".into()]);
     let again = run(
         &g,
         &rollout_pods(Some(true)),
-        &state(Some("a"), 4, &["a", "b", "c"]),
+        &StoreView::Available(written),
     );
     assert_eq!(again.hand_over, None);
     assert_eq!(again.preferred_nodes, None);
@@ -891,6 +897,70 @@ fn a_rollout_asks_nothing_while_no_updated_member_is_ready_or_without_prefer_upd
 }
 
 #[test]
+fn an_old_revision_pod_replaced_during_a_rollout_does_not_make_its_revision_the_updated_one() {
+    // web-b (v1) was evicted and replaced after web-c (v2) started.
+    let pods = [
+        pod_on("a", "v1", 1_000, Some(true)),
+        pod_on("b", "v1", 5_000, Some(true)),
+        pod_on("c", "v2", 3_000, Some(true)),
+    ];
+    let g = group("web", spec(), None);
+    let p = run(&g, &pods, &state(Some("a"), 4, &["a", "b", "c"]));
+    assert_eq!(p.status.rollout.as_ref().unwrap().revision, "v2");
+    assert_eq!(p.hand_over.map(|h| h.to), Some("shop/c".to_owned()));
+}
+
+#[test]
+fn a_step_down_and_a_step_down_to_together_leave_the_handover_for_the_next_leader() {
+    let store = state(Some("a"), 2, &["a", "b", "c"]);
+    let pods = [pod("a", None), pod("b", None), pod("c", None)];
+    let mut g = group("web", spec(), None);
+    g.metadata.annotations = Some(
+        [
+            (STEP_DOWN_ANNOTATION.to_owned(), "1".to_owned()),
+            (
+                crate::crd::STEP_DOWN_TO_ANNOTATION.to_owned(),
+                "b".to_owned(),
+            ),
+        ]
+        .into(),
+    );
+    let p = run(&g, &pods, &store);
+    assert_eq!(p.step_down.as_deref(), Some("shop/a"));
+    assert_eq!(p.hand_over, None);
+    assert_eq!(p.status.handled_step_down_to, None, "not handled yet");
+    assert!(p
+        .status
+        .conditions
+        .iter()
+        .all(|c| c.type_ != types::HANDOVER));
+}
+
+#[test]
+fn the_preferred_members_are_written_when_redis_holds_other_ones() {
+    let g = group("web", spec(), None);
+    let StoreView::Available(mut s) = state(Some("a"), 4, &["a", "b", "c"]) else {
+        unreachable!()
+    };
+    // Redis holds the list already: nothing to write.
+    s.preferred = Some(vec!["shop/c".into()]);
+    let p = run(
+        &g,
+        &rollout_pods(Some(true)),
+        &StoreView::Available(s.clone()),
+    );
+    assert_eq!(p.preferred_nodes, None);
+    // A list left over from a rollout that ended: removed.
+    let done = [
+        pod_on("a", "v2", 4_000, None),
+        pod_on("b", "v2", 5_000, None),
+        pod_on("c", "v2", 3_000, None),
+    ];
+    let p = run(&g, &done, &StoreView::Available(s));
+    assert_eq!(p.preferred_nodes, Some(None));
+}
+
+#[test]
 fn a_rollout_never_hands_over_to_a_member_of_lower_priority() {
     let g = group("web", spec(), None);
     let store = with_priorities(state(Some("a"), 4, &["a", "b", "c"]), &[("a", 5), ("c", 2)]);
@@ -915,7 +985,11 @@ fn the_end_of_a_rollout_removes_the_preferred_members_from_redis() {
         pod_on("b", "v2", 5_000, None),
         pod_on("c", "v2", 3_000, None),
     ];
-    let p = run(&g, &pods, &state(Some("c"), 5, &["a", "b", "c"]));
+    let StoreView::Available(mut s) = state(Some("c"), 5, &["a", "b", "c"]) else {
+        unreachable!()
+    };
+    s.preferred = Some(vec!["shop/c".into()]);
+    let p = run(&g, &pods, &StoreView::Available(s));
     assert_eq!(p.status.rollout, None);
     assert_eq!(p.preferred_nodes, Some(None));
 }

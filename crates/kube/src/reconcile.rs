@@ -126,12 +126,25 @@ fn pod_view(pod: &PartialObjectMeta<Pod>) -> PodView {
     }
 }
 
-/// During a rollout (the pods read are on more than one revision), each
-/// pod's readiness, read from the API server: the watch keeps metadata
-/// only, which does not say. At rest nothing is read. A pod that cannot
-/// be read stays unknown, never preferred.
-async fn read_readiness(pods: &mut [PodView], namespace: &str, ctx: &Context) {
-    let mut revisions = pods.iter().filter_map(|p| p.revision.as_deref());
+/// During a rollout (the members' pods are on more than one revision),
+/// each member pod's readiness, read from the API server: the watch keeps
+/// metadata only, which does not say. At rest nothing is read. A pod that
+/// cannot be read stays unknown, never preferred.
+async fn read_readiness(pods: &mut [PodView], store: &StoreView, namespace: &str, ctx: &Context) {
+    let StoreView::Available(state) = store else {
+        return;
+    };
+    let member = |p: &PodView| {
+        p.revision.is_some()
+            && state
+                .members
+                .iter()
+                .any(|(node, _)| crate::plan::pod_of(node, namespace) == Some(p.name.as_str()))
+    };
+    let mut revisions = pods
+        .iter()
+        .filter(|p| member(p))
+        .filter_map(|p| p.revision.as_deref());
     let Some(first) = revisions.next() else {
         return;
     };
@@ -139,7 +152,7 @@ async fn read_readiness(pods: &mut [PodView], namespace: &str, ctx: &Context) {
         return;
     }
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    for pod in pods.iter_mut().filter(|p| p.revision.is_some()) {
+    for pod in pods.iter_mut().filter(|p| member(p)) {
         pod.ready = match api.get_opt(&pod.name).await {
             Ok(Some(full)) => Some(is_ready(&full)),
             Ok(None) => Some(false),
@@ -393,7 +406,7 @@ impl World {
         let read = PodsRead::new(group, &others, &store);
         let mut pods = cached_pods(namespace, ctx, |name, labels| read.needs(name, labels))?;
         if group.spec.placement.prefer_updated {
-            read_readiness(&mut pods, namespace, ctx).await;
+            read_readiness(&mut pods, &store, namespace, ctx).await;
         }
         let swept = locked(&ctx.swept).clone();
         Ok(Self {

@@ -444,6 +444,7 @@ impl Campaign {
         let held = st.held;
         // Stop leading first, then let go of the lease.
         self.set_lease(st, None, held);
+        self.hints.clear();
         st.abstain_until = Some(Instant::now() + self.config.ttl());
         self.set_role(Role::Abstaining);
         let released = match held {
@@ -489,6 +490,7 @@ impl Campaign {
         .await;
         match &result {
             Ok(Handover::Released) => {
+                self.hints.clear();
                 st.abstain_until = Some(Instant::now() + self.config.ttl());
                 self.set_role(Role::Abstaining);
                 self.set_lease(st, None, None);

@@ -75,6 +75,12 @@ impl HintSlot {
         self.push(Hint::Look);
     }
 
+    /// Forgets a hint not yet taken: a node that steps down must not find
+    /// an old naming as successor that would end its abstention at once.
+    pub fn clear(&self) {
+        crate::sync::locked(&self.pending).take();
+    }
+
     /// Waits for a hint and takes it; a wake-up whose hint an earlier
     /// call took reads as a look.
     pub async fn next(&self) -> Hint {
@@ -227,6 +233,16 @@ mod tests {
         slot.push(Hint::Look);
         slot.push(renewed(3));
         assert_eq!(slot.next().await, Hint::Successor);
+    }
+
+    #[tokio::test]
+    async fn a_cleared_slot_forgets_an_old_naming_as_successor() {
+        let slot = HintSlot::default();
+        slot.push(Hint::Successor);
+        slot.clear();
+        let hint = renewed(3);
+        slot.push(hint);
+        assert_eq!(slot.next().await, hint);
     }
 
     #[tokio::test]

@@ -163,5 +163,8 @@ pub struct GroupState {
     /// Why a live member's application is unhealthy, for those whose agent
     /// says so (they campaign with priority 0 meanwhile; P6).
     pub problems: std::collections::BTreeMap<String, String>,
+    /// The members the controller prefers, as the store holds them
+    /// ([`crate::Store::write_preferred`]).
+    pub preferred: Option<Vec<String>>,
     pub now_ms: u64,
 }

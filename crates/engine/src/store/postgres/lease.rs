@@ -213,6 +213,7 @@ impl PgStore {
         let until: Vec<i64> = row.get(5);
         let priorities: Vec<i32> = row.get(6);
         let problems: Vec<String> = row.get(7);
+        let preferred: Option<Vec<String>> = row.get(8);
         Ok(GroupState {
             holder: row.get(0),
             term: row.get::<_, i64>(1).max(0) as u64,
@@ -229,6 +230,7 @@ impl PgStore {
                 .zip(problems)
                 .filter(|(_, p)| !p.is_empty())
                 .collect(),
+            preferred: preferred.filter(|p| !p.is_empty()),
             members: ids
                 .into_iter()
                 .zip(until)

@@ -435,7 +435,8 @@ impl RedisStore {
                     .key(&keys.lease)
                     .key(&keys.term)
                     .key(&keys.members)
-                    .key(&keys.priorities),
+                    .key(&keys.priorities)
+                    .key(&keys.config),
             )
             .await?;
         let items = array(reply)?;
@@ -478,6 +479,15 @@ impl RedisStore {
             members,
             priorities,
             problems,
+            preferred: match items.get(6) {
+                Some(Value::BulkString(b)) => Some(
+                    String::from_utf8_lossy(b)
+                        .split_whitespace()
+                        .map(str::to_owned)
+                        .collect(),
+                ),
+                _ => None,
+            },
             now_ms: uint_at(&items, 3)?,
         })
     }

@@ -241,7 +241,7 @@ END $$;
 
 CREATE FUNCTION {s}.group_state(p_group text)
 RETURNS TABLE (o_holder text, o_term bigint, o_pttl bigint, o_now bigint, o_members text[],
-               o_until bigint[], o_priorities int[], o_problems text[])
+               o_until bigint[], o_priorities int[], o_problems text[], o_preferred text[])
 LANGUAGE plpgsql AS $$
 DECLARE
     g {s}.groups%ROWTYPE;
@@ -249,6 +249,7 @@ BEGIN
     o_now := {s}.now_ms();
     SELECT * INTO g FROM {s}.groups WHERE name = p_group;
     o_term := coalesce(g.counter, 0);
+    o_preferred := g.preferred;
     IF g.holder IS NOT NULL AND g.expires_ms > o_now THEN
         o_holder := g.holder;
         o_pttl := g.expires_ms - o_now;

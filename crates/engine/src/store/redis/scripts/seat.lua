@@ -35,7 +35,10 @@ local function drop_lapsed(members, priorities, now)
   local gone = redis.call('ZRANGEBYSCORE', members, '-inf', now)
   if #gone > 0 then
     redis.call('ZREMRANGEBYSCORE', members, '-inf', now)
-    redis.call('HDEL', priorities, unpack(gone))
+    -- In slices: unpack takes a few thousand values at most.
+    for i = 1, #gone, 1000 do
+      redis.call('HDEL', priorities, unpack(gone, i, math.min(i + 999, #gone)))
+    end
   end
 end
 
