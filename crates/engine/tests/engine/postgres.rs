@@ -125,6 +125,20 @@ async fn a_version_1_schema_is_upgraded_in_place_and_keeps_its_leases() {
         state.priorities.get("test/old"),
         Some(&leasehold_engine::DEFAULT_PRIORITY)
     );
+    // A process of the previous release still campaigns through version
+    // 1's signatures, at the default priority.
+    assert_eq!(
+        pg.psql("SELECT o_status FROM lh.renew('test/g', 'test/old', 'x', 7, 60000, 60000)")
+            .unwrap(),
+        "1"
+    );
+    assert_eq!(
+        pg.psql(
+            "SELECT o_won FROM lh.claim('test/g', 'test/other', 'y', 1000, 0, 3000, 'h', 0)"
+        )
+        .unwrap(),
+        "f"
+    );
     // The holder of the lease kept is the last holder: a free seat never
     // waits for it.
     assert_eq!(

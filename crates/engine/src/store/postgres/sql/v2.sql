@@ -2,7 +2,8 @@
 -- free seat's rules and the handover to a named successor, as seat.lua
 -- and handover.lua keep them on Redis (docs/behaviour.md P1-P4). Run on
 -- a version 1 schema; the functions whose signatures change are dropped
--- and made again.
+-- and made again, and version 1's claim and renew stay callable (below)
+-- for the processes of the previous release during an upgrade.
 
 -- problem: why the member's application is unhealthy (its priority is 0
 -- meanwhile), NULL when it is not.
@@ -263,6 +264,30 @@ BEGIN
     RETURN NEXT;
 END $$;
 
+
+-- The version 1 signatures of claim and renew, for processes of the
+-- previous release while an upgrade rolls out (the first newer process
+-- migrates the schema under them): they campaign at the default priority,
+-- never defer, and read the same columns as before.
+CREATE FUNCTION {s}.claim(p_group text, p_id text, p_inc text, p_ttl bigint, p_seen bigint,
+                          p_candidacy bigint, p_history text, p_started_ms bigint)
+RETURNS TABLE (o_won boolean, o_term bigint, o_fresh boolean, o_wait_ms bigint, o_holder text,
+               o_ttl_ms bigint, o_renew_interval_ms bigint, o_retry_interval_ms bigint)
+LANGUAGE sql AS $$
+    SELECT c.o_won, c.o_term, c.o_fresh, c.o_wait_ms, c.o_holder, c.o_ttl_ms,
+           c.o_renew_interval_ms, c.o_retry_interval_ms
+    FROM {s}.claim(p_group, p_id, p_inc, p_ttl, p_seen, p_candidacy, p_history, p_started_ms,
+                   {DEFAULT_PRIORITY}, 0, NULL) c
+$$;
+
+CREATE FUNCTION {s}.renew(p_group text, p_id text, p_inc text, p_term bigint, p_ttl bigint,
+                          p_candidacy bigint)
+RETURNS TABLE (o_status int, o_term bigint, o_holder text, o_incarnation text,
+               o_ttl_ms bigint, o_renew_interval_ms bigint, o_retry_interval_ms bigint)
+LANGUAGE sql AS $$
+    SELECT * FROM {s}.renew(p_group, p_id, p_inc, p_term, p_ttl, p_candidacy,
+                            {DEFAULT_PRIORITY}, NULL)
+$$;
 
 -- Release a lease to a named successor (handover.lua): 1 released, 0 not
 -- this incarnation's lease under this term, -1 the successor is not a live
