@@ -133,10 +133,8 @@ async fn a_version_1_schema_is_upgraded_in_place_and_keeps_its_leases() {
         "1"
     );
     assert_eq!(
-        pg.psql(
-            "SELECT o_won FROM lh.claim('test/g', 'test/other', 'y', 1000, 0, 3000, 'h', 0)"
-        )
-        .unwrap(),
+        pg.psql("SELECT o_won FROM lh.claim('test/g', 'test/other', 'y', 1000, 0, 3000, 'h', 0)")
+            .unwrap(),
         "f"
     );
     // The holder of the lease kept is the last holder: a free seat never
