@@ -228,15 +228,21 @@ fn hand_over(seat: &Seat<'_>, updated: Option<&str>, preferred: &[&Member]) -> O
         let stable_ms = u64::try_from(seat.placement.stable_seconds.max(1)).unwrap_or(1) * 1000;
         // The leader, too, must have led for the window: a handover to it
         // (a named one, most of all) is not undone at once.
+        // Kubernetes times are whole seconds, cut down: a second more, as
+        // in `failback_due_in`.
         let led_long_enough = seat
             .leader_since_ms
-            .is_some_and(|since| since + stable_ms <= seat.now_ms);
+            .is_some_and(|since| since + stable_ms + 1000 <= seat.now_ms);
         if !led_long_enough {
             return None;
         }
         let stable = |m: &&Member| {
             m.live_since.as_ref().is_some_and(|since| {
-                since.0.as_millisecond().saturating_add(stable_ms as i64) <= seat.now_ms as i64
+                since
+                    .0
+                    .as_millisecond()
+                    .saturating_add(stable_ms as i64 + 1000)
+                    <= seat.now_ms as i64
             })
         };
         let to = best(

@@ -1016,7 +1016,7 @@ fn failback_after_stable_hands_over_to_a_member_of_higher_priority_live_long_eno
     s.placement.failback = crate::crd::Failback::AfterStable;
     // Live for 61 s: handed over.
     let p = run(
-        &group("web", s.clone(), Some(live_since(NOW - 61_000))),
+        &group("web", s.clone(), Some(live_since(NOW - 62_000))),
         &pods,
         &store,
     );
@@ -1035,7 +1035,7 @@ fn failback_after_stable_hands_over_to_a_member_of_higher_priority_live_long_eno
     assert_eq!(p.hand_over, None);
     assert_eq!(p.look_again_ms, Some(31_000));
     // A leader that has led for less than the window keeps its seat.
-    let mut fresh = live_since(NOW - 61_000);
+    let mut fresh = live_since(NOW - 62_000);
     fresh.leader_since = Some(time_of(NOW - 10_000));
     let mut s2 = spec();
     s2.placement.failback = crate::crd::Failback::AfterStable;
@@ -1043,7 +1043,7 @@ fn failback_after_stable_hands_over_to_a_member_of_higher_priority_live_long_eno
     assert_eq!(p.hand_over, None);
     // Never (the default): the leader keeps its seat.
     let p = run(
-        &group("web", spec(), Some(live_since(NOW - 61_000))),
+        &group("web", spec(), Some(live_since(NOW - 62_000))),
         &pods,
         &store,
     );
