@@ -230,9 +230,15 @@ impl Campaigns {
         Ok(group)
     }
 
-    /// Releases the lease (if held) and abstains for one ttl. Returns whether
-    /// this node was leading.
-    pub async fn step_down(&self, name: &str) -> Result<bool, Error> {
+    /// Sends `group`'s campaign the command `make` builds around a reply
+    /// channel and waits for the answer. The campaign answers within one
+    /// bounded store call; the bound allows for the claim or renewal it may
+    /// be finishing first.
+    async fn ask<T>(
+        &self,
+        name: &str,
+        make: impl FnOnce(oneshot::Sender<Result<T, crate::store::StoreError>>) -> Command,
+    ) -> Result<T, Error> {
         let (commands, config) = {
             let entries = self.entries();
             let entry = entries
@@ -242,17 +248,21 @@ impl Campaigns {
         };
         let (tx, rx) = oneshot::channel();
         commands
-            .send(Command::StepDown(tx))
+            .send(make(tx))
             .await
             .map_err(|_| Error::NotJoined(name.to_owned()))?;
-        // The campaign answers within one bounded release; allow for the
-        // claim or renewal it may be finishing first.
         let limit = config.call_timeout() * 3;
         match tokio::time::timeout(limit, rx).await {
             Ok(Ok(result)) => Ok(result?),
             Ok(Err(_)) => Err(Error::NotJoined(name.to_owned())),
             Err(_) => Err(Error::Store(crate::store::StoreError::Timeout(limit))),
         }
+    }
+
+    /// Releases the lease (if held) and abstains for one ttl. Returns whether
+    /// this node was leading.
+    pub async fn step_down(&self, name: &str) -> Result<bool, Error> {
+        self.ask(name, Command::StepDown).await
     }
 
     /// See [`crate::Node::check_hand_over`].
@@ -286,27 +296,12 @@ impl Campaigns {
         if successor == self.shared.id {
             return Err(refused(SuccessorRefusal::Itself));
         }
-        let (commands, config) = {
-            let entries = self.entries();
-            let entry = entries
-                .get(name)
-                .ok_or_else(|| Error::NotJoined(name.to_owned()))?;
-            (entry.commands.clone(), entry.config)
-        };
-        let (tx, rx) = oneshot::channel();
-        commands
-            .send(Command::HandOver(successor.to_owned(), tx))
-            .await
-            .map_err(|_| Error::NotJoined(name.to_owned()))?;
-        let limit = config.call_timeout() * 3;
-        match tokio::time::timeout(limit, rx).await {
-            Ok(Ok(Ok(Handover::Released))) => Ok(()),
-            Ok(Ok(Ok(Handover::NotHeld))) => Err(refused(SuccessorRefusal::NotLeader)),
-            Ok(Ok(Ok(Handover::NotMember))) => Err(refused(SuccessorRefusal::NotMember)),
-            Ok(Ok(Ok(Handover::NeverLeads))) => Err(refused(SuccessorRefusal::NeverLeads)),
-            Ok(Ok(Err(e))) => Err(e.into()),
-            Ok(Err(_)) => Err(Error::NotJoined(name.to_owned())),
-            Err(_) => Err(Error::Store(crate::store::StoreError::Timeout(limit))),
+        let to = successor.to_owned();
+        match self.ask(name, |tx| Command::HandOver(to, tx)).await? {
+            Handover::Released => Ok(()),
+            Handover::NotHeld => Err(refused(SuccessorRefusal::NotLeader)),
+            Handover::NotMember => Err(refused(SuccessorRefusal::NotMember)),
+            Handover::NeverLeads => Err(refused(SuccessorRefusal::NeverLeads)),
         }
     }
 

@@ -112,6 +112,20 @@ pub(crate) enum Handover {
     NeverLeads,
 }
 
+impl Handover {
+    /// The answer of handover.lua and of the SQL `hand_over`, which share
+    /// these codes: 1 released, -1 not a member, -2 priority 0, else not
+    /// this incarnation's lease.
+    pub(crate) fn from_code(code: i64) -> Self {
+        match code {
+            1 => Self::Released,
+            -1 => Self::NotMember,
+            -2 => Self::NeverLeads,
+            _ => Self::NotHeld,
+        }
+    }
+}
+
 /// Outcome of a renewal.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Renewal {

@@ -189,12 +189,7 @@ impl PgStore {
                 ],
             )
             .await?;
-        Ok(match row.get::<_, i32>(0) {
-            1 => Handover::Released,
-            -1 => Handover::NotMember,
-            -2 => Handover::NeverLeads,
-            _ => Handover::NotHeld,
-        })
+        Ok(Handover::from_code(i64::from(row.get::<_, i32>(0))))
     }
 
     pub(crate) async fn write_preferred(

@@ -419,12 +419,7 @@ impl RedisStore {
                     .arg(window_ms),
             )
             .await?;
-        Ok(match as_int(&reply)? {
-            1 => Handover::Released,
-            -1 => Handover::NotMember,
-            -2 => Handover::NeverLeads,
-            _ => Handover::NotHeld,
-        })
+        Ok(Handover::from_code(as_int(&reply)?))
     }
 
     pub async fn group_state(&self, group: &str) -> Result<GroupState, StoreError> {
