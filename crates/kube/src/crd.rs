@@ -146,10 +146,11 @@ pub struct LeaderGroupSpec {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Placement {
-    /// During a rollout (member pods on more than one revision), members on
-    /// the updated revision that are ready come first among equal
-    /// priorities, and a leader on an old revision hands over once to one
-    /// of them (of at least its priority), before its own pod is replaced.
+    /// During a rollout (member pods on more than one revision), live
+    /// members on the updated revision come first among equal priorities
+    /// when the seat is free, and a leader on an old revision hands over
+    /// once to one of them whose pod is ready (of at least its priority),
+    /// before its own pod is replaced.
     #[serde(default = "default_true")]
     pub prefer_updated: bool,
     /// Whether a leader hands over to a member of higher priority that has
@@ -259,8 +260,8 @@ fn default_priority() -> i64 {
 pub struct Rollout {
     /// The updated revision: the revision of the newest member pod.
     pub revision: String,
-    /// The members preferred in Redis: on the updated revision and ready
-    /// (with `placement.preferUpdated`).
+    /// The members preferred in Redis: the live ones on the updated
+    /// revision, ready or not (with `placement.preferUpdated`).
     #[serde(default)]
     pub preferred: Vec<String>,
 }

@@ -3,12 +3,12 @@
 //! applies to every free seat. Pure, like `plan.rs`, which calls it:
 //!
 //! - during a rollout (the member pods are on more than one revision), the
-//!   members on the updated revision that are ready are written to Redis
-//!   as preferred, so a free seat goes to one of them among equal
-//!   priorities; and a leader on an old revision is asked, once per term,
-//!   to hand over to the best of them (of at least its own priority), so
-//!   a rollout moves the leader once, onto the new revision, instead of
-//!   each time its pod is replaced;
+//!   live members on the updated revision are written to Redis as
+//!   preferred, so a free seat goes to one of them among equal priorities;
+//!   and a leader on an old revision is asked, once per term, to hand over
+//!   to the best of them whose pod is ready (of at least its own
+//!   priority), so a rollout moves the leader once, onto the new revision,
+//!   instead of each time its pod is replaced;
 //! - with `failback: AfterStable`, a leader that has led for
 //!   `stableSeconds` is asked, once per term, to hand over to a member of
 //!   higher priority that has been live for `stableSeconds` (so neither a
@@ -134,15 +134,26 @@ fn best<'m>(members: impl Iterator<Item = &'m Member>, holder: Option<&str>) -> 
 /// Rules: see the module docs.
 pub fn place(seat: &Seat<'_>) -> Placed {
     let updated = seat.updated_revision();
+    // Preferred in Redis as soon as they are live, not once ready: a
+    // StatefulSet deletes the next old pod the moment an updated one is
+    // ready, and if that pod leads, its release must already find the
+    // updated member preferred, or an old one takes the seat and a second
+    // change follows.
     let preferred_nodes: Vec<&Member> = match updated {
         Some(revision) if seat.placement.prefer_updated => seat
             .members
             .iter()
             .filter(|m| m.revision.as_deref() == Some(revision))
-            .filter(|m| seat.pod(m).is_some_and(|p| p.ready == Some(true)))
             .collect(),
         _ => Vec::new(),
     };
+    // A leader is moved (and placement's choice shown) only onto a ready
+    // pod.
+    let ready_nodes: Vec<&Member> = preferred_nodes
+        .iter()
+        .copied()
+        .filter(|m| seat.pod(m).is_some_and(|p| p.ready == Some(true)))
+        .collect();
     let rollout = updated.map(|revision| Rollout {
         revision: revision.to_owned(),
         preferred: preferred_nodes.iter().map(|m| m.node.clone()).collect(),
@@ -159,7 +170,7 @@ pub fn place(seat: &Seat<'_>) -> Placed {
     let choice = best(
         at_top
             .clone()
-            .filter(|m| preferred_nodes.iter().any(|p| p.node == m.node)),
+            .filter(|m| ready_nodes.iter().any(|p| p.node == m.node)),
         seat.holder,
     )
     .or_else(|| best(at_top, seat.holder));
@@ -168,7 +179,7 @@ pub fn place(seat: &Seat<'_>) -> Placed {
             .unwrap_or(&m.node)
             .to_owned()
     });
-    let hand_over = hand_over(seat, updated, &preferred_nodes);
+    let hand_over = hand_over(seat, updated, &ready_nodes);
     Placed {
         preferred,
         rollout,

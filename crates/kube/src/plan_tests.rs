@@ -861,7 +861,7 @@ fn during_a_rollout_a_leader_on_an_old_revision_hands_over_once_to_a_ready_updat
 }
 
 #[test]
-fn a_rollout_asks_nothing_while_no_updated_member_is_ready_or_without_prefer_updated() {
+fn a_rollout_prefers_an_updated_member_from_its_arrival_and_hands_over_only_to_a_ready_one() {
     for ready in [Some(false), None] {
         let g = group("web", spec(), None);
         let p = run(
@@ -870,11 +870,12 @@ fn a_rollout_asks_nothing_while_no_updated_member_is_ready_or_without_prefer_upd
             &state(Some("a"), 4, &["a", "b", "c"]),
         );
         assert_eq!(p.hand_over, None, "ready {ready:?}");
-        assert_eq!(
-            p.status.rollout.as_ref().unwrap().preferred,
-            Vec::<String>::new()
-        );
-        assert_eq!(p.preferred_nodes, None, "no list before, none now");
+        // Preferred in Redis already, so that a free seat (the next old
+        // pod deleted the moment this one turns ready) goes to it.
+        assert_eq!(p.status.rollout.as_ref().unwrap().preferred, ["shop/c"]);
+        assert_eq!(p.preferred_nodes, Some(Some(vec!["shop/c".to_owned()])));
+        // Placement's choice is a ready pod: the leader stays it.
+        assert_eq!(p.status.preferred.as_deref(), Some("a"), "ready {ready:?}");
     }
     let mut s = spec();
     s.placement.prefer_updated = false;
