@@ -73,3 +73,43 @@ impl AgentMetrics {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    /// Every metric of the agent's own is in docs/monitoring.md's agent
+    /// table, as Prometheus names it.
+    #[test]
+    fn every_agent_metric_is_documented() {
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/monitoring.md"
+        ))
+        .expect("docs/monitoring.md");
+        let mut registry = leasehold_daemon::metrics::new_registry();
+        let m = super::AgentMetrics::register(&mut registry);
+        // A family shows in the text once it has a series.
+        let web = [("group", "web".to_owned())];
+        m.leader.get_or_create(&web).set(1);
+        m.term.get_or_create(&web).set(3);
+        m.health_checks.get_or_create(&[("result", "passed")]).inc();
+        let text = leasehold_daemon::metrics::render(&registry);
+        let mut names = 0;
+        for line in text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE leasehold_"))
+        {
+            let (name, kind) = line.split_once(' ').unwrap();
+            let name = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_owned()
+            };
+            assert!(
+                docs.contains(&format!("| `{name}` | {kind} |")),
+                "docs/monitoring.md does not list {name} ({kind})"
+            );
+            names += 1;
+        }
+        assert_eq!(names, 4, "{text}");
+    }
+}

@@ -1,7 +1,12 @@
 //! The controller's own figures, registered next to the engine's in the
 //! registry its process owns: how long reconciles take (a histogram), why
-//! they fail, the label patches they make, and whether this replica is the
-//! active one. Labels come from fixed sets (an error's static kind).
+//! they fail, the label patches they make, whether this replica is the
+//! active one, and each group as its last reconcile saw it (whether it has
+//! a leader, the term, live members, leader changes, since when, members
+//! with problems by kind). Labels come from fixed sets (an error's static
+//! kind, a problem's kind) or name a LeaderGroup, so the series grow with
+//! the groups, never with pods or terms. Only the active replica exports
+//! the groups: a standby clears them.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -12,6 +17,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 use leasehold_daemon::metrics::Label;
 
@@ -22,8 +28,105 @@ pub struct ControllerMetrics {
     groups: Gauge,
     groups_with_leader: Gauge,
     active: Gauge,
-    /// Per group, whether its leader pod is known (the two gauges above).
-    leaders: Mutex<BTreeMap<String, bool>>,
+    per_group: GroupGauges,
+    /// Per group (`NAMESPACE/NAME`), what its last reconcile saw.
+    seen: Mutex<BTreeMap<String, Seen>>,
+}
+
+/// `namespace`, `group`.
+type GroupLabels = [(&'static str, String); 2];
+/// `namespace`, `group`, `kind`.
+type ProblemLabels = [(&'static str, String); 3];
+type Seconds = Gauge<f64, AtomicU64>;
+
+#[derive(Default)]
+struct GroupGauges {
+    has_leader: Family<GroupLabels, Gauge>,
+    term: Family<GroupLabels, Gauge>,
+    members: Family<GroupLabels, Gauge>,
+    changes: Family<GroupLabels, Counter>,
+    since: Family<GroupLabels, Seconds>,
+    takeover_bound: Family<GroupLabels, Seconds>,
+    problems: Family<ProblemLabels, Gauge>,
+}
+
+/// What the metrics remember of a group between two reconciles.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Seen {
+    has_leader: bool,
+    has_leader_pod: bool,
+    term: i64,
+    transitions: i64,
+    since_s: f64,
+}
+
+/// The kinds of member problem, as the `kind` label says them: why a pod is
+/// not labelled (`status.members[].problem`), and `unhealthy` (its agent's
+/// health check fails).
+pub const PROBLEM_KINDS: [&str; 5] = [
+    "pod_not_found",
+    "not_selected",
+    "other_namespace",
+    "label_conflict",
+    "unhealthy",
+];
+
+/// A group's figures from one reconcile's status.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupFigures {
+    /// The lease is held.
+    pub has_leader: bool,
+    /// ... by a pod the controller found.
+    pub has_leader_pod: bool,
+    pub term: i64,
+    pub live_members: i64,
+    /// Leader changes the controller has counted (`status.transitions`).
+    pub transitions: i64,
+    /// When the current leader won the lease (Unix seconds).
+    pub leader_since_s: Option<f64>,
+    /// Per kind of [`PROBLEM_KINDS`], in that order.
+    pub problems: [i64; 5],
+    /// ttl + retry interval (s): how long a crash may leave the seat free.
+    pub takeover_bound_s: f64,
+}
+
+impl GroupFigures {
+    pub fn of(
+        status: &crate::crd::LeaderGroupStatus,
+        config: Option<&leasehold_engine::ElectionConfig>,
+    ) -> Self {
+        use crate::crd::MemberProblem;
+        let mut problems = [0; 5];
+        for m in &status.members {
+            let kind = match m.problem {
+                Some(MemberProblem::PodNotFound) => Some(0),
+                Some(MemberProblem::NotSelected) => Some(1),
+                Some(MemberProblem::OtherNamespace) => Some(2),
+                Some(MemberProblem::LabelConflict) => Some(3),
+                None => None,
+            };
+            if let Some(k) = kind {
+                problems[k] += 1;
+            }
+            if m.unhealthy.is_some() {
+                problems[4] += 1;
+            }
+        }
+        Self {
+            has_leader: status.holder.is_some(),
+            has_leader_pod: status.leader.is_some(),
+            term: status.term.unwrap_or(0),
+            live_members: status.live_members,
+            transitions: status.transitions,
+            leader_since_s: status
+                .leader_since
+                .as_ref()
+                .map(|t| t.0.as_millisecond() as f64 / 1000.0),
+            problems,
+            takeover_bound_s: config
+                .map_or(0.0, |c| (c.ttl_ms + c.retry_interval_ms) as f64 / 1000.0),
+        }
+    }
 }
 
 impl ControllerMetrics {
@@ -36,7 +139,8 @@ impl ControllerMetrics {
             groups: Gauge::default(),
             groups_with_leader: Gauge::default(),
             active: Gauge::default(),
-            leaders: Mutex::new(BTreeMap::new()),
+            per_group: GroupGauges::default(),
+            seen: Mutex::new(BTreeMap::new()),
         });
         registry.register(
             "reconcile_duration_seconds",
@@ -68,6 +172,7 @@ impl ControllerMetrics {
             "1 if this replica is the active controller",
             m.active.clone(),
         );
+        m.per_group.register(registry);
         m
     }
 
@@ -84,16 +189,289 @@ impl ControllerMetrics {
         self.label_patches.inc();
     }
 
-    /// Records whether `group` has a leader pod.
-    pub fn set_leader(&self, group: String, has_leader: bool) {
-        let mut known = leasehold_engine::sync::locked(&self.leaders);
-        known.insert(group, has_leader);
-        self.groups.set(known.len() as i64);
+    /// Records what a reconcile of `namespace/name` saw, at `now_s` (Unix
+    /// seconds).
+    pub fn observe_group(&self, namespace: &str, name: &str, figures: &GroupFigures, now_s: f64) {
+        let key = format!("{namespace}/{name}");
+        let labels: GroupLabels = [
+            ("namespace", namespace.to_owned()),
+            ("group", name.to_owned()),
+        ];
+        let mut seen = leasehold_engine::sync::locked(&self.seen);
+        let before = seen.get(&key).copied();
+        let next = next_seen(before, figures, now_s);
+        seen.insert(key, next);
+        self.groups.set(seen.len() as i64);
         self.groups_with_leader
-            .set(known.values().filter(|v| **v).count() as i64);
+            .set(seen.values().filter(|s| s.has_leader_pod).count() as i64);
+        drop(seen);
+        let g = &self.per_group;
+        g.has_leader
+            .get_or_create(&labels)
+            .set(i64::from(figures.has_leader));
+        g.term.get_or_create(&labels).set(figures.term);
+        g.members.get_or_create(&labels).set(figures.live_members);
+        g.since.get_or_create(&labels).set(next.since_s);
+        g.takeover_bound
+            .get_or_create(&labels)
+            .set(figures.takeover_bound_s);
+        let counted = before.map_or(0, |b| b.transitions);
+        if next.transitions > counted {
+            g.changes
+                .get_or_create(&labels)
+                .inc_by((next.transitions - counted) as u64);
+        } else {
+            let _ = g.changes.get_or_create(&labels);
+        }
+        for (kind, count) in PROBLEM_KINDS.iter().zip(figures.problems) {
+            let [ns, group] = labels.clone();
+            g.problems
+                .get_or_create(&[ns, group, ("kind", (*kind).to_owned())])
+                .set(count);
+        }
     }
 
+    /// Drops a deleted group's series.
+    pub fn forget_group(&self, namespace: &str, name: &str) {
+        let mut seen = leasehold_engine::sync::locked(&self.seen);
+        seen.remove(&format!("{namespace}/{name}"));
+        self.groups.set(seen.len() as i64);
+        self.groups_with_leader
+            .set(seen.values().filter(|s| s.has_leader_pod).count() as i64);
+        drop(seen);
+        let labels: GroupLabels = [
+            ("namespace", namespace.to_owned()),
+            ("group", name.to_owned()),
+        ];
+        let g = &self.per_group;
+        g.has_leader.remove(&labels);
+        g.term.remove(&labels);
+        g.members.remove(&labels);
+        g.changes.remove(&labels);
+        g.since.remove(&labels);
+        g.takeover_bound.remove(&labels);
+        for kind in PROBLEM_KINDS {
+            let [ns, group] = labels.clone();
+            g.problems.remove(&[ns, group, ("kind", kind.to_owned())]);
+        }
+    }
+
+    /// A standby exports no groups: the active replica's figures are the
+    /// only ones, and a replica that becomes active again counts afresh.
     pub fn set_active(&self, active: bool) {
         self.active.set(i64::from(active));
+        if !active {
+            leasehold_engine::sync::locked(&self.seen).clear();
+            self.groups.set(0);
+            self.groups_with_leader.set(0);
+            self.per_group.clear();
+        }
+    }
+}
+
+/// Rule: the state's start moves when the group gains or loses its leader
+/// or the term changes; a leader's start is when it won the lease (as the
+/// status says), a leaderless state's is when the controller saw it first.
+/// The count of changes never goes back (a status that lost its count is
+/// counted again from there).
+fn next_seen(before: Option<Seen>, f: &GroupFigures, now_s: f64) -> Seen {
+    let changed = before.is_none_or(|b| b.has_leader != f.has_leader || b.term != f.term);
+    let since_s = match (changed, f.has_leader) {
+        (false, _) => before.map_or(now_s, |b| b.since_s),
+        (true, true) => f.leader_since_s.unwrap_or(now_s),
+        (true, false) => now_s,
+    };
+    Seen {
+        has_leader: f.has_leader,
+        has_leader_pod: f.has_leader_pod,
+        term: f.term,
+        transitions: before.map_or(f.transitions, |b| b.transitions.max(f.transitions)),
+        since_s,
+    }
+}
+
+impl GroupGauges {
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "group_has_leader",
+            "1 while the group's lease is held, 0 while no one leads",
+            self.has_leader.clone(),
+        );
+        registry.register(
+            "group_term",
+            "The group's fencing term (current or last)",
+            self.term.clone(),
+        );
+        registry.register(
+            "group_live_members",
+            "Live members campaigning in the group",
+            self.members.clone(),
+        );
+        registry.register(
+            "group_leader_changes",
+            "Leader changes the controller has counted (status.transitions)",
+            self.changes.clone(),
+        );
+        registry.register(
+            "group_state_since_timestamp_seconds",
+            "Since when the group has had its current leader, or no leader (Unix time)",
+            self.since.clone(),
+        );
+        registry.register(
+            "group_takeover_bound_seconds",
+            "ttl + retry interval: how long a crashed leader may leave the seat free",
+            self.takeover_bound.clone(),
+        );
+        registry.register(
+            "group_member_problems",
+            "Members with a problem, by kind (a pod not labelled, or an unhealthy application)",
+            self.problems.clone(),
+        );
+    }
+
+    fn clear(&self) {
+        self.has_leader.clear();
+        self.term.clear();
+        self.members.clear();
+        self.changes.clear();
+        self.since.clear();
+        self.takeover_bound.clear();
+        self.problems.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn figures(
+        has_leader: bool,
+        term: i64,
+        transitions: i64,
+        since_s: Option<f64>,
+    ) -> GroupFigures {
+        GroupFigures {
+            has_leader,
+            has_leader_pod: has_leader,
+            term,
+            live_members: 3,
+            transitions,
+            leader_since_s: since_s,
+            problems: [0, 1, 0, 0, 2],
+            takeover_bound_s: 1.2,
+        }
+    }
+
+    fn line<'t>(text: &'t str, name: &str) -> Option<&'t str> {
+        let prefix = format!("leasehold_{name}{{namespace=\"shop\",group=\"web\"");
+        text.lines().find(|l| l.starts_with(&prefix))
+    }
+
+    #[test]
+    fn group_series_follow_leader_changes_and_go_with_the_group() {
+        let mut registry = leasehold_daemon::metrics::new_registry();
+        let m = ControllerMetrics::register(&mut registry);
+        let text = || leasehold_daemon::metrics::render(&registry);
+        m.observe_group("shop", "web", &figures(true, 3, 2, Some(100.0)), 150.0);
+        let t = text();
+        assert_eq!(
+            line(&t, "group_has_leader"),
+            Some("leasehold_group_has_leader{namespace=\"shop\",group=\"web\"} 1")
+        );
+        assert_eq!(
+            line(&t, "group_term"),
+            Some("leasehold_group_term{namespace=\"shop\",group=\"web\"} 3")
+        );
+        assert_eq!(
+            line(&t, "group_leader_changes_total"),
+            Some("leasehold_group_leader_changes_total{namespace=\"shop\",group=\"web\"} 2")
+        );
+        assert_eq!(line(&t, "group_state_since_timestamp_seconds"), Some("leasehold_group_state_since_timestamp_seconds{namespace=\"shop\",group=\"web\"} 100.0"));
+        assert_eq!(
+            line(&t, "group_takeover_bound_seconds"),
+            Some("leasehold_group_takeover_bound_seconds{namespace=\"shop\",group=\"web\"} 1.2")
+        );
+        assert!(t.contains("leasehold_group_member_problems{namespace=\"shop\",group=\"web\",kind=\"unhealthy\"} 2\n"), "{t}");
+        assert!(t.contains("leasehold_group_member_problems{namespace=\"shop\",group=\"web\",kind=\"label_conflict\"} 0\n"), "{t}");
+        assert!(t.contains("leasehold_groups_with_leader 1\n"), "{t}");
+
+        // The leader is gone: no leader since the controller saw it so.
+        m.observe_group("shop", "web", &figures(false, 3, 2, None), 160.0);
+        let t = text();
+        assert_eq!(
+            line(&t, "group_has_leader"),
+            Some("leasehold_group_has_leader{namespace=\"shop\",group=\"web\"} 0")
+        );
+        assert_eq!(line(&t, "group_state_since_timestamp_seconds"), Some("leasehold_group_state_since_timestamp_seconds{namespace=\"shop\",group=\"web\"} 160.0"));
+        // Still none a reconcile later: the start stays.
+        m.observe_group("shop", "web", &figures(false, 3, 2, None), 165.0);
+        assert!(text().contains(
+            "group_state_since_timestamp_seconds{namespace=\"shop\",group=\"web\"} 160.0"
+        ));
+
+        // A new leader: one more change, counted once.
+        m.observe_group("shop", "web", &figures(true, 4, 3, Some(170.0)), 171.0);
+        m.observe_group("shop", "web", &figures(true, 4, 3, Some(170.0)), 172.0);
+        let t = text();
+        assert_eq!(
+            line(&t, "group_leader_changes_total"),
+            Some("leasehold_group_leader_changes_total{namespace=\"shop\",group=\"web\"} 3")
+        );
+        assert_eq!(line(&t, "group_state_since_timestamp_seconds"), Some("leasehold_group_state_since_timestamp_seconds{namespace=\"shop\",group=\"web\"} 170.0"));
+        // A status that lost its count does not take the counter back.
+        m.observe_group("shop", "web", &figures(true, 4, 0, Some(170.0)), 173.0);
+        assert!(text().contains("group_leader_changes_total{namespace=\"shop\",group=\"web\"} 3\n"));
+
+        m.forget_group("shop", "web");
+        let t = text();
+        assert!(!t.contains("group=\"web\""), "{t}");
+        assert!(t.contains("leasehold_groups 0\n"), "{t}");
+    }
+
+    /// Every metric the controller process exports (its own and the
+    /// engine's) is in docs/monitoring.md's tables, as Prometheus names it.
+    #[test]
+    fn every_exported_metric_is_documented() {
+        let docs = std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../docs/monitoring.md"
+        ))
+        .expect("docs/monitoring.md");
+        let mut registry = leasehold_daemon::metrics::new_registry();
+        let m = ControllerMetrics::register(&mut registry);
+        leasehold_daemon::metrics::EngineMetrics::register(&mut registry);
+        m.observe_group("shop", "web", &figures(true, 3, 2, Some(100.0)), 150.0);
+        let text = leasehold_daemon::metrics::render(&registry);
+        let mut names = 0;
+        for line in text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE leasehold_"))
+        {
+            let (name, kind) = line.split_once(' ').unwrap();
+            let name = if kind == "counter" {
+                format!("{name}_total")
+            } else {
+                name.to_owned()
+            };
+            assert!(
+                docs.contains(&format!("| `{name}` | {kind} |")),
+                "docs/monitoring.md does not list {name} ({kind})"
+            );
+            names += 1;
+        }
+        assert!(names >= 20, "{text}");
+    }
+
+    #[test]
+    fn a_standby_exports_no_groups() {
+        let mut registry = leasehold_daemon::metrics::new_registry();
+        let m = ControllerMetrics::register(&mut registry);
+        m.set_active(true);
+        m.observe_group("shop", "web", &figures(true, 3, 2, Some(100.0)), 150.0);
+        assert!(leasehold_daemon::metrics::render(&registry).contains("group=\"web\""));
+        m.set_active(false);
+        let t = leasehold_daemon::metrics::render(&registry);
+        assert!(!t.contains("group=\"web\""), "{t}");
+        assert!(t.contains("leasehold_controller_active 0\n"), "{t}");
     }
 }

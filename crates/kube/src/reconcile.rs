@@ -250,8 +250,14 @@ pub async fn reconcile(
         }
     }
     locked(&ctx.refusals).remove(&redis_group);
-    ctx.metrics
-        .set_leader(redis_group, plan.status.leader.is_some());
+    let figures =
+        crate::metrics::GroupFigures::of(&plan.status, group.spec.election_config().ok().as_ref());
+    ctx.metrics.observe_group(
+        &namespace,
+        &group.name_any(),
+        &figures,
+        wall_clock_ms() as f64 / 1000.0,
+    );
     let again = plan
         .look_again_ms
         .map_or(ctx.resync, |ms| Duration::from_millis(ms).min(ctx.resync));
@@ -295,6 +301,7 @@ fn with_own_last_status(group: &LeaderGroup, key: &str, ctx: &Context) -> Leader
 pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, ReconcileError> {
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
     ctx.forget(&NamespacedName::new(&namespace, group.name_any()).to_string());
+    ctx.metrics.forget_group(&namespace, &group.name_any());
     if !ctx.leadership.is_leader() {
         return Err(ReconcileError::NotActive);
     }
