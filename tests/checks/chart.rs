@@ -297,6 +297,39 @@ fn each_option_renders_what_it_says() {
     let docs_ = docs(&template(&helm, &["metrics.serviceMonitor.enabled=true"]).unwrap());
     let sm = one(&docs_, "ServiceMonitor");
     assert_eq!(sm["spec"]["endpoints"][0]["port"], "http-metrics");
+    // A group's `namespace` label is kept (not renamed exported_namespace).
+    assert_eq!(sm["spec"]["endpoints"][0]["honorLabels"], true);
+    assert!(kind(&docs_, "PrometheusRule").is_empty());
+    assert!(kind(&docs_, "PodMonitor").is_empty());
+
+    // The alerting rules and the agents' PodMonitor on demand, each alone.
+    let docs_ = docs(&template(&helm, &["metrics.prometheusRule.enabled=true"]).unwrap());
+    let rule = one(&docs_, "PrometheusRule");
+    let rendered: Vec<&str> = rule["spec"]["groups"][0]["rules"]
+        .as_sequence()
+        .expect("rules")
+        .iter()
+        .filter_map(|r| r["alert"].as_str())
+        .collect();
+    let file: Value = serde_yaml::from_str(
+        &std::fs::read_to_string(Path::new(CHART).join("files/alerts.yaml")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        rule["spec"]["groups"], file["groups"],
+        "the rules as the file holds them"
+    );
+    assert!(rendered.contains(&"LeaseholdTwoLeaders"), "{rendered:?}");
+    assert!(kind(&docs_, "PodMonitor").is_empty());
+    let docs_ = docs(&template(&helm, &["metrics.podMonitor.enabled=true"]).unwrap());
+    let pm = one(&docs_, "PodMonitor");
+    assert_eq!(pm["spec"]["podMetricsEndpoints"][0]["port"], "probes");
+    assert_eq!(
+        pm["spec"]["selector"]["matchLabels"]["leasehold.dev/agent"],
+        "true"
+    );
+    assert_eq!(pm["spec"]["namespaceSelector"]["any"], true);
+    assert!(kind(&docs_, "PrometheusRule").is_empty());
     let docs_ = docs(&template(&helm, &["replicaCount=1"]).unwrap());
     assert!(kind(&docs_, "PodDisruptionBudget").is_empty());
     let docs_ = docs(&template(&helm, &["podDisruptionBudget.enabled=false"]).unwrap());
