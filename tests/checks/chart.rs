@@ -330,6 +330,32 @@ fn each_option_renders_what_it_says() {
     );
     assert_eq!(pm["spec"]["namespaceSelector"]["any"], true);
     assert!(kind(&docs_, "PrometheusRule").is_empty());
+    assert!(kind(&docs_, "ConfigMap").is_empty());
+
+    // The Grafana dashboard on demand: the file as it is, with the
+    // sidecar's label.
+    let docs_ = docs(&template(&helm, &["metrics.dashboard.enabled=true"]).unwrap());
+    let cm = one(&docs_, "ConfigMap");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(cm["metadata"]["namespace"], "ops");
+    let file = std::fs::read_to_string(Path::new(CHART).join("files/dashboard.json")).unwrap();
+    let rendered: serde_json::Value =
+        serde_json::from_str(cm["data"]["leasehold.json"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        rendered,
+        serde_json::from_str::<serde_json::Value>(&file).unwrap()
+    );
+    let docs_ = docs(
+        &template(
+            &helm,
+            &[
+                "metrics.dashboard.enabled=true",
+                "metrics.dashboard.namespace=grafana",
+            ],
+        )
+        .unwrap(),
+    );
+    assert_eq!(one(&docs_, "ConfigMap")["metadata"]["namespace"], "grafana");
     let docs_ = docs(&template(&helm, &["replicaCount=1"]).unwrap());
     assert!(kind(&docs_, "PodDisruptionBudget").is_empty());
     let docs_ = docs(&template(&helm, &["podDisruptionBudget.enabled=false"]).unwrap());

@@ -2,9 +2,9 @@
 //! the examples, and the crate and module layering. One test binary; a
 //! module per subject.
 
-mod alerts;
 mod chart;
 mod crd;
 mod examples;
 mod layers;
 mod modules;
+mod monitoring;

@@ -216,6 +216,17 @@ impl Controller {
                 .any(|l| l.starts_with("leasehold_controller_active") && l.ends_with(" 1"))
     }
 
+    /// The value of the series `name{labels}` in this replica's /metrics.
+    async fn metric(&self, series: &str) -> Option<f64> {
+        let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
+        let (code, body) = testkit::http_status(addr, "GET", "/metrics").await;
+        if code != 200 {
+            return None;
+        }
+        body.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    }
+
     fn signal(&mut self, sig: Signal) {
         let child = self.child.as_ref().expect("running");
         assert!(
@@ -525,6 +536,23 @@ fn kubectl(api: &ApiServer, args: &[&str]) -> Option<String> {
     Some(String::from_utf8(out.stdout).unwrap())
 }
 
+/// The status of `web`, and its series on `controller`'s /metrics: has a
+/// leader, term, live members, leader changes.
+async fn group_figures(bed: &Testbed, controller: &Controller) -> (Value, Vec<Option<f64>>) {
+    let status = bed.status("web").await;
+    let mut got = Vec::new();
+    for name in [
+        "group_has_leader",
+        "group_term",
+        "group_live_members",
+        "group_leader_changes_total",
+    ] {
+        let series = format!("leasehold_{name}{{namespace=\"{NS}\",group=\"web\"}}");
+        got.push(controller.metric(&series).await);
+    }
+    (status, got)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_label_follows_kills_terminations_and_step_downs() {
     let Some(mut bed) = Testbed::start("apiserver: labels follow the leader", 3).await else {
@@ -581,6 +609,19 @@ async fn the_leader_label_follows_kills_terminations_and_step_downs() {
     let note = bed.latest_event_note("web").await.expect("an Event on web");
     assert!(note.contains(&first), "latest event: {note}");
 
+    // The group's series on the active replica's /metrics follow the status.
+    eventually_async(Duration::from_secs(5), "the group's metrics", || async {
+        let (s, got) = group_figures(&bed, &controller).await;
+        got == [
+            Some(1.0),
+            Some(term_of(&s) as f64),
+            Some(3.0),
+            s["transitions"].as_i64().map(|t| t as f64),
+        ]
+    })
+    .await;
+    let changes_before = group_figures(&bed, &controller).await.1[3].unwrap();
+
     // SIGKILL: the old lease runs out, another pod is labelled.
     let mut leader = first;
     let mut term = term_of(&bed.status("web").await);
@@ -613,6 +654,17 @@ async fn the_leader_label_follows_kills_terminations_and_step_downs() {
         bed.start_agent(&leader).await; // the pod's container restarts
         leader = next;
     }
+
+    // Two leader changes later (the SIGKILL's and the SIGTERM's), the
+    // metrics count them and show the new term.
+    eventually_async(Duration::from_secs(5), "the metrics follow", || async {
+        let (s, got) = group_figures(&bed, &controller).await;
+        got[0] == Some(1.0)
+            && got[1] == Some(term_of(&s) as f64)
+            && got[1] == Some(term as f64)
+            && got[3] >= Some(changes_before + 2.0)
+    })
+    .await;
 
     // A step-down asked on the LeaderGroup.
     bed.groups()
