@@ -3,8 +3,9 @@
 //! their unit tests, tests/monitoring/alerts_test.yaml: for each alert,
 //! series that fire it and series that must not; each has a runbook in
 //! docs/monitoring.md), and the dashboard of files/dashboard.json. Every
-//! metric either queries is in docs/monitoring.md's tables, which the
-//! controller's and the agent's unit tests hold to what they register.
+//! metric either queries is in docs/monitoring.md's tables; the
+//! controller's and the agent's unit tests check that every metric they
+//! register is listed there.
 //!
 //! `promtool` comes from Debian's prometheus package (scripts/setup.sh);
 //! under `CI` a missing one fails, elsewhere the test says it was skipped.

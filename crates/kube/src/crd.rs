@@ -147,8 +147,8 @@ pub struct LeaderGroupSpec {
 #[serde(rename_all = "camelCase")]
 pub struct Placement {
     /// During a rollout (member pods on more than one revision), live
-    /// members on the updated revision come first among equal priorities
-    /// when the seat is free, and a leader on an old revision hands over
+    /// members on the updated revision (ready, or in their pod's first
+    /// minute) come first among equal priorities when the seat is free, and a leader on an old revision hands over
     /// once to one of them whose pod is ready (of at least its priority),
     /// before its own pod is replaced.
     #[serde(default = "default_true")]
@@ -261,7 +261,8 @@ pub struct Rollout {
     /// The updated revision: the revision of the newest member pod.
     pub revision: String,
     /// The members preferred in Redis: the live ones on the updated
-    /// revision, ready or not (with `placement.preferUpdated`).
+    /// revision that are ready or in their pod's first minute (with
+    /// `placement.preferUpdated`).
     #[serde(default)]
     pub preferred: Vec<String>,
 }

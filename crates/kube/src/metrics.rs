@@ -29,8 +29,17 @@ pub struct ControllerMetrics {
     groups_with_leader: Gauge,
     active: Gauge,
     per_group: GroupGauges,
-    /// Per group (`NAMESPACE/NAME`), what its last reconcile saw.
-    seen: Mutex<BTreeMap<String, Seen>>,
+    /// Whether this replica is active, and per group (`NAMESPACE/NAME`)
+    /// what its last reconcile saw: under one lock, so that a reconcile
+    /// that ends after the replica went standby cannot put a group's
+    /// series back.
+    seen: Mutex<Groups>,
+}
+
+#[derive(Default)]
+struct Groups {
+    active: bool,
+    seen: BTreeMap<String, Seen>,
 }
 
 /// `namespace`, `group`.
@@ -84,6 +93,9 @@ pub struct GroupFigures {
     pub transitions: i64,
     /// When the current leader won the lease (Unix seconds).
     pub leader_since_s: Option<f64>,
+    /// Without a (known) leader: since when, as the status's conditions
+    /// say (Unix seconds).
+    pub no_leader_since_s: Option<f64>,
     /// Per kind of [`PROBLEM_KINDS`], in that order.
     pub problems: [i64; 5],
     /// ttl + retry interval (s): how long a crash may leave the seat free.
@@ -91,11 +103,23 @@ pub struct GroupFigures {
 }
 
 impl GroupFigures {
+    /// While the store cannot be read, the status is the last one read:
+    /// the group then counts as without a leader (none is known), since
+    /// the store went away.
     pub fn of(
         status: &crate::crd::LeaderGroupStatus,
         config: Option<&leasehold_engine::ElectionConfig>,
     ) -> Self {
+        use crate::conditions::{types, FALSE};
         use crate::crd::MemberProblem;
+        let false_since = |type_: &str| {
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == type_ && c.status == FALSE)
+                .map(|c| c.last_transition_time.0.as_millisecond() as f64 / 1000.0)
+        };
+        let store_gone_since = false_since(types::STORE_AVAILABLE);
         let mut problems = [0; 5];
         for m in &status.members {
             let kind = match m.problem {
@@ -112,9 +136,10 @@ impl GroupFigures {
                 problems[4] += 1;
             }
         }
+        let has_leader = status.holder.is_some() && store_gone_since.is_none();
         Self {
-            has_leader: status.holder.is_some(),
-            has_leader_pod: status.leader.is_some(),
+            has_leader,
+            has_leader_pod: has_leader && status.leader.is_some(),
             term: status.term.unwrap_or(0),
             live_members: status.live_members,
             transitions: status.transitions,
@@ -122,6 +147,7 @@ impl GroupFigures {
                 .leader_since
                 .as_ref()
                 .map(|t| t.0.as_millisecond() as f64 / 1000.0),
+            no_leader_since_s: store_gone_since.or_else(|| false_since(types::LEADER_ELECTED)),
             problems,
             takeover_bound_s: config
                 .map_or(0.0, |c| (c.ttl_ms + c.retry_interval_ms) as f64 / 1000.0),
@@ -140,7 +166,7 @@ impl ControllerMetrics {
             groups_with_leader: Gauge::default(),
             active: Gauge::default(),
             per_group: GroupGauges::default(),
-            seen: Mutex::new(BTreeMap::new()),
+            seen: Mutex::new(Groups::default()),
         });
         registry.register(
             "reconcile_duration_seconds",
@@ -197,14 +223,18 @@ impl ControllerMetrics {
             ("namespace", namespace.to_owned()),
             ("group", name.to_owned()),
         ];
-        let mut seen = leasehold_engine::sync::locked(&self.seen);
-        let before = seen.get(&key).copied();
+        let mut groups = leasehold_engine::sync::locked(&self.seen);
+        if !groups.active {
+            return;
+        }
+        let before = groups.seen.get(&key).copied();
         let next = next_seen(before, figures, now_s);
-        seen.insert(key, next);
-        self.groups.set(seen.len() as i64);
+        groups.seen.insert(key, next);
+        self.groups.set(groups.seen.len() as i64);
         self.groups_with_leader
-            .set(seen.values().filter(|s| s.has_leader_pod).count() as i64);
-        drop(seen);
+            .set(groups.seen.values().filter(|s| s.has_leader_pod).count() as i64);
+        // Set under the lock, so a standby's clearing comes before or after
+        // all of it.
         let g = &self.per_group;
         g.has_leader
             .get_or_create(&labels)
@@ -229,16 +259,16 @@ impl ControllerMetrics {
                 .get_or_create(&[ns, group, ("kind", (*kind).to_owned())])
                 .set(count);
         }
+        drop(groups);
     }
 
     /// Drops a deleted group's series.
     pub fn forget_group(&self, namespace: &str, name: &str) {
-        let mut seen = leasehold_engine::sync::locked(&self.seen);
-        seen.remove(&format!("{namespace}/{name}"));
-        self.groups.set(seen.len() as i64);
+        let mut groups = leasehold_engine::sync::locked(&self.seen);
+        groups.seen.remove(&format!("{namespace}/{name}"));
+        self.groups.set(groups.seen.len() as i64);
         self.groups_with_leader
-            .set(seen.values().filter(|s| s.has_leader_pod).count() as i64);
-        drop(seen);
+            .set(groups.seen.values().filter(|s| s.has_leader_pod).count() as i64);
         let labels: GroupLabels = [
             ("namespace", namespace.to_owned()),
             ("group", name.to_owned()),
@@ -254,14 +284,17 @@ impl ControllerMetrics {
             let [ns, group] = labels.clone();
             g.problems.remove(&[ns, group, ("kind", kind.to_owned())]);
         }
+        drop(groups);
     }
 
     /// A standby exports no groups: the active replica's figures are the
     /// only ones, and a replica that becomes active again counts afresh.
     pub fn set_active(&self, active: bool) {
         self.active.set(i64::from(active));
+        let mut groups = leasehold_engine::sync::locked(&self.seen);
+        groups.active = active;
         if !active {
-            leasehold_engine::sync::locked(&self.seen).clear();
+            groups.seen.clear();
             self.groups.set(0);
             self.groups_with_leader.set(0);
             self.per_group.clear();
@@ -270,16 +303,17 @@ impl ControllerMetrics {
 }
 
 /// Rule: the state's start moves when the group gains or loses its leader
-/// or the term changes; a leader's start is when it won the lease (as the
-/// status says), a leaderless state's is when the controller saw it first.
-/// The count of changes never goes back (a status that lost its count is
-/// counted again from there).
+/// or the term changes; a leader's start is when it won the lease, a
+/// leaderless state's when the status's conditions turned (so a replica
+/// that becomes active keeps the start), else when the controller saw it
+/// first. The count of changes never goes back: after a status that lost
+/// its count, changes are counted again only past the highest count seen.
 fn next_seen(before: Option<Seen>, f: &GroupFigures, now_s: f64) -> Seen {
     let changed = before.is_none_or(|b| b.has_leader != f.has_leader || b.term != f.term);
     let since_s = match (changed, f.has_leader) {
         (false, _) => before.map_or(now_s, |b| b.since_s),
         (true, true) => f.leader_since_s.unwrap_or(now_s),
-        (true, false) => now_s,
+        (true, false) => f.no_leader_since_s.unwrap_or(now_s),
     };
     Seen {
         has_leader: f.has_leader,
@@ -357,6 +391,7 @@ mod tests {
             live_members: 3,
             transitions,
             leader_since_s: since_s,
+            no_leader_since_s: None,
             problems: [0, 1, 0, 0, 2],
             takeover_bound_s: 1.2,
         }
@@ -371,6 +406,7 @@ mod tests {
     fn group_series_follow_leader_changes_and_go_with_the_group() {
         let mut registry = leasehold_daemon::metrics::new_registry();
         let m = ControllerMetrics::register(&mut registry);
+        m.set_active(true);
         let text = || leasehold_daemon::metrics::render(&registry);
         m.observe_group("shop", "web", &figures(true, 3, 2, Some(100.0)), 150.0);
         let t = text();
@@ -440,6 +476,7 @@ mod tests {
         let mut registry = leasehold_daemon::metrics::new_registry();
         let m = ControllerMetrics::register(&mut registry);
         leasehold_daemon::metrics::EngineMetrics::register(&mut registry);
+        m.set_active(true);
         m.observe_group("shop", "web", &figures(true, 3, 2, Some(100.0)), 150.0);
         let text = leasehold_daemon::metrics::render(&registry);
         let mut names = 0;
@@ -462,6 +499,47 @@ mod tests {
         assert!(names >= 20, "{text}");
     }
 
+    /// While the store cannot be read, the status is the last one read: no
+    /// leader is known from when the store went away; with the store, a
+    /// leaderless group's start is when its LeaderElected condition turned.
+    #[test]
+    fn figures_know_no_leader_while_the_store_is_away() {
+        use crate::conditions::{condition, reasons, types};
+        let at = |s: i64| {
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::from_second(s).unwrap(),
+            )
+        };
+        let mut status = crate::crd::LeaderGroupStatus {
+            holder: Some("shop/web-0".into()),
+            leader: Some("web-0".into()),
+            term: Some(4),
+            ..Default::default()
+        };
+        let mut away = condition(
+            types::STORE_AVAILABLE,
+            false,
+            reasons::REDIS_UNAVAILABLE,
+            "x",
+        );
+        away.last_transition_time = at(500);
+        status.conditions = vec![away];
+        let f = GroupFigures::of(&status, None);
+        assert!(!f.has_leader && !f.has_leader_pod);
+        assert_eq!(f.no_leader_since_s, Some(500.0));
+
+        let mut none = condition(types::LEADER_ELECTED, false, reasons::NO_LEADER, "x");
+        none.last_transition_time = at(600);
+        status.holder = None;
+        status.leader = None;
+        status.conditions = vec![none];
+        let f = GroupFigures::of(&status, None);
+        assert!(!f.has_leader);
+        assert_eq!(f.no_leader_since_s, Some(600.0));
+        // A replica that becomes active takes that start, not its own now.
+        assert_eq!(next_seen(None, &f, 900.0).since_s, 600.0);
+    }
+
     #[test]
     fn a_standby_exports_no_groups() {
         let mut registry = leasehold_daemon::metrics::new_registry();
@@ -473,5 +551,10 @@ mod tests {
         let t = leasehold_daemon::metrics::render(&registry);
         assert!(!t.contains("group=\"web\""), "{t}");
         assert!(t.contains("leasehold_controller_active 0\n"), "{t}");
+        // A reconcile that ends after the replica went standby puts
+        // nothing back.
+        m.observe_group("shop", "web", &figures(true, 3, 2, Some(100.0)), 151.0);
+        let t = leasehold_daemon::metrics::render(&registry);
+        assert!(!t.contains("group=\"web\""), "{t}");
     }
 }

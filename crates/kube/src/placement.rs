@@ -3,8 +3,9 @@
 //! applies to every free seat. Pure, like `plan.rs`, which calls it:
 //!
 //! - during a rollout (the member pods are on more than one revision), the
-//!   live members on the updated revision are written to Redis as
-//!   preferred, so a free seat goes to one of them among equal priorities;
+//!   live members on the updated revision (ready, or in their pod's first
+//!   minute) are written to Redis as preferred, so a free seat goes to one
+//!   of them among equal priorities;
 //!   and a leader on an old revision is asked, once per term, to hand over
 //!   to the best of them whose pod is ready (of at least its own
 //!   priority), so a rollout moves the leader once, onto the new revision,
@@ -27,6 +28,11 @@
 
 use crate::crd::{Failback, Handover, Member, Placement, Rollout};
 use crate::pods::{pod_of, time_of, PodView};
+
+/// How long after its creation an updated pod that is not ready yet is
+/// preferred: the time from its agent's join to its readiness in a rollout
+/// is a few seconds; a minute leaves room for a slow start.
+pub const UNREADY_PREFERRED_MS: u64 = 60_000;
 
 /// Why a handover was asked for, as the status and the Events name it.
 pub mod reasons {
@@ -139,11 +145,20 @@ pub fn place(seat: &Seat<'_>) -> Placed {
     // ready, and if that pod leads, its release must already find the
     // updated member preferred, or an old one takes the seat and a second
     // change follows.
+    // An unready one only in its pod's first minute, though: one that
+    // stays unready (a stalled rollout) must not win a free seat over
+    // ready old ones.
     let preferred_nodes: Vec<&Member> = match updated {
         Some(revision) if seat.placement.prefer_updated => seat
             .members
             .iter()
             .filter(|m| m.revision.as_deref() == Some(revision))
+            .filter(|m| {
+                seat.pod(m).is_some_and(|p| {
+                    p.ready == Some(true)
+                        || seat.now_ms.saturating_sub(p.created_ms) < UNREADY_PREFERRED_MS
+                })
+            })
             .collect(),
         _ => Vec::new(),
     };

@@ -813,9 +813,9 @@ fn with_priorities(store: StoreView, priorities: &[(&str, u32)]) -> StoreView {
 
 fn rollout_pods(ready: Option<bool>) -> [PodView; 3] {
     [
-        pod_on("a", "v1", 1_000, Some(true)),
-        pod_on("b", "v1", 2_000, Some(true)),
-        pod_on("c", "v2", 3_000, ready),
+        pod_on("a", "v1", NOW - 30_000, Some(true)),
+        pod_on("b", "v1", NOW - 20_000, Some(true)),
+        pod_on("c", "v2", NOW - 10_000, ready),
     ]
 }
 
@@ -877,6 +877,22 @@ fn a_rollout_prefers_an_updated_member_from_its_arrival_and_hands_over_only_to_a
         // Placement's choice is a ready pod: the leader stays it.
         assert_eq!(p.status.preferred.as_deref(), Some("a"), "ready {ready:?}");
     }
+    // Unready for longer than its first minute (a stalled rollout): no
+    // longer preferred over the ready old pods.
+    let mut pods = rollout_pods(Some(false));
+    pods[0].created_ms = NOW - 300_000;
+    pods[1].created_ms = NOW - 200_000;
+    pods[2].created_ms = NOW - crate::placement::UNREADY_PREFERRED_MS;
+    let p = run(
+        &group("web", spec(), None),
+        &pods,
+        &state(Some("a"), 4, &["a", "b", "c"]),
+    );
+    assert_eq!(
+        p.status.rollout.as_ref().unwrap().preferred,
+        Vec::<String>::new()
+    );
+    assert_eq!(p.preferred_nodes, None);
     let mut s = spec();
     s.placement.prefer_updated = false;
     let g = group("web", s, None);
