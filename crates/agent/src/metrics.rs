@@ -93,23 +93,15 @@ mod tests {
         m.term.get_or_create(&web).set(3);
         m.health_checks.get_or_create(&[("result", "passed")]).inc();
         let text = leasehold_daemon::metrics::render(&registry);
-        let mut names = 0;
-        for line in text
-            .lines()
-            .filter_map(|l| l.strip_prefix("# TYPE leasehold_"))
-        {
-            let (name, kind) = line.split_once(' ').unwrap();
-            let name = if kind == "counter" {
-                format!("{name}_total")
-            } else {
-                name.to_owned()
-            };
+        let families = leasehold_daemon::metrics::families(&text);
+        for (name, kind) in &families {
+            let name = name.strip_prefix("leasehold_").unwrap_or(name);
             assert!(
                 docs.contains(&format!("| `{name}` | {kind} |")),
                 "docs/monitoring.md does not list {name} ({kind})"
             );
-            names += 1;
         }
+        let names = families.len();
         assert_eq!(names, 4, "{text}");
     }
 }

@@ -131,6 +131,20 @@ pub fn render(registry: &Registry) -> String {
     out
 }
 
+/// Each metric family of a `render`ed text, as Prometheus names its
+/// series (a counter with `_total`), with its type: what the docs' metric
+/// tables list.
+pub fn families(text: &str) -> Vec<(String, &str)> {
+    text.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, kind)| match kind {
+            "counter" => (format!("{name}_total"), kind),
+            _ => (name.to_owned(), kind),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

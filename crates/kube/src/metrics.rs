@@ -479,23 +479,15 @@ mod tests {
         m.set_active(true);
         m.observe_group("shop", "web", &figures(true, 3, 2, Some(100.0)), 150.0);
         let text = leasehold_daemon::metrics::render(&registry);
-        let mut names = 0;
-        for line in text
-            .lines()
-            .filter_map(|l| l.strip_prefix("# TYPE leasehold_"))
-        {
-            let (name, kind) = line.split_once(' ').unwrap();
-            let name = if kind == "counter" {
-                format!("{name}_total")
-            } else {
-                name.to_owned()
-            };
+        let families = leasehold_daemon::metrics::families(&text);
+        for (name, kind) in &families {
+            let name = name.strip_prefix("leasehold_").unwrap_or(name);
             assert!(
                 docs.contains(&format!("| `{name}` | {kind} |")),
                 "docs/monitoring.md does not list {name} ({kind})"
             );
-            names += 1;
         }
+        let names = families.len();
         assert!(names >= 20, "{text}");
     }
 

@@ -34,6 +34,23 @@ async fn start(server: &impl StoreFixture, m: &mut Member, cfg: ElectionConfig) 
     m.running = Some((n, g));
 }
 
+/// Starts a member `id` of `priority` and adds it to `all`.
+async fn add(
+    server: &impl StoreFixture,
+    all: &mut Vec<Member>,
+    id: &str,
+    priority: u32,
+    cfg: ElectionConfig,
+) {
+    let mut m = Member {
+        id: id.into(),
+        priority,
+        running: None,
+    };
+    start(server, &mut m, cfg).await;
+    all.push(m);
+}
+
 async fn members(
     server: &impl StoreFixture,
     priorities: &[u32],
@@ -146,13 +163,7 @@ async fn a_member_of_priority_0_follows_but_never_leads(server) {
     assert!(state.members.iter().any(|(id, _)| id == "test/m0"), "{state:?}");
     assert_eq!(state.priorities.get("test/m0"), Some(&0), "{state:?}");
 
-    let mut one = Member {
-        id: "test/one".into(),
-        priority: 1,
-        running: None,
-    };
-    start(&server, &mut one, cfg).await;
-    all.push(one);
+    add(&server, &mut all, "test/one", 1, cfg).await;
     assert_eq!(settled_leader(&all, Duration::from_secs(3)).await, 1);
     assert_eq!(zero.deferral(), None, "a follower does not defer");
     crash(&mut all[1]);
@@ -175,13 +186,7 @@ async fn a_better_candidate_that_does_not_claim_delays_the_seat_by_the_deference
     let mut all = members(&server, &[1], cfg).await;
     settled_leader(&all, Duration::from_secs(3)).await;
     for (id, priority) in [("test/b", 1), ("test/h", 4)] {
-        let mut m = Member {
-            id: id.into(),
-            priority,
-            running: None,
-        };
-        start(&server, &mut m, cfg).await;
-        all.push(m);
+        add(&server, &mut all, id, priority, cfg).await;
     }
     assert_eq!(settled_leader(&all, Duration::from_secs(3)).await, 0);
     // A fresh candidacy for h (a priority change claims at once), so it
@@ -393,13 +398,7 @@ async fn an_unhealthy_member_never_takes_a_free_seat_and_says_why(server) {
     // of 5 could win the free seat.
     let mut all = members(&server, &[1], cfg).await;
     assert_eq!(settled_leader(&all, Duration::from_secs(3)).await, 0);
-    let mut m1 = Member {
-        id: "test/m1".into(),
-        priority: 5,
-        running: None,
-    };
-    start(&server, &mut m1, cfg).await;
-    all.push(m1);
+    add(&server, &mut all, "test/m1", 5, cfg).await;
     assert_eq!(settled_leader(&all, Duration::from_secs(3)).await, 0);
     all[1].group().unwrap().set_problem(Some("unhealthy: GET /ready answered 503"));
     let mut seen = None;
