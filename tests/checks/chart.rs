@@ -144,6 +144,7 @@ fn lint_passes_with_the_defaults_and_with_each_option_set() {
         &["replicaCount=1", "podAntiAffinity=hard"],
         &["rbac.create=false", "serviceAccount.create=false"],
         &["admissionPolicy.enabled=false"],
+        &["leaderEndpoints.enabled=true"],
         &["admissionPolicy.allowedLabelKeys={leasehold.dev/role,example.com/leader}"],
     ];
     for sets in variants {
@@ -383,6 +384,47 @@ fn each_option_renders_what_it_says() {
         controller(&docs_)["spec"]["template"]["spec"]["serviceAccountName"],
         "mine"
     );
+}
+
+#[test]
+fn leader_endpoints_add_their_rbac_and_flag_only_when_enabled() {
+    let Some(helm) = helm_or_skip("leader-endpoints") else {
+        return;
+    };
+    let args = |docs_: &[Value]| {
+        strings(&controller(docs_)["spec"]["template"]["spec"]["containers"][0]["args"])
+    };
+    let off = docs(&template(&helm, &[]).unwrap());
+    assert_eq!(rules(one(&off, "ClusterRole")), expected_rules());
+    assert!(!args(&off).contains(&"--leader-endpoints".to_owned()));
+
+    let on = docs(&template(&helm, &["leaderEndpoints.enabled=true"]).unwrap());
+    let mut wanted = expected_rules();
+    for (g, res, verbs) in [
+        ("", "services", &["get", "create", "patch", "delete"]),
+        (
+            "discovery.k8s.io",
+            "endpointslices",
+            &["get", "create", "update", "delete"],
+        ),
+    ] {
+        wanted.push((
+            g.into(),
+            res.into(),
+            verbs.iter().map(|v| v.to_string()).collect(),
+        ));
+    }
+    assert_eq!(rules(one(&on, "ClusterRole")), wanted);
+    assert!(args(&on).contains(&"--leader-endpoints".to_owned()));
+    // Namespaced mode: the same rules, in the Role.
+    let ns = docs(
+        &template(
+            &helm,
+            &["leaderEndpoints.enabled=true", "watchNamespace=team-a"],
+        )
+        .unwrap(),
+    );
+    assert_eq!(rules(one(&ns, "Role")), wanted);
 }
 
 #[test]

@@ -38,6 +38,7 @@ fn group() -> LeaderGroup {
         retry_interval_ms: 100,
         role_label: DEFAULT_ROLE_LABEL.into(),
         placement: Default::default(),
+        service: None,
     };
     let mut g = LeaderGroup::new("web", spec);
     g.metadata.namespace = Some("shop".into());
@@ -114,6 +115,8 @@ async fn setup_with(redis: &impl StoreFixture, pods: Vec<Value>, timings: Electi
         holders_gone: Default::default(),
         written: Default::default(),
         label_writes: Default::default(),
+        pod_statuses: Default::default(),
+        endpoints: Default::default(),
     });
     Setup {
         ctx,
@@ -525,6 +528,8 @@ async fn a_standby_replica_writes_nothing() {
         holders_gone: Default::default(),
         written: Default::default(),
         label_writes: Default::default(),
+        pod_statuses: Default::default(),
+        endpoints: Default::default(),
     });
     reconcile(Arc::new(group()), ctx).await.unwrap();
     assert!(
@@ -796,7 +801,9 @@ async fn the_running_controller_follows_engine_events_without_a_resync() {
         .unwrap()
         .iter()
         .filter(|r| {
-            r.starts_with("GET /api/v1/pods") || r.starts_with("GET /api/v1/namespaces/shop/pods")
+            // A LIST, not the GET of one pod (its IP and readiness).
+            let path = r.split(['?', ' ']).take(2).collect::<Vec<_>>().join(" ");
+            path == "GET /api/v1/pods" || path == "GET /api/v1/namespaces/shop/pods"
         })
         .count();
     let reconciles = seen

@@ -120,6 +120,7 @@ async fn e2e_labels_follow_the_leader_in_a_real_cluster() {
         pod_name: "controller-e2e".into(),
         resync_seconds: 5,
         watch_namespace: Some(ns.clone()),
+        leader_endpoints: false,
         ..testkit::controller_args(&redis, prefix, &ns, testkit::free_addr())
     };
     let controller = tokio::spawn(leasehold_kube::run::run(args));

@@ -23,7 +23,11 @@ pub mod types {
     /// was asked to hand over, False (with the reason) when it was
     /// refused. Absent until the first request.
     pub const HANDOVER: &str = "Handover";
-    /// A leader is elected and labelled, and nothing above is wrong.
+    /// The leader Service's EndpointSlice holds what the group's state
+    /// says (only with `spec.service`); False names what stopped the write.
+    pub const LEADER_ENDPOINT: &str = "LeaderEndpoint";
+    /// A leader is elected and labelled, its pod is Ready, and nothing
+    /// above is wrong (the `READY` column).
     pub const READY: &str = "Ready";
 }
 
@@ -43,6 +47,10 @@ pub mod reasons {
     pub const SAFE_SETTINGS: &str = "SafeSettings";
     pub const UNSAFE_SETTINGS: &str = "UnsafeSettings";
     pub const NOT_READY: &str = "NotReady";
+    pub const LEADER_POD_NOT_READY: &str = "LeaderPodNotReady";
+    pub const INVALID_SERVICE: &str = "InvalidService";
+    pub const ENDPOINT_WRITTEN: &str = "EndpointWritten";
+    pub const ENDPOINT_NOT_WRITTEN: &str = "EndpointNotWritten";
     pub const HANDOVER_REQUESTED: &str = "HandoverRequested";
     pub const SUCCESSOR_REFUSED: &str = "SuccessorRefused";
 }
@@ -85,4 +93,18 @@ pub fn merge(
         .collect();
     out.sort_by(|a, b| a.type_.cmp(&b.type_));
     out
+}
+
+/// `conditions` (already merged) with `next` in place of its type, its
+/// transition time kept from `previous` as [`merge`] keeps it.
+pub fn replace(
+    conditions: &mut Vec<Condition>,
+    previous: &[Condition],
+    next: Condition,
+    now: &Time,
+    generation: Option<i64>,
+) {
+    conditions.retain(|c| c.type_ != next.type_);
+    conditions.extend(merge(previous, vec![next], now, generation));
+    conditions.sort_by(|a, b| a.type_.cmp(&b.type_));
 }

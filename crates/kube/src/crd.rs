@@ -84,6 +84,12 @@ fn default_stable_seconds() -> i64 {
         description = "Members with a live candidacy"
     ),
     printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "A leader is elected and labelled, and its pod is Ready"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -96,6 +102,13 @@ fn default_stable_seconds() -> i64 {
         json_path = ".status.leaseExpiresAt",
         priority = 1,
         description = "When the current lease runs out unless renewed (UTC)"
+    ),
+    printcolumn(
+        name = "Endpoint",
+        type_ = "string",
+        json_path = ".status.endpoint.address",
+        priority = 1,
+        description = "The address the leader Service's EndpointSlice holds (spec.service)"
     ),
     printcolumn(
         name = "Preferred",
@@ -138,6 +151,126 @@ pub struct LeaderGroupSpec {
     /// `--priority`).
     #[serde(default)]
     pub placement: Placement,
+    /// A Service that reaches the leader through an EndpointSlice the
+    /// controller writes itself, as soon as a leader is elected, instead of
+    /// through the role label and the endpoints controller (needs the
+    /// chart's `leaderEndpoints.enabled`). The role labels are written as
+    /// before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<LeaderService>,
+}
+
+/// The selector-less Service of a group's leader endpoint. The controller
+/// creates it (owned by the LeaderGroup, so it goes with it) and writes its
+/// one EndpointSlice: the leader pod's address, or none while no one leads.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderService {
+    /// The Service's name, in the group's namespace: a DNS label (lowercase
+    /// letters, digits and '-', starting with a letter), at most 63 bytes.
+    /// A Service of that name that this group does not own is left alone
+    /// and reported.
+    #[schemars(length(min = 1, max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')").message("service.name must be a DNS label: lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"))]
+    pub name: String,
+    /// The Service's ports, 1 to 100; names are required when there are
+    /// several.
+    #[schemars(length(min = 1, max = 100))]
+    pub ports: Vec<LeaderServicePort>,
+}
+
+/// One port of the leader Service.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderServicePort {
+    /// The port's name (an IANA service name: at most 15 lowercase letters,
+    /// digits and '-').
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 15))]
+    pub name: Option<String>,
+    /// The Service's port, 1 to 65535.
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// The leader pod's port, 1 to 65535; `port` when absent. A number
+    /// only: the controller does not read the pod's container ports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub target_port: Option<i32>,
+    /// `TCP` (the default), `UDP` or `SCTP`.
+    #[serde(default)]
+    pub protocol: Protocol,
+}
+
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Protocol {
+    #[default]
+    #[serde(rename = "TCP")]
+    Tcp,
+    #[serde(rename = "UDP")]
+    Udp,
+    #[serde(rename = "SCTP")]
+    Sctp,
+}
+
+impl Protocol {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Tcp => "TCP",
+            Self::Udp => "UDP",
+            Self::Sctp => "SCTP",
+        }
+    }
+}
+
+impl LeaderService {
+    /// Why the Service cannot be written, by the schema's rules, for API
+    /// servers that do not enforce CEL (and for what the schema cannot
+    /// say: unique, required port names).
+    pub fn error(&self) -> Option<String> {
+        let label = |s: &str| {
+            let b = s.as_bytes();
+            !b.is_empty()
+                && b.len() <= 63
+                && b[0].is_ascii_lowercase()
+                && b[b.len() - 1] != b'-'
+                && b.iter()
+                    .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+        };
+        if !label(&self.name) {
+            return Some(format!("service.name {:?} is not a DNS label: 1 to 63 lowercase letters, digits and '-', starting with a letter and ending with a letter or digit", self.name));
+        }
+        if self.ports.is_empty() || self.ports.len() > 100 {
+            return Some(format!(
+                "service.ports has {} entries; 1 to 100 are allowed",
+                self.ports.len()
+            ));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, p) in self.ports.iter().enumerate() {
+            for (field, v) in [("port", Some(p.port)), ("targetPort", p.target_port)] {
+                if let Some(v) = v.filter(|v| !(1..=65535).contains(v)) {
+                    return Some(format!(
+                        "service.ports[{i}].{field} is {v}; 1 to 65535 are allowed"
+                    ));
+                }
+            }
+            match &p.name {
+                Some(n) if n.is_empty() || n.len() > 15 || !label(n) => {
+                    return Some(format!("service.ports[{i}].name {n:?} is not a port name: 1 to 15 lowercase letters, digits and '-', starting with a letter"));
+                }
+                Some(n) if !names.insert(n.as_str()) => {
+                    return Some(format!("service.ports[{i}].name {n:?} is used twice"));
+                }
+                None if self.ports.len() > 1 => {
+                    return Some(format!(
+                        "service.ports[{i}].name is missing; every port needs a name when there are several"
+                    ));
+                }
+                _ => {}
+            }
+        }
+        None
+    }
 }
 
 /// Who should lead: the controller's part of the choice. The engine's
@@ -341,6 +474,23 @@ pub struct LeaderGroupStatus {
     /// The last handover the controller asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handover: Option<Handover>,
+    /// What the leader Service's EndpointSlice holds (`spec.service`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<EndpointStatus>,
+}
+
+/// The leader endpoint as the controller last wrote it.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointStatus {
+    /// The Service.
+    pub service: String,
+    /// The leader pod's address; absent while no one leads (the slice is
+    /// then empty).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// The term the slice was written for.
+    pub term: i64,
 }
 
 impl LeaderGroupSpec {

@@ -8,11 +8,13 @@
 
 pub mod conditions;
 pub mod crd;
+pub mod endpoint;
 pub mod event_log;
 pub mod label_writes;
 pub mod metrics;
 pub mod placement;
 pub mod plan;
+pub mod pod_status;
 pub mod pods;
 pub mod reconcile;
 pub mod run;

@@ -25,6 +25,7 @@ pub struct ControllerMetrics {
     reconcile_duration: Histogram,
     reconcile_errors: Family<Label, Counter>,
     label_patches: Counter,
+    endpoint_writes: Counter,
     groups: Gauge,
     groups_with_leader: Gauge,
     active: Gauge,
@@ -162,6 +163,7 @@ impl ControllerMetrics {
             reconcile_duration: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
             reconcile_errors: Family::default(),
             label_patches: Counter::default(),
+            endpoint_writes: Counter::default(),
             groups: Gauge::default(),
             groups_with_leader: Gauge::default(),
             active: Gauge::default(),
@@ -182,6 +184,11 @@ impl ControllerMetrics {
             "label_patches",
             "Pod label patches applied",
             m.label_patches.clone(),
+        );
+        registry.register(
+            "endpoint_writes",
+            "Leader EndpointSlice writes applied (spec.service)",
+            m.endpoint_writes.clone(),
         );
         registry.register(
             "groups",
@@ -213,6 +220,10 @@ impl ControllerMetrics {
 
     pub fn label_patched(&self) {
         self.label_patches.inc();
+    }
+
+    pub fn endpoint_written(&self) {
+        self.endpoint_writes.inc();
     }
 
     /// Records what a reconcile of `namespace/name` saw, at `now_s` (Unix

@@ -13,9 +13,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, T
 
 use crate::conditions::{self, condition, reasons, types};
 use crate::crd::{
-    Handover, LastSweep, LeaderGroup, LeaderGroupSpec, LeaderGroupStatus, Member, MemberProblem,
-    MemberRole, STEP_DOWN_ANNOTATION, STEP_DOWN_TO_ANNOTATION,
+    EndpointStatus, Handover, LastSweep, LeaderGroup, LeaderGroupSpec, LeaderGroupStatus,
+    LeaderService, Member, MemberProblem, MemberRole, STEP_DOWN_ANNOTATION,
+    STEP_DOWN_TO_ANNOTATION,
 };
+use crate::endpoint::{Address, LeaderEndpoint};
 use crate::placement::{self, Seat};
 pub use crate::pods::{pod_of, time_of, PodView};
 use crate::selector::{PodSelector, SelectorIndex};
@@ -126,6 +128,11 @@ pub struct Plan {
     /// expected. `(since_ms, remaining_ms)`: since when (Redis clock) and
     /// how much longer to wait before looking again.
     pub awaiting_successor: Option<(u64, u64)>,
+    /// What the leader Service's slice should hold (`spec.service`), when
+    /// it is known: written before the labels.
+    pub endpoint: Option<LeaderEndpoint>,
+    /// A Service the group had under another name, to remove.
+    pub retire_service: Option<String>,
 }
 
 // One piece on purpose: the rules run in this order, each a named step
@@ -161,6 +168,8 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
             restore_term: None,
             config: None,
             awaiting_successor: Some(wait),
+            endpoint: None,
+            retire_service: None,
         };
     }
     let holder_pod = holder.and_then(|h| pod_of(h, namespace));
@@ -219,7 +228,18 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         .map(str::to_owned);
     let elected = holder.is_some();
     let conflicts = pods.conflicts();
-    let ready = elected && config.is_some() && pods.yielded.is_empty() && role_label_ok;
+    let service_error = group.spec.service.as_ref().and_then(LeaderService::error);
+    let endpoint = group
+        .spec
+        .service
+        .as_ref()
+        .filter(|_| service_error.is_none())
+        .and_then(|service| leader_endpoint(service, holder, holder_pod, observed.pods, term));
+    let leader_pod_ready = leader_pod
+        .as_deref()
+        .and_then(|p| observed.pods.iter().find(|pod| pod.name == p))
+        .and_then(|p| p.ready);
+    let labelled = elected && config.is_some() && pods.yielded.is_empty() && role_label_ok;
     let mut next_conditions = vec![
         spec_valid,
         condition(
@@ -231,22 +251,14 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         leader_elected(holder, leader_pod.as_deref(), term),
         label_conflict(&conflicts),
         redis_settings(observed.redis_warnings),
-        condition(
-            types::READY,
-            ready,
-            if ready {
-                reasons::READY
-            } else {
-                reasons::NOT_READY
-            },
-            if ready {
-                "a leader is elected and labelled"
-            } else {
-                "see the other conditions"
-            },
+        readiness(
+            labelled && service_error.is_none(),
+            leader_pod.as_deref(),
+            leader_pod_ready,
         ),
     ];
     next_conditions.extend(handover_condition);
+    next_conditions.extend(endpoint_condition(group, endpoint.as_ref(), &previous));
     let status = LeaderGroupStatus {
         leader: leader_pod,
         holder: holder.map(str::to_owned),
@@ -277,6 +289,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         preferred: placed.preferred,
         rollout: placed.rollout,
         handover: hand_over.clone().or(previous.handover.clone()),
+        endpoint: endpoint_status(group, endpoint.as_ref(), &previous),
     };
     let write_status = status_changed(&status, &previous, state.now_ms);
     Plan {
@@ -291,7 +304,130 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         restore_term,
         config,
         awaiting_successor: None,
+        endpoint,
+        retire_service: retired_service(group, &previous),
     }
+}
+
+/// Rule: the Ready condition (the `READY` column) is True when a leader
+/// is elected and labelled, nothing in the spec is wrong, and the leader's
+/// pod is Ready: what a client of the leader needs.
+fn readiness(labelled: bool, leader_pod: Option<&str>, pod_ready: Option<bool>) -> Condition {
+    match (labelled, leader_pod, pod_ready) {
+        (true, Some(_), Some(true)) => condition(
+            types::READY,
+            true,
+            reasons::READY,
+            "a leader is elected and labelled, and its pod is Ready",
+        ),
+        (true, Some(pod), Some(false)) => condition(
+            types::READY,
+            false,
+            reasons::LEADER_POD_NOT_READY,
+            format!("the leader pod {pod} is not Ready"),
+        ),
+        (true, Some(pod), None) => condition(
+            types::READY,
+            false,
+            reasons::LEADER_POD_NOT_READY,
+            format!("the leader pod {pod}'s readiness could not be read"),
+        ),
+        _ => condition(
+            types::READY,
+            false,
+            reasons::NOT_READY,
+            "see the other conditions",
+        ),
+    }
+}
+
+/// Rule: the leader Service's slice holds the holder's pod address at the
+/// term, or no address when no one holds the lease (or the holder has no
+/// pod here). While the holder's pod has no known IP (it could not be
+/// read), nothing is written: the slice keeps what it has.
+fn leader_endpoint(
+    service: &LeaderService,
+    holder: Option<&str>,
+    holder_pod: Option<&str>,
+    pods: &[PodView],
+    term: u64,
+) -> Option<LeaderEndpoint> {
+    let pod = holder_pod.and_then(|name| pods.iter().find(|p| p.name == name));
+    let leader = match (holder, pod) {
+        (Some(_), Some(pod)) => Some(Address {
+            pod: pod.name.clone(),
+            ip: pod.ip.clone()?,
+            ready: pod.ready == Some(true),
+        }),
+        _ => None,
+    };
+    Some(LeaderEndpoint {
+        service: service.clone(),
+        term,
+        leader,
+    })
+}
+
+/// The status's record of the slice: what is planned, or what was
+/// recorded while nothing new is known of the same Service.
+fn endpoint_status(
+    group: &LeaderGroup,
+    planned: Option<&LeaderEndpoint>,
+    previous: &LeaderGroupStatus,
+) -> Option<EndpointStatus> {
+    let service = group.spec.service.as_ref()?;
+    match planned {
+        Some(e) => Some(EndpointStatus {
+            service: e.service.name.clone(),
+            address: e.leader.as_ref().map(|a| a.ip.clone()),
+            term: e.term as i64,
+        }),
+        None => previous
+            .endpoint
+            .clone()
+            .filter(|e| e.service == service.name),
+    }
+}
+
+/// Rule: with `spec.service`, the `LeaderEndpoint` condition says what the
+/// slice holds once the planned write is made (reconcile turns it False
+/// when the write fails); while nothing new is known, it stays as it was.
+fn endpoint_condition(
+    group: &LeaderGroup,
+    planned: Option<&LeaderEndpoint>,
+    previous: &LeaderGroupStatus,
+) -> Option<Condition> {
+    group.spec.service.as_ref()?;
+    let Some(e) = planned else {
+        return previous
+            .conditions
+            .iter()
+            .find(|c| c.type_ == types::LEADER_ENDPOINT)
+            .cloned();
+    };
+    let holds = match &e.leader {
+        Some(a) => format!("{} ({})", a.pod, a.ip),
+        None => "no address (no one leads)".to_owned(),
+    };
+    Some(condition(
+        types::LEADER_ENDPOINT,
+        true,
+        reasons::ENDPOINT_WRITTEN,
+        format!(
+            "EndpointSlice {} of Service {} holds {holds} at term {}",
+            e.slice_name(),
+            e.service.name,
+            e.term
+        ),
+    ))
+}
+
+/// Rule: a Service the status records under another name than the spec's
+/// (renamed, or `spec.service` removed) is removed, with its slice.
+fn retired_service(group: &LeaderGroup, previous: &LeaderGroupStatus) -> Option<String> {
+    let recorded = &previous.endpoint.as_ref()?.service;
+    let wanted = group.spec.service.as_ref().map(|s| &s.name);
+    (wanted != Some(recorded)).then(|| recorded.clone())
 }
 
 /// Rule: when the holder the status names is gone and another member is
@@ -317,18 +453,27 @@ fn awaiting_successor(
 /// Rule: the spec is checked by the schema's rules (for API servers
 /// without CEL); invalid timings are a `SpecValid=False` condition and no
 /// timings are written to Redis; an unusable role label is one too, and no
-/// pod is labelled.
+/// pod is labelled; so is an unusable `spec.service`, and no endpoint is
+/// written.
 fn spec_validity(spec: &LeaderGroupSpec) -> (Condition, Option<ElectionConfig>) {
     match spec.election_config() {
         Ok(config) => (
-            match spec.role_label_error() {
-                None => condition(
+            match (
+                spec.role_label_error(),
+                spec.service.as_ref().and_then(LeaderService::error),
+            ) {
+                (None, None) => condition(
                     types::SPEC_VALID,
                     true,
                     reasons::VALID,
                     "the timings are within their bounds",
                 ),
-                Some(why) => condition(types::SPEC_VALID, false, reasons::INVALID_ROLE_LABEL, why),
+                (Some(why), _) => {
+                    condition(types::SPEC_VALID, false, reasons::INVALID_ROLE_LABEL, why)
+                }
+                (None, Some(why)) => {
+                    condition(types::SPEC_VALID, false, reasons::INVALID_SERVICE, why)
+                }
             },
             Some(config),
         ),
@@ -420,6 +565,8 @@ fn while_redis_is_unavailable(
         restore_term: None,
         config,
         awaiting_successor: None,
+        endpoint: None,
+        retire_service: None,
     }
 }
 
@@ -513,7 +660,8 @@ fn the_term_never_goes_back(
 }
 
 /// The lease holder, if its lease is still running.
-fn live_holder(state: &GroupState) -> Option<&str> {
+/// (Public for reconcile, which reads the holder's pod status.)
+pub fn live_holder(state: &GroupState) -> Option<&str> {
     state
         .holder
         .as_deref()

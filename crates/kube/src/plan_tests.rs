@@ -21,6 +21,7 @@ fn spec() -> LeaderGroupSpec {
         retry_interval_ms: 2_000,
         role_label: DEFAULT_ROLE_LABEL.into(),
         placement: Default::default(),
+        service: None,
     }
 }
 
@@ -78,6 +79,13 @@ fn run_among(g: &LeaderGroup, pods: &[PodView], others: &[OtherGroup], store: &S
     })
 }
 
+/// `p` as the reconcile sees the leader's pod: Ready, with an IP.
+fn ready(mut p: PodView) -> PodView {
+    p.ready = Some(true);
+    p.ip = Some(format!("10.0.0.{}", p.name.len()));
+    p
+}
+
 fn change(pod: &str, value: Option<&str>) -> LabelChange {
     LabelChange {
         pod: pod.into(),
@@ -97,7 +105,7 @@ fn cond<'a>(status: &'a LeaderGroupStatus, type_: &str) -> &'a Condition {
 #[test]
 fn first_election_labels_the_leader_and_the_live_followers() {
     let g = group("web", spec(), None);
-    let pods = [pod("a", None), pod("b", None), pod("c", None)];
+    let pods = [ready(pod("a", None)), pod("b", None), pod("c", None)];
     let p = run(&g, &pods, &state(Some("a"), 1, &["a", "b", "c"]));
     assert_eq!(
         p.labels,
@@ -662,7 +670,7 @@ fn a_deleted_group_takes_its_role_labels_off_leader_first() {
 #[test]
 fn unsafe_redis_settings_are_a_condition_of_every_group_but_not_unreadiness() {
     let g = group("web", spec(), None);
-    let pods = [pod("a", Some(LEADER))];
+    let pods = [ready(pod("a", Some(LEADER)))];
     let store = state(Some("a"), 1, &["a"]);
     let safe = run(&g, &pods, &store);
     assert_eq!(cond(&safe.status, "RedisSettingsSafe").status, "True");
@@ -1175,4 +1183,155 @@ fn a_member_turning_unhealthy_is_reported_once_and_cannot_be_named_successor() {
     assert!(cond(&refused.status, types::HANDOVER)
         .message
         .contains("unhealthy"));
+}
+
+#[test]
+fn ready_needs_the_leader_pod_ready_and_says_which_pod_is_not() {
+    let g = group("web", spec(), None);
+    let store = state(Some("a"), 1, &["a", "b"]);
+    let p = run(&g, &[ready(pod("a", None)), pod("b", None)], &store);
+    let c = cond(&p.status, "Ready");
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Ready"));
+
+    let mut unready = ready(pod("a", None));
+    unready.ready = Some(false);
+    let p = run(&g, &[unready, pod("b", None)], &store);
+    let c = cond(&p.status, "Ready");
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "LeaderPodNotReady")
+    );
+    assert!(
+        c.message.contains("leader pod a is not Ready"),
+        "{}",
+        c.message
+    );
+
+    // Unknown (its pod could not be read) is not Ready either.
+    let p = run(&g, &[pod("a", None), pod("b", None)], &store);
+    let c = cond(&p.status, "Ready");
+    assert_eq!(c.reason, "LeaderPodNotReady");
+    assert!(c.message.contains("could not be read"), "{}", c.message);
+
+    // No leader: not ready, for the reason the other conditions give.
+    let p = run(&g, &[ready(pod("a", None))], &state(None, 1, &["a"]));
+    assert_eq!(cond(&p.status, "Ready").reason, "NotReady");
+}
+
+fn with_service() -> LeaderGroupSpec {
+    let mut s = spec();
+    s.service = Some(crate::crd::LeaderService {
+        name: "web-leader".into(),
+        ports: vec![crate::crd::LeaderServicePort {
+            name: None,
+            port: 80,
+            target_port: Some(8080),
+            protocol: Default::default(),
+        }],
+    });
+    s
+}
+
+#[test]
+fn the_leader_endpoint_holds_the_holder_s_address_at_its_term_or_none() {
+    let g = group("web", with_service(), None);
+    let pods = [ready(pod("a", None)), ready(pod("bb", None))];
+    let p = run(&g, &pods, &state(Some("bb"), 7, &["a", "bb"]));
+    let e = p.endpoint.clone().expect("an endpoint to write");
+    assert_eq!(e.term, 7);
+    let leader = e.leader.expect("the holder's address");
+    assert_eq!(
+        (leader.pod.as_str(), leader.ip.as_str()),
+        ("bb", "10.0.0.2")
+    );
+    assert!(leader.ready);
+    assert_eq!(
+        p.status.endpoint,
+        Some(crate::crd::EndpointStatus {
+            service: "web-leader".into(),
+            address: Some("10.0.0.2".into()),
+            term: 7
+        })
+    );
+    let c = cond(&p.status, "LeaderEndpoint");
+    assert_eq!(c.status, "True");
+    assert!(
+        c.message.contains("bb (10.0.0.2) at term 7"),
+        "{}",
+        c.message
+    );
+    assert_eq!(p.retire_service, None);
+
+    // No one leads: an empty slice at the last term.
+    let mut later = g.clone();
+    later.status = Some(p.status.clone());
+    let p = run(&later, &pods, &state(None, 7, &[]));
+    let e = p.endpoint.expect("an endpoint to write");
+    assert_eq!((e.term, e.leader), (7, None));
+    assert_eq!(p.status.endpoint.unwrap().address, None);
+}
+
+#[test]
+fn an_unknown_leader_address_writes_nothing_and_keeps_what_the_status_recorded() {
+    let recorded = crate::crd::EndpointStatus {
+        service: "web-leader".into(),
+        address: Some("10.0.0.1".into()),
+        term: 6,
+    };
+    let status = LeaderGroupStatus {
+        endpoint: Some(recorded.clone()),
+        ..Default::default()
+    };
+    let g = group("web", with_service(), Some(status));
+    // b's pod could not be read: no IP known.
+    let p = run(
+        &g,
+        &[ready(pod("a", None)), pod("b", None)],
+        &state(Some("b"), 7, &["a", "b"]),
+    );
+    assert_eq!(p.endpoint, None);
+    assert_eq!(p.status.endpoint, Some(recorded));
+}
+
+#[test]
+fn a_renamed_or_removed_service_is_retired_and_a_bad_one_is_reported_not_written() {
+    let status = LeaderGroupStatus {
+        endpoint: Some(crate::crd::EndpointStatus {
+            service: "old-leader".into(),
+            address: None,
+            term: 1,
+        }),
+        ..Default::default()
+    };
+    let pods = [ready(pod("a", None))];
+    let store = state(Some("a"), 2, &["a"]);
+    let renamed = run(
+        &group("web", with_service(), Some(status.clone())),
+        &pods,
+        &store,
+    );
+    assert_eq!(renamed.retire_service.as_deref(), Some("old-leader"));
+    assert_eq!(renamed.status.endpoint.unwrap().service, "web-leader");
+    let removed = run(&group("web", spec(), Some(status)), &pods, &store);
+    assert_eq!(removed.retire_service.as_deref(), Some("old-leader"));
+    assert_eq!(removed.status.endpoint, None);
+    assert!(removed
+        .status
+        .conditions
+        .iter()
+        .all(|c| c.type_ != "LeaderEndpoint"));
+
+    let mut bad = with_service();
+    bad.service.as_mut().unwrap().ports[0].port = 70_000;
+    let p = run(&group("web", bad, None), &pods, &store);
+    assert_eq!(p.endpoint, None);
+    let c = cond(&p.status, "SpecValid");
+    assert_eq!(c.reason, "InvalidService");
+    assert!(
+        c.message
+            .contains("service.ports[0].port is 70000; 1 to 65535"),
+        "{}",
+        c.message
+    );
+    assert_eq!(cond(&p.status, "Ready").status, "False");
 }

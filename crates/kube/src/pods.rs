@@ -17,9 +17,12 @@ pub struct PodView {
     pub revision: Option<String>,
     /// When the pod was created (ms).
     pub created_ms: u64,
-    /// Whether the pod is Ready; read only during a rollout (`None`
-    /// otherwise: the metadata the controller watches does not say).
+    /// Whether the pod is Ready: known for the leader's pod, and for every
+    /// member's during a rollout (`None` otherwise: the metadata the
+    /// controller watches does not say).
     pub ready: Option<bool>,
+    /// The pod's IP, known with its readiness (`status.podIP`).
+    pub ip: Option<String>,
 }
 
 impl PodView {

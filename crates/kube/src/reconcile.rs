@@ -17,7 +17,9 @@ use kube::runtime::reflector::Store as Reflector;
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use crate::conditions::{self, condition, reasons, types};
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
+use crate::endpoint::{EndpointError, Endpoints, Outcome};
 use crate::event_log::EventLog;
 use crate::label_writes::LabelWrites;
 use crate::metrics::ControllerMetrics;
@@ -25,6 +27,7 @@ use crate::plan::{
     plan, role_labels_to_remove, LabelChange, Observed, OtherGroup, Plan, PodView, PodsRead,
     StoreView, LEADER,
 };
+use crate::pod_status::{Known, PodStatuses};
 use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::store::bounded;
 use leasehold_engine::sync::{locked, wall_clock_ms};
@@ -71,6 +74,10 @@ pub struct Context {
     /// Role labels this replica wrote that the pod cache may not show yet,
     /// laid over the cache by every read of it (see `label_writes`).
     pub label_writes: Mutex<LabelWrites>,
+    /// Pods' IPs and readiness, by version (see `pod_status`).
+    pub pod_statuses: PodStatuses,
+    /// The leader Services' slices (see `endpoint`).
+    pub endpoints: Endpoints,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -95,6 +102,10 @@ pub enum ReconcileError {
     Preferred(#[source] leasehold_engine::StoreError),
     #[error("this replica stopped being the active one before the clean-up was done")]
     NotActive,
+    /// The leader Service's slice could not be written; the labels and the
+    /// status were (the status says so in its `LeaderEndpoint` condition).
+    #[error("writing the leader endpoint: {0}")]
+    Endpoint(#[source] EndpointError),
 }
 
 impl ReconcileError {
@@ -107,6 +118,7 @@ impl ReconcileError {
             Self::Status(_) => "status",
             Self::Preferred(_) => "preferred",
             Self::NotActive => "not_active",
+            Self::Endpoint(_) => "endpoint",
         }
     }
 }
@@ -123,17 +135,28 @@ fn pod_view(pod: &PartialObjectMeta<Pod>) -> PodView {
             .as_ref()
             .map_or(0, |t| t.0.as_millisecond().max(0) as u64),
         ready: None,
+        ip: None,
     }
 }
 
-/// During a rollout (the members' pods are on more than one revision),
-/// each member pod's readiness, read from the API server: the watch keeps
-/// metadata only, which does not say. At rest nothing is read. A pod that
-/// cannot be read stays unknown, never preferred.
-async fn read_readiness(pods: &mut [PodView], store: &StoreView, namespace: &str, ctx: &Context) {
+/// The leader's pod's IP and readiness, and during a rollout (the
+/// members' pods are on more than one revision) each member pod's
+/// readiness: the watch keeps metadata only, which does not say. They are
+/// read from the API server only when the pod changed since they were last
+/// read (see `pod_status`), so a group at rest reads nothing. A pod that
+/// cannot be read stays unknown: never preferred, never Ready.
+async fn read_statuses(
+    pods: &mut [PodView],
+    store: &StoreView,
+    namespace: &str,
+    ctx: &Context,
+    prefer_updated: bool,
+) {
     let StoreView::Available(state) = store else {
         return;
     };
+    let holder_pod =
+        crate::plan::live_holder(state).and_then(|node| crate::plan::pod_of(node, namespace));
     let member = |p: &PodView| {
         p.revision.is_some()
             && state
@@ -141,37 +164,55 @@ async fn read_readiness(pods: &mut [PodView], store: &StoreView, namespace: &str
                 .iter()
                 .any(|(node, _)| crate::plan::pod_of(node, namespace) == Some(p.name.as_str()))
     };
-    let mut revisions = pods
-        .iter()
-        .filter(|p| member(p))
-        .filter_map(|p| p.revision.as_deref());
-    let Some(first) = revisions.next() else {
-        return;
+    let rollout = prefer_updated && {
+        let mut revisions = pods
+            .iter()
+            .filter(|p| member(p))
+            .filter_map(|p| p.revision.as_deref());
+        revisions
+            .next()
+            .is_some_and(|first| !revisions.all(|r| r == first))
     };
-    if revisions.all(|r| r == first) {
-        return;
-    }
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
-    for pod in pods.iter_mut().filter(|p| member(p)) {
-        pod.ready = match api.get_opt(&pod.name).await {
-            Ok(Some(full)) => Some(is_ready(&full)),
-            Ok(None) => Some(false),
-            Err(e) => {
-                tracing::debug!(pod = %pod.name, error = %e, "could not read the pod's readiness");
-                None
-            }
-        };
+    for pod in pods.iter_mut() {
+        let leads = holder_pod == Some(pod.name.as_str());
+        if !(leads || (rollout && member(pod))) {
+            continue;
+        }
+        if let Some(known) = pod_status(namespace, &pod.name, ctx).await {
+            pod.ready = Some(known.ready);
+            pod.ip = known.ip;
+        }
     }
 }
 
-/// Whether the pod's `Ready` condition is true, and it is not terminating.
-fn is_ready(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+/// The pod's IP and readiness: as last read while the cache shows the same
+/// version, from the API server otherwise (a pod gone is not ready).
+async fn pod_status(namespace: &str, pod: &str, ctx: &Context) -> Option<Known> {
+    let key = format!("{namespace}/{pod}");
+    let version = cached_version(namespace, pod, ctx);
+    if let Some(known) = ctx.pod_statuses.at(&key, version.as_deref()) {
+        return Some(known);
+    }
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    match api.get_opt(pod).await {
+        Ok(Some(full)) => {
+            let known = Known::of(&full);
+            ctx.pod_statuses.record(&key, known.clone());
+            Some(known)
+        }
+        Ok(None) => {
+            ctx.pod_statuses.forget(&key);
+            Some(Known {
+                version: None,
+                ip: None,
+                ready: false,
+            })
+        }
+        Err(e) => {
+            tracing::debug!(%pod, error = %e, "could not read the pod's IP and readiness");
+            None
+        }
+    }
 }
 
 /// A hash of what a plan reads from the group object apart from its
@@ -233,6 +274,17 @@ pub async fn reconcile(
         return Ok(Action::requeue(Duration::from_millis(remaining)));
     }
     locked(&ctx.holders_gone).remove(&redis_group);
+    let mut plan = plan;
+    let endpoint = match write_endpoint(&mut plan, &group, ctx).await {
+        Ok(Some(Outcome::Stale)) => {
+            // The slice is further on than this replica's read of Redis:
+            // read again, in a moment.
+            return Ok(Action::requeue(STALE_AGAIN));
+        }
+        Ok(Some(Outcome::NotActive)) => return Ok(Action::requeue(ctx.resync)),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
+    };
     apply_to_redis(&plan, &redis_group, ctx).await?;
     if !apply_labels(&plan.labels, &namespace, ctx).await? {
         // No longer the active replica: the rest is the new one's to write.
@@ -258,10 +310,74 @@ pub async fn reconcile(
         &figures,
         wall_clock_ms() as f64 / 1000.0,
     );
+    endpoint?;
     let again = plan
         .look_again_ms
         .map_or(ctx.resync, |ms| Duration::from_millis(ms).min(ctx.resync));
     Ok(Action::requeue(again))
+}
+
+/// How soon a group whose slice is further on than this replica's read of
+/// Redis is looked at again.
+const STALE_AGAIN: Duration = Duration::from_millis(200);
+
+/// The leader Service's slice, first of the writes (it is what a client
+/// waits for), and a Service the group no longer names is removed. A
+/// failed write does not stop the labels and the status: the status then
+/// keeps the endpoint it had and its `LeaderEndpoint` condition turns
+/// False with the reason, and the error is returned once the rest is done.
+async fn write_endpoint(
+    plan: &mut Plan,
+    group: &LeaderGroup,
+    ctx: &Context,
+) -> Result<Option<Outcome>, ReconcileError> {
+    let previous = group.status.clone().unwrap_or_default();
+    if let Some(old) = &plan.retire_service {
+        if let Err(e) = ctx.endpoints.retire(&ctx.client, group, old).await {
+            tracing::warn!(service = %old, error = %e, "could not remove the Service the group no longer names");
+            // Recorded again, so the next reconcile tries again.
+            plan.status.endpoint = previous.endpoint.clone();
+            plan.write_status = true;
+        }
+    }
+    let Some(desired) = &plan.endpoint else {
+        return Ok(None);
+    };
+    let result = ctx
+        .endpoints
+        .write(&ctx.client, group, desired, || ctx.leadership.is_leader())
+        .await;
+    match result {
+        Ok(Outcome::Written) => {
+            ctx.metrics.endpoint_written();
+            tracing::info!(
+                service = %desired.service.name,
+                term = desired.term,
+                leader = ?desired.leader.as_ref().map(|a| &a.pod),
+                "leader endpoint written"
+            );
+            Ok(Some(Outcome::Written))
+        }
+        Ok(outcome) => Ok(Some(outcome)),
+        Err(e) => {
+            let now = crate::plan::time_of(wall_clock_ms());
+            conditions::replace(
+                &mut plan.status.conditions,
+                &previous.conditions,
+                condition(
+                    types::LEADER_ENDPOINT,
+                    false,
+                    reasons::ENDPOINT_NOT_WRITTEN,
+                    e.to_string(),
+                ),
+                &now,
+                group.metadata.generation,
+            );
+            plan.status.endpoint = previous.endpoint.clone();
+            plan.write_status |= plan.status.conditions != previous.conditions;
+            Err(ReconcileError::Endpoint(e))
+        }
+    }
 }
 
 impl Context {
@@ -302,6 +418,10 @@ pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, Recon
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
     ctx.forget(&NamespacedName::new(&namespace, group.name_any()).to_string());
     ctx.metrics.forget_group(&namespace, &group.name_any());
+    if let Some(service) = &group.spec.service {
+        // The Service and its slice go with the group (owner references).
+        ctx.endpoints.forget(&namespace, &service.name);
+    }
     if !ctx.leadership.is_leader() {
         return Err(ReconcileError::NotActive);
     }
@@ -412,9 +532,14 @@ impl World {
         let others = other_groups(group, namespace, ctx);
         let read = PodsRead::new(group, &others, &store);
         let mut pods = cached_pods(namespace, ctx, |name, labels| read.needs(name, labels))?;
-        if group.spec.placement.prefer_updated {
-            read_readiness(&mut pods, &store, namespace, ctx).await;
-        }
+        read_statuses(
+            &mut pods,
+            &store,
+            namespace,
+            ctx,
+            group.spec.placement.prefer_updated,
+        )
+        .await;
         let swept = locked(&ctx.swept).clone();
         Ok(Self {
             pods,
@@ -506,6 +631,12 @@ async fn apply_labels(
         // giving it elsewhere. Any other write without an answer is taken
         // as not applied, so the next plan sends it again. A refusal
         // changed nothing.
+        if let Ok(pod) = &result {
+            // The answer is the whole pod: its IP and readiness at this
+            // version come free.
+            ctx.pod_statuses
+                .record(&format!("{namespace}/{}", change.pod), Known::of(pod));
+        }
         let written_as = match &result {
             Ok(pod) => Some(pod.metadata.resource_version.clone()),
             Err(kube::Error::Api(_)) => None,
@@ -608,6 +739,12 @@ pub fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Co
         ReconcileError::Status(_) => Action::requeue(Duration::from_secs(5)),
         ReconcileError::Preferred(_) => Action::requeue(Duration::from_secs(1)),
         ReconcileError::NotActive => Action::requeue(ctx.resync),
+        // Off, or a Service that is not the group's: the same answer until
+        // someone changes something.
+        ReconcileError::Endpoint(EndpointError::Disabled | EndpointError::ServiceNotOwned(_)) => {
+            Action::requeue(ctx.resync)
+        }
+        ReconcileError::Endpoint(_) => Action::requeue(Duration::from_secs(1)),
     }
 }
 

@@ -78,6 +78,11 @@ pub struct ControllerArgs {
     /// namespaced RBAC); all namespaces when absent.
     #[arg(long, env = "LEASEHOLD_WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
+    /// Write the leader Services and EndpointSlices of groups with
+    /// `spec.service` (needs RBAC on services and endpointslices: the
+    /// chart's `leaderEndpoints.enabled`).
+    #[arg(long, env = "LEASEHOLD_LEADER_ENDPOINTS")]
+    pub leader_endpoints: bool,
 }
 
 /// Default timings of the replicas' own election. Shorter than a group's
@@ -181,6 +186,8 @@ pub async fn run_with(
         holders_gone: Default::default(),
         written: Default::default(),
         label_writes: Default::default(),
+        pod_statuses: Default::default(),
+        endpoints: crate::endpoint::Endpoints::new(args.leader_endpoints),
     });
 
     let (triggers_tx, triggers) = mpsc::unbounded_channel::<ObjectRef<LeaderGroup>>();
@@ -192,6 +199,7 @@ pub async fn run_with(
         .default_backoff()
         .reflect(pods_writer),
         reflector.clone(),
+        ctx.clone(),
         triggers_tx.clone(),
     );
     let bridge = bridge_engine_events(
@@ -310,15 +318,25 @@ fn names_pod(group: &LeaderGroup, pod: &str) -> bool {
 }
 
 /// Runs the pod watch (which keeps the cache behind `Context::pods`) and
-/// triggers the groups each changed pod concerns. A watch error is retried
+/// triggers the groups each changed pod concerns; a deleted pod's status
+/// is forgotten. A watch error is retried
 /// with the watcher's default backoff; meanwhile the cache keeps its last
 /// state.
 async fn follow_pods(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<Pod>>>>,
     groups: kube::runtime::reflector::Store<LeaderGroup>,
+    ctx: Arc<Context>,
     triggers: mpsc::UnboundedSender<ObjectRef<LeaderGroup>>,
 ) {
-    let changes = events.touched_objects();
+    let changes = events
+        .inspect(|event| {
+            // A deleted pod's IP and readiness are of no more use.
+            if let Ok(watcher::Event::Delete(pod)) = event {
+                let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
+                ctx.pod_statuses.forget(&key);
+            }
+        })
+        .touched_objects();
     futures::pin_mut!(changes);
     while let Some(change) = changes.next().await {
         match change {

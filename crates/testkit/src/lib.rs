@@ -237,6 +237,7 @@ pub fn controller_args(
         listen,
         resync_seconds: 3_600,
         watch_namespace: None,
+        leader_endpoints: false,
         replica_ttl_ms: 1000,
         replica_renew_interval_ms: 300,
         replica_retry_interval_ms: 100,
