@@ -177,6 +177,11 @@ struct Controller {
 
 impl Controller {
     fn start(api: &ApiServer, redis: &RedisServer, name: &str) -> Self {
+        Self::start_with(api, redis, name, &[])
+    }
+
+    /// [`Controller::start`] with more flags.
+    fn start_with(api: &ApiServer, redis: &RedisServer, name: &str, extra: &[&str]) -> Self {
         let port = free_port();
         let log = api.dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).unwrap();
@@ -190,6 +195,7 @@ impl Controller {
                 "300",
             ])
             .args(["--replica-retry-interval-ms", "100"])
+            .args(extra)
             .env("KUBECONFIG", api.kubeconfig(User::Controller))
             .env("POD_NAME", name)
             .env("POD_NAMESPACE", CONTROLLER_NAMESPACE)
@@ -279,6 +285,12 @@ struct Testbed {
 
 impl Testbed {
     async fn start(test: &str, pods: usize) -> Option<Self> {
+        Self::start_with(test, pods, &[]).await
+    }
+
+    /// [`Testbed::start`] with the chart's RBAC rendered with `chart_values`
+    /// (`--set`).
+    async fn start_with(test: &str, pods: usize, chart_values: &[&str]) -> Option<Self> {
         let helm = testkit::helm_or_skip(test)?;
         let api = ApiServer::start(test).await?;
         let admin = api.client(User::Admin).await;
@@ -291,7 +303,7 @@ impl Testbed {
                 .await
                 .expect("create namespace");
         }
-        apply_chart_rbac(&helm, &admin).await;
+        apply_chart_rbac(&helm, &admin, chart_values).await;
         let bed = Self {
             api,
             admin,
@@ -322,6 +334,18 @@ impl Testbed {
             .create(&PostParams::default(), &pod)
             .await
             .expect("create pod");
+        // What a kubelet would report (there is none): an IP and Ready.
+        let ip = pod_ip(name);
+        let status = json!({ "status": {
+            "phase": "Running",
+            "podIP": ip,
+            "podIPs": [{ "ip": ip }],
+            "conditions": [{ "type": "Ready", "status": "True" }],
+        } });
+        self.pods()
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .expect("set the pod's status");
     }
 
     async fn create_group(&self, name: &str, spec: Value) -> Result<LeaderGroup, kube::Error> {
@@ -435,6 +459,19 @@ impl Testbed {
     }
 }
 
+/// The IP the testbed gives pod `name`: distinct per name.
+fn pod_ip(name: &str) -> String {
+    let n = name
+        .bytes()
+        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+    format!(
+        "10.{}.{}.{}",
+        1 + n % 200,
+        (n >> 8) % 250,
+        1 + (n >> 16) % 250
+    )
+}
+
 async fn install_crd(admin: &kube::Client) {
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
     crds.create(&PostParams::default(), &LeaderGroup::crd())
@@ -459,8 +496,9 @@ async fn install_crd(admin: &kube::Client) {
 /// The chart's ServiceAccount, ClusterRole and ClusterRoleBinding, as
 /// `helm template` renders them for release `leasehold` in
 /// `leasehold-system`, created as they are.
-async fn apply_chart_rbac(helm: &std::path::Path, admin: &kube::Client) {
+async fn apply_chart_rbac(helm: &std::path::Path, admin: &kube::Client, values: &[&str]) {
     let out = Command::new(helm)
+        .args(values.iter().flat_map(|v| ["--set", v]))
         .args([
             "template",
             "leasehold",
@@ -592,8 +630,10 @@ async fn the_leader_label_follows_kills_terminations_and_step_downs() {
                 "LEADER",
                 "TERM",
                 "LIVE",
+                "READY",
                 "AGE",
                 "EXPIRES",
+                "ENDPOINT",
                 "PREFERRED"
             ]
         );
@@ -601,9 +641,12 @@ async fn the_leader_label_follows_kills_terminations_and_step_downs() {
         assert!(row.starts_with("web ") && row.contains(&first), "{row}");
         assert!(!row.contains("<invalid>"), "{row}");
         let columns: Vec<&str> = row.split_whitespace().collect();
-        assert!(columns[5].ends_with('Z'), "{row}");
-        // All at the default priority: placement prefers the leader.
-        assert_eq!(columns[6], first, "{row}");
+        assert_eq!(columns[4], "True", "READY: {row}");
+        assert!(columns[6].ends_with('Z'), "{row}");
+        // No spec.service: the ENDPOINT column is blank; all at the
+        // default priority: placement prefers the leader.
+        assert_eq!(columns.len(), 8, "{row}");
+        assert_eq!(columns[7], first, "{row}");
     }
     let term_of = |s: &Value| s["term"].as_i64().unwrap_or(0);
     let note = bed.latest_event_note("web").await.expect("an Event on web");
@@ -1210,4 +1253,319 @@ async fn priorities_failback_and_a_named_successor_on_a_real_api_server() {
         "failback while off"
     );
     watch.assert_never_two_leaders();
+}
+
+/// One state of the leader Service's EndpointSlice, as the watch saw it.
+#[derive(Debug, Clone, PartialEq)]
+struct SliceSeen {
+    term: u64,
+    leader: Option<String>,
+    addresses: Vec<String>,
+}
+
+/// Every state of the EndpointSlices of namespace `shop`, from one watch,
+/// checked as it comes: at most one address, the address the leader
+/// annotation's pod has, a rank (term, then vacated) that never goes back,
+/// and one pod per term.
+#[derive(Default)]
+struct SliceLog {
+    current: Option<SliceSeen>,
+    states: usize,
+    leader_of_term: BTreeMap<u64, String>,
+    broken: Vec<String>,
+}
+
+struct SliceWatch {
+    log: Arc<Mutex<SliceLog>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for SliceWatch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl SliceWatch {
+    async fn start(client: kube::Client) -> Self {
+        let group = kube::discovery::group(&client, "discovery.k8s.io")
+            .await
+            .expect("the API server serves discovery.k8s.io");
+        let (resource, _) = group
+            .recommended_kind("EndpointSlice")
+            .expect("an EndpointSlice kind");
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(client, NS, &resource);
+        let log = Arc::new(Mutex::new(SliceLog::default()));
+        let shared = log.clone();
+        let task = tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .applied_objects()
+                .boxed();
+            while let Some(event) = events.next().await {
+                let Ok(slice) = event else { continue };
+                let value = serde_json::to_value(&slice).unwrap();
+                let annotations = &value["metadata"]["annotations"];
+                let seen = SliceSeen {
+                    term: annotations["leasehold.dev/term"]
+                        .as_str()
+                        .and_then(|t| t.parse().ok())
+                        .unwrap_or(0),
+                    leader: annotations["leasehold.dev/leader"]
+                        .as_str()
+                        .map(str::to_owned),
+                    addresses: value["endpoints"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
+                        .filter_map(|a| a.as_str().map(str::to_owned))
+                        .collect(),
+                };
+                shared.lock().unwrap().record(seen);
+            }
+        });
+        Self { log, task }
+    }
+
+    fn current(&self) -> Option<SliceSeen> {
+        self.log.lock().unwrap().current.clone()
+    }
+
+    /// Waits until the slice holds a pod other than `not`; returns it and
+    /// the term.
+    async fn next_leader(&self, not: Option<&str>, limit: Duration) -> (String, u64, Duration) {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.current() {
+                if let Some(l) = s.leader.filter(|l| Some(l.as_str()) != not) {
+                    return (l, s.term, start.elapsed());
+                }
+            }
+            assert!(
+                start.elapsed() < limit,
+                "the slice holds no pod other than {not:?} within {limit:?}: {:?}",
+                self.current()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    fn assert_fenced(&self) {
+        let log = self.log.lock().unwrap();
+        assert!(
+            log.broken.is_empty(),
+            "the slice broke a rule: {:#?}",
+            log.broken
+        );
+        assert!(log.states > 3, "the watch saw only {} states", log.states);
+    }
+}
+
+impl SliceLog {
+    fn record(&mut self, seen: SliceSeen) {
+        self.states += 1;
+        if seen.addresses.len() > 1 {
+            self.broken.push(format!("two addresses: {seen:?}"));
+        }
+        match (&seen.leader, seen.addresses.first()) {
+            (Some(pod), Some(address)) if *address != pod_ip(pod) => {
+                self.broken.push(format!("not {pod}'s address: {seen:?}"));
+            }
+            (Some(_), None) | (None, Some(_)) => {
+                self.broken
+                    .push(format!("annotation and address disagree: {seen:?}"));
+            }
+            _ => {}
+        }
+        if let Some(pod) = &seen.leader {
+            let first = self.leader_of_term.entry(seen.term).or_insert(pod.clone());
+            if first != pod {
+                self.broken
+                    .push(format!("term {} held by {first} and then {pod}", seen.term));
+            }
+        }
+        if let Some(before) = &self.current {
+            let rank = |s: &SliceSeen| (s.term, s.leader.is_none());
+            if rank(&seen) < rank(before) {
+                self.broken
+                    .push(format!("went back from {before:?} to {seen:?}"));
+            }
+        }
+        self.current = Some(seen);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_endpoint_holds_one_address_through_kills_step_downs_and_a_replica_handover() {
+    let Some(mut bed) = Testbed::start_with(
+        "apiserver: leader endpoint",
+        3,
+        &["leaderEndpoints.enabled=true"],
+    )
+    .await
+    else {
+        return;
+    };
+    let labels = LabelWatch::start(bed.admin.clone());
+    let slices = SliceWatch::start(bed.admin.clone()).await;
+    bed.create_group(
+        "web",
+        json!({ "selector": { "matchLabels": { "app": "web" } },
+                "ttlMs": 1000, "renewIntervalMs": 300, "retryIntervalMs": 200,
+                "service": { "name": "web-leader",
+                             "ports": [{ "name": "http", "port": 80, "targetPort": 8080 }] } }),
+    )
+    .await
+    .expect("create LeaderGroup web with spec.service");
+    for pod in ["web-0", "web-1", "web-2"] {
+        bed.start_agent(pod).await;
+    }
+    let flags = ["--leader-endpoints"];
+    let mut replicas = [
+        Controller::start_with(&bed.api, &bed.redis, "leasehold-0", &flags),
+        Controller::start_with(&bed.api, &bed.redis, "leasehold-1", &flags),
+    ];
+    let (mut leader, mut term, took) = slices.next_leader(None, Duration::from_secs(20)).await;
+    println!("first leader in the slice: {leader} at term {term}, after {took:?}");
+
+    // The Service: no selector, the spec's ports, owned by the group.
+    let service = Api::<k8s_openapi::api::core::v1::Service>::namespaced(bed.admin.clone(), NS)
+        .get("web-leader")
+        .await
+        .expect("the controller created Service web-leader");
+    let spec = service.spec.clone().unwrap();
+    assert!(
+        spec.selector.as_ref().is_none_or(|s| s.is_empty()),
+        "{spec:?}"
+    );
+    let port = &spec.ports.unwrap()[0];
+    assert_eq!((port.port, port.name.as_deref()), (80, Some("http")));
+    let owner = &service.metadata.owner_references.unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("LeaderGroup", "web")
+    );
+    // The status records it, and says so in a condition.
+    eventually_async(Duration::from_secs(5), "status.endpoint", || async {
+        let s = bed.status("web").await;
+        s["endpoint"]
+            == json!({ "service": "web-leader", "address": pod_ip(&leader), "term": term })
+    })
+    .await;
+    let (ok, reason, message) = bed.condition("web", "LeaderEndpoint").await.unwrap();
+    assert_eq!(
+        (ok.as_str(), reason.as_str()),
+        ("True", "EndpointWritten"),
+        "{message}"
+    );
+
+    // Faults of the leader: a kill, a termination, a step-down.
+    for fault in ["SIGKILL", "SIGTERM", "step-down"] {
+        match fault {
+            "SIGKILL" => bed.agent(&leader).signal(Signal::SIGKILL),
+            "SIGTERM" => bed.agent(&leader).signal(Signal::SIGTERM),
+            _ => {
+                bed.groups()
+                    .patch(
+                        "web",
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({ "metadata": { "annotations": {
+                            "leasehold.dev/step-down": "1" } } })),
+                    )
+                    .await
+                    .expect("annotate");
+            }
+        }
+        let (next, next_term, took) = slices.next_leader(Some(&leader), label_bound()).await;
+        println!("{fault}: slice {leader} -> {next}, term {term} -> {next_term}, in {took:?}");
+        assert!(next_term > term);
+        if fault != "step-down" {
+            bed.start_agent(&leader).await;
+        }
+        (leader, term) = (next, next_term);
+    }
+
+    // The active replica is killed; the leader then terminates: the
+    // standby, once active, writes the next leader over the last one's.
+    let active = one_active(&replicas, Duration::from_secs(10)).await;
+    replicas[active].signal(Signal::SIGKILL);
+    bed.agent(&leader).signal(Signal::SIGTERM);
+    let (next, next_term, took) = slices
+        .next_leader(Some(&leader), Duration::from_secs(1) + label_bound())
+        .await;
+    println!("replica {active} killed: slice {leader} -> {next} at term {next_term}, in {took:?}");
+    bed.start_agent(&leader).await;
+    let name = replicas[active].name.clone();
+    let old = std::mem::replace(
+        &mut replicas[active],
+        Controller::start_with(&bed.api, &bed.redis, &name, &flags),
+    );
+    assert_eq!(old.forbidden(), Vec::<String>::new());
+    leader = next;
+
+    // No one left to lead: the slice is emptied, at the last term.
+    bed.agents.clear();
+    eventually_async(label_bound(), "an empty slice", || async {
+        slices
+            .current()
+            .is_some_and(|s| s.leader.is_none() && s.addresses.is_empty())
+    })
+    .await;
+    println!("emptied after {leader} went: {:?}", slices.current());
+    slices.assert_fenced();
+    labels.assert_never_two_leaders();
+    for r in &replicas {
+        assert_eq!(r.forbidden(), Vec::<String>::new());
+    }
+}
+
+#[test]
+fn the_slice_checker_sees_each_broken_rule() {
+    let seen = |term, leader: Option<&str>, addresses: &[&str]| SliceSeen {
+        term,
+        leader: leader.map(str::to_owned),
+        addresses: addresses.iter().map(|a| a.to_string()).collect(),
+    };
+    let ip = |pod| pod_ip(pod);
+    let mut ok = SliceLog::default();
+    ok.record(seen(1, Some("web-0"), &[&ip("web-0")]));
+    ok.record(seen(1, None, &[]));
+    ok.record(seen(2, Some("web-1"), &[&ip("web-1")]));
+    assert!(ok.broken.is_empty(), "{:?}", ok.broken);
+    for (what, states) in [
+        (
+            "two addresses",
+            vec![seen(1, Some("web-0"), &[&ip("web-0"), &ip("web-1")])],
+        ),
+        (
+            "another pod's address",
+            vec![seen(1, Some("web-0"), &[&ip("web-1")])],
+        ),
+        (
+            "back a term",
+            vec![
+                seen(2, Some("web-1"), &[&ip("web-1")]),
+                seen(1, Some("web-0"), &[&ip("web-0")]),
+            ],
+        ),
+        (
+            "back to a vacated term's leader",
+            vec![seen(2, None, &[]), seen(2, Some("web-1"), &[&ip("web-1")])],
+        ),
+        (
+            "two pods in a term",
+            vec![
+                seen(2, Some("web-1"), &[&ip("web-1")]),
+                seen(3, None, &[]),
+                seen(2, Some("web-0"), &[&ip("web-0")]),
+            ],
+        ),
+    ] {
+        let mut log = SliceLog::default();
+        for s in states {
+            log.record(s);
+        }
+        assert!(!log.broken.is_empty(), "{what} not seen");
+    }
 }

@@ -81,6 +81,11 @@ pub struct Observed<'a> {
 /// much later.
 pub const SUCCESSOR_GRACE_MS: u64 = 250;
 
+/// How long after a lease's end a group with a leader endpoint is looked
+/// at again (ms): the lease is renewed well before its end, so by then it
+/// is renewed or gone.
+pub const LAPSE_MARGIN_MS: u64 = 50;
+
 /// One label to set (`Some`) or remove (`None`) on one pod.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LabelChange {
@@ -235,6 +240,13 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         .as_ref()
         .filter(|_| service_error.is_none())
         .and_then(|service| leader_endpoint(service, holder, holder_pod, observed.pods, term));
+    // No event comes when a lease runs out with no one to claim it: a
+    // group whose slice names a leader looks again just after the lease's
+    // end, so the slice is emptied then rather than at the resync.
+    let lapse_check = endpoint
+        .as_ref()
+        .and(state.lease_pttl_ms.filter(|_| holder.is_some()))
+        .map(|pttl| pttl + LAPSE_MARGIN_MS);
     let leader_pod_ready = leader_pod
         .as_deref()
         .and_then(|p| observed.pods.iter().find(|pod| pod.name == p))
@@ -300,7 +312,10 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         step_down,
         hand_over,
         preferred_nodes,
-        look_again_ms: placed.look_again_ms,
+        look_again_ms: [placed.look_again_ms, lapse_check]
+            .into_iter()
+            .flatten()
+            .min(),
         restore_term,
         config,
         awaiting_successor: None,

@@ -1261,11 +1261,21 @@ fn the_leader_endpoint_holds_the_holder_s_address_at_its_term_or_none() {
         c.message
     );
     assert_eq!(p.retire_service, None);
+    // No event would tell of a lease that runs out unclaimed: look again
+    // just after its end (without spec.service, only at the resync).
+    assert_eq!(p.look_again_ms, Some(12_000 + LAPSE_MARGIN_MS));
+    let labels_only = run(
+        &group("web", spec(), None),
+        &pods,
+        &state(Some("bb"), 7, &["a", "bb"]),
+    );
+    assert_eq!(labels_only.look_again_ms, None);
 
     // No one leads: an empty slice at the last term.
     let mut later = g.clone();
     later.status = Some(p.status.clone());
     let p = run(&later, &pods, &state(None, 7, &[]));
+    assert_eq!(p.look_again_ms, None);
     let e = p.endpoint.expect("an endpoint to write");
     assert_eq!((e.term, e.leader), (7, None));
     assert_eq!(p.status.endpoint.unwrap().address, None);
