@@ -427,6 +427,64 @@ fn leader_endpoints_add_their_rbac_and_flag_only_when_enabled() {
     assert_eq!(rules(one(&ns, "Role")), wanted);
 }
 
+/// The chart's NOTES.txt as `helm install` prints it: helm template does
+/// not render NOTES, so a copy of the chart renders it inside a ConfigMap.
+fn notes(helm: &Path, sets: &[&str]) -> String {
+    let dir = std::env::temp_dir().join(format!("leasehold-notes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let copied = Command::new("cp")
+        .args(["-r", CHART])
+        .arg(&dir)
+        .status()
+        .expect("cp");
+    assert!(copied.success());
+    std::fs::rename(dir.join("templates/NOTES.txt"), dir.join("notes.tpl")).unwrap();
+    std::fs::write(
+        dir.join("templates/notes.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: notes}\ndata:\n  notes: |\n{{ tpl (.Files.Get \"notes.tpl\") . | indent 4 }}\n",
+    )
+    .unwrap();
+    let mut cmd = Command::new(helm);
+    cmd.args(["template", "rel"]).arg(&dir);
+    cmd.args(["--namespace", "ops", "--show-only", "templates/notes.yaml"]);
+    for s in sets {
+        cmd.args(["--set", s]);
+    }
+    let out = cmd.output().expect("helm template");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_yaml::from_slice(&out.stdout).unwrap();
+    doc["data"]["notes"].as_str().unwrap().to_owned()
+}
+
+#[test]
+fn the_notes_print_the_commands_to_check_a_group() {
+    let Some(helm) = helm_or_skip("notes") else {
+        return;
+    };
+    let text = notes(&helm, &[]);
+    for command in [
+        "kubectl -n NS get lg NAME -o wide",
+        "kubectl -n NS wait lg/NAME --for=condition=Ready",
+        "kubectl -n NS describe lg NAME",
+        "kubectl -n NS get pods -L leasehold.dev/role",
+        "kubectl -n ops logs deploy/rel-leasehold",
+    ] {
+        assert!(text.contains(command), "{command:?} missing from:\n{text}");
+    }
+    assert!(!text.contains("endpointslices"), "{text}");
+    let with_endpoints = notes(&helm, &["leaderEndpoints.enabled=true"]);
+    assert!(
+        with_endpoints.contains("get endpointslices -l leasehold.dev/group=NAME")
+            && with_endpoints.contains("spec.service"),
+        "{with_endpoints}"
+    );
+}
+
 #[test]
 fn bad_values_are_refused_with_the_key_named() {
     let Some(helm) = helm_or_skip("bad values") else {

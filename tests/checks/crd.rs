@@ -33,14 +33,29 @@ fn the_crd_has_names_columns_bounds_and_rules() {
         .collect();
     assert_eq!(
         columns,
-        ["Leader", "Term", "Live", "Age", "Expires", "Preferred"]
+        [
+            "Leader",
+            "Term",
+            "Live",
+            "Ready",
+            "Age",
+            "Expires",
+            "Endpoint",
+            "Preferred"
+        ]
     );
-    // The preferred member shows with `-o wide`.
-    assert_eq!(version["additionalPrinterColumns"][5]["priority"], 1);
+    let column = |i: usize| &version["additionalPrinterColumns"][i];
+    assert_eq!(
+        column(3)["jsonPath"],
+        ".status.conditions[?(@.type==\"Ready\")].status"
+    );
+    // The expiry, the endpoint and the preferred member show with `-o wide`.
+    for i in [5, 6, 7] {
+        assert_eq!(column(i)["priority"], 1, "{}", column(i));
+    }
     // kubectl renders a `date` column holding a future time as `<invalid>`;
     // the lease expiry lies in the future while a leader holds it.
-    let expires = &version["additionalPrinterColumns"][4];
-    assert_eq!(expires["type"], "string", "{expires}");
+    assert_eq!(column(5)["type"], "string", "{}", column(5));
     let schema = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
     for field in ["ttlMs", "renewIntervalMs", "retryIntervalMs"] {
         assert_eq!(
@@ -64,7 +79,22 @@ fn the_crd_has_names_columns_bounds_and_rules() {
         placement["failback"]["enum"],
         serde_json::json!(["Never", "AfterStable"])
     );
+    // spec.service: a DNS label and 1 to 100 ports in range.
+    let service = &schema["properties"]["service"]["properties"];
+    assert_eq!(service["name"]["maxLength"], 63);
+    assert_eq!(service["ports"]["minItems"], 1);
+    assert_eq!(service["ports"]["maxItems"], 100);
+    let port = &service["ports"]["items"]["properties"];
+    for field in ["port", "targetPort"] {
+        assert_eq!(port[field]["minimum"].as_f64(), Some(1.0), "{field}");
+        assert_eq!(port[field]["maximum"].as_f64(), Some(65535.0), "{field}");
+    }
+    assert_eq!(
+        port["protocol"]["enum"],
+        serde_json::json!(["TCP", "UDP", "SCTP"])
+    );
     let text = serde_json::to_string(schema).unwrap();
+    assert!(text.contains("service.name must be a DNS label"), "{text}");
     assert!(text.contains("self.renewIntervalMs < self.ttlMs"), "{text}");
     assert!(text.contains("selector must not be empty"), "{text}");
     assert!(text.contains("roleLabel must be a label key"), "{text}");

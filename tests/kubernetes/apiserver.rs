@@ -750,6 +750,16 @@ async fn bad_specs_are_refused_or_reported_and_label_nothing() {
     let text = err.to_string();
     assert!(text.contains("spec.ttlMs"), "{text}");
     assert!(bed.groups().get_opt("zero-ttl").await.unwrap().is_none());
+    let err = bed
+        .create_group(
+            "far-port",
+            json!({ "selector": { "matchLabels": { "app": "web" } },
+                    "service": { "name": "web-leader", "ports": [{ "port": 70000 }] } }),
+        )
+        .await
+        .expect_err("port 70000 is refused");
+    let text = err.to_string();
+    assert!(text.contains("spec.service.ports"), "{text}");
 
     // What 1.20 cannot check (it has no CEL rules): the controller reports
     // it as SpecValid=False and labels nothing for that group.
@@ -766,9 +776,21 @@ async fn bad_specs_are_refused_or_reported_and_label_nothing() {
     )
     .await
     .expect("accepted by 1.20");
+    bed.create_group(
+        "bad-service",
+        json!({ "selector": { "matchLabels": { "app": "web" } },
+                "service": { "name": "Web_Leader", "ports": [{ "port": 80 }] } }),
+    )
+    .await
+    .expect("accepted by 1.20");
     for (group, reason, field) in [
         ("slow-renew", "InvalidTimings", "renewIntervalMs"),
         ("self-label", "InvalidRoleLabel", "app"),
+        (
+            "bad-service",
+            "InvalidService",
+            "service.name \"Web_Leader\"",
+        ),
     ] {
         eventually_async(
             Duration::from_secs(20),
