@@ -18,7 +18,7 @@
 use leasehold_testkit as testkit;
 
 use std::collections::BTreeSet;
-use std::io::BufReader;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Arc, Mutex};
@@ -620,6 +620,197 @@ fn blocks(runs: &[String]) -> Vec<(String, u64, usize)> {
     blocks
 }
 
+/// A client of a Service from inside the cluster's network: `curl` in a
+/// loop, each answer with the wall clock (ns) it came at. The same clock
+/// as the test's: the cluster shares the machine's kernel.
+struct Client {
+    child: Child,
+    answers: Arc<Mutex<Vec<(u128, String)>>>,
+}
+
+impl Client {
+    fn start(cluster: &Cluster, ip: &str) -> Self {
+        let script = format!(
+            "while :; do t=$(date +%s%N); r=$(curl -s -m 1 http://{ip}/ 2>/dev/null | tr -d '\\n'); echo \"$t $r\"; done"
+        );
+        let mut child = cluster
+            .command("sh", &["-c", &script])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("a client loop");
+        let stdout = child.stdout.take().expect("stdout");
+        let answers = Arc::new(Mutex::new(Vec::new()));
+        let sink = answers.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let (t, answer) = line.split_once(' ').unwrap_or((&line, ""));
+                if let Ok(t) = t.parse::<u128>() {
+                    sink.lock().unwrap().push((t, answer.to_owned()));
+                }
+            }
+        });
+        Self { child, answers }
+    }
+
+    /// How long after `since` (wall clock, ns) the Service first answered
+    /// from a pod other than `not`, and which.
+    fn moved(&self, not: &str, since: u128, limit: Duration) -> (String, Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            let found = self.answers.lock().unwrap().iter().find_map(|(t, answer)| {
+                let pod = answer.strip_prefix("served by ")?;
+                (*t >= since && pod != not).then(|| (pod.to_owned(), *t - since))
+            });
+            if let Some((pod, ns)) = found {
+                return (pod, Duration::from_nanos(ns as u64));
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no answer from a pod other than {not} within {limit:?}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wall_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos()
+}
+
+/// The README's leader endpoint: the chart upgraded with it, a
+/// `spec.service` on `web`; then step-downs, with a client on each Service
+/// (the label-selected `web-leader`, and `web-leader-now` whose slice the
+/// controller writes), timed from the step-down to the first answer from
+/// the new leader.
+fn leader_endpoint_against_the_label(cluster: &Cluster) {
+    let minute = Duration::from_secs(60);
+    cluster.readme(
+        "helm upgrade leasehold charts/leasehold -n leasehold-system --reuse-values \
+           --set leaderEndpoints.enabled=true",
+    );
+    eventually(2 * minute, "the upgraded controller active", || {
+        let args = cluster.kubectl(&[
+            "-n",
+            "leasehold-system",
+            "get",
+            "pods",
+            "-l",
+            "app.kubernetes.io/component=controller",
+            "-o",
+            "jsonpath={.items[*].spec.containers[0].args}",
+        ]);
+        let pods = cluster.kubectl(&["-n", "leasehold-system", "get", "pods", "--no-headers"]);
+        let ready = pods
+            .lines()
+            .filter(|l| l.contains(" 1/1 ") && l.contains("Running"))
+            .count();
+        (args.matches("--leader-endpoints").count() == 2 && ready == 3)
+            .then(|| active_controller(cluster))
+            .flatten()
+    });
+    cluster.readme(
+        "kubectl patch lg web --type merge \
+           -p '{\"spec\":{\"service\":{\"name\":\"web-leader-now\",\"ports\":[{\"name\":\"http\",\"port\":80,\"targetPort\":5678}]}}}'",
+    );
+    let leader = eventually(minute, "the LeaderEndpoint condition True", || {
+        let g = cluster.json(&["get", "lg", "web"]);
+        let ok = g["status"]["conditions"]
+            .as_array()?
+            .iter()
+            .any(|c| c["type"] == "LeaderEndpoint" && c["status"] == "True");
+        let address = g["status"]["endpoint"]["address"].as_str()?;
+        (ok && !address.is_empty()).then(|| g["status"]["leader"].as_str().map(str::to_owned))?
+    });
+    assert_in_readme("kubectl get lg web -o wide");
+    let served = cluster.readme(
+        "kubectl run probe --rm -i --image=busybox:1.36 --restart=Never -- wget -qO- web-leader-now",
+    );
+    assert!(
+        served.contains(&format!("served by {leader}")),
+        "web-leader-now answered {served:?}, not from the leader {leader}"
+    );
+    let ip = |service: &str| {
+        cluster
+            .kubectl(&[
+                "get",
+                "service",
+                service,
+                "-o",
+                "jsonpath={.spec.clusterIP}",
+            ])
+            .trim()
+            .to_owned()
+    };
+    let by_label = Client::start(cluster, &ip("web-leader"));
+    let by_slice = Client::start(cluster, &ip("web-leader-now"));
+    let mut leader = leader;
+    let (mut label_ms, mut slice_ms) = (Vec::new(), Vec::new());
+    for trial in 1..=3 {
+        // The member that stepped down last sits out one ttl (15 s).
+        std::thread::sleep(Duration::from_secs(16));
+        three_live(cluster);
+        let since = wall_ns();
+        cluster.kubectl(&[
+            "annotate",
+            "--overwrite",
+            "lg",
+            "web",
+            &format!("leasehold.dev/step-down=endpoint-{trial}"),
+        ]);
+        let (label_pod, label_took) = by_label.moved(&leader, since, MOVE_BOUND);
+        let (slice_pod, slice_took) = by_slice.moved(&leader, since, MOVE_BOUND);
+        assert_eq!(
+            label_pod, slice_pod,
+            "the two Services reached different pods"
+        );
+        println!(
+            "leader endpoint, step-down {trial} of {leader}: a client reached {slice_pod} \
+             through web-leader {label_took:?} and through web-leader-now {slice_took:?} after the step-down"
+        );
+        label_ms.push(label_took.as_secs_f64() * 1000.0);
+        slice_ms.push(slice_took.as_secs_f64() * 1000.0);
+        leader = slice_pod;
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "leader endpoint: a client reaches the new leader, median of 3 step-downs: \
+         label mode {:.0} ms, EndpointSlice mode {:.0} ms",
+        median(&mut label_ms),
+        median(&mut slice_ms)
+    );
+    let (ok, _, message) = {
+        let g = cluster.json(&["get", "lg", "web"]);
+        let c = g["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "LeaderEndpoint")
+            .unwrap()
+            .clone();
+        (
+            c["status"].as_str().unwrap_or("").to_owned(),
+            (),
+            c["message"].as_str().unwrap_or("").to_owned(),
+        )
+    };
+    assert_eq!(ok, "True", "{message}");
+}
+
 #[test]
 fn the_readme_user_guide_works_on_a_one_node_cluster() {
     let Some(cluster) = Cluster::up("the_readme_user_guide_works_on_a_one_node_cluster") else {
@@ -660,12 +851,13 @@ fn the_readme_user_guide_works_on_a_one_node_cluster() {
     assert_in_readme("kubectl get lg web");
     let leader = eventually(
         3 * minute,
-        "`kubectl get lg web`: a LEADER and LIVE 3",
+        "`kubectl get lg web`: a LEADER, LIVE 3 and READY True",
         || {
             let out = cluster.try_kubectl(&["get", "lg", "web", "--no-headers"])?;
             let columns: Vec<&str> = out.split_whitespace().collect();
-            // NAME LEADER TERM LIVE AGE
-            (columns.len() == 5 && columns[3] == "3").then(|| columns[1].to_owned())
+            // NAME LEADER TERM LIVE READY AGE
+            (columns.len() == 6 && columns[3] == "3" && columns[4] == "True")
+                .then(|| columns[1].to_owned())
         },
     );
     assert_in_readme("kubectl get pods -L leasehold.dev/role");
@@ -840,6 +1032,8 @@ fn the_readme_user_guide_works_on_a_one_node_cluster() {
         blocks.len() >= 3 && blocks.windows(2).all(|w| w[0].1 < w[1].1),
         "terms do not rise from run to run: {blocks:?}"
     );
+
+    leader_endpoint_against_the_label(&cluster);
 
     // Uninstall: the LeaderGroups first, while the controller runs, so it
     // takes the role labels off.

@@ -8,6 +8,8 @@ use std::sync::Arc;
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 use leasehold_engine::{Event, LostReason, Observer, Operation};
@@ -21,8 +23,8 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 /// A label set of one fixed name and a value from a fixed set.
 pub type Label = [(&'static str, &'static str); 1];
 
-/// Counters fed by a node's events.
-#[derive(Default)]
+/// Counters fed by a node's events, and the durations of its claims and
+/// renewals.
 pub struct EngineMetrics {
     elected: Counter,
     lost: Family<Label, Counter>,
@@ -33,13 +35,32 @@ pub struct EngineMetrics {
     inbox_lag: Counter,
     inbox_dropped: Counter,
     store_errors: Family<Label, Counter>,
+    store_calls: Family<Label, Histogram, fn() -> Histogram>,
+    inbox_backlog: Gauge,
+}
+
+/// Buckets of the store calls' durations: 250 µs to about 4 s, doubling.
+fn call_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_25, 2.0, 15))
 }
 
 impl EngineMetrics {
     /// Registers the counters in `registry` (made with [`new_registry`]);
     /// pass the result to every node as its observer.
     pub fn register(registry: &mut Registry) -> Arc<Self> {
-        let m = Arc::new(Self::default());
+        let m = Arc::new(Self {
+            elected: Counter::default(),
+            lost: Family::default(),
+            registered: Counter::default(),
+            recovered: Counter::default(),
+            displaced: Counter::default(),
+            swept_nodes: Counter::default(),
+            inbox_lag: Counter::default(),
+            inbox_dropped: Counter::default(),
+            store_errors: Family::default(),
+            store_calls: Family::new_with_constructor(call_buckets),
+            inbox_backlog: Gauge::default(),
+        });
         // Every label value from the start, so a rate() sees the first event.
         for reason in LostReason::ALL {
             let _ = m.lost.get_or_create(&[("reason", reason.as_str())]);
@@ -91,6 +112,21 @@ impl EngineMetrics {
             "Failed Redis calls, by the engine loop that made them",
             m.store_errors.clone(),
         );
+        for operation in [Operation::Claim, Operation::Renew] {
+            let _ = m
+                .store_calls
+                .get_or_create(&[("operation", operation.as_str())]);
+        }
+        registry.register(
+            "inbox_backlog",
+            "Unread messages of this process's inbox, as of its last read",
+            m.inbox_backlog.clone(),
+        );
+        registry.register(
+            "store_call_duration_seconds",
+            "Time a claim or a renewal took, answered or not (the renew latency)",
+            m.store_calls.clone(),
+        );
         m
     }
 }
@@ -115,6 +151,17 @@ impl Observer for EngineMetrics {
                 .get_or_create(&[("during", during.as_str())])
                 .inc(),
         };
+    }
+
+    fn observe_backlog(&self, backlog: u64) {
+        self.inbox_backlog
+            .set(i64::try_from(backlog).unwrap_or(i64::MAX));
+    }
+
+    fn observe_call(&self, operation: Operation, took: std::time::Duration, _ok: bool) {
+        self.store_calls
+            .get_or_create(&[("operation", operation.as_str())])
+            .observe(took.as_secs_f64());
     }
 }
 
@@ -193,5 +240,43 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("# TYPE leasehold_elected counter"), "{text}");
+    }
+
+    #[test]
+    fn call_durations_and_the_backlog_are_recorded() {
+        let mut registry = new_registry();
+        let m = EngineMetrics::register(&mut registry);
+        let text = render(&registry);
+        // Both operations from the start, at zero.
+        assert!(
+            text.contains("leasehold_store_call_duration_seconds_count{operation=\"claim\"} 0\n"),
+            "{text}"
+        );
+        m.observe_call(
+            Operation::Renew,
+            std::time::Duration::from_micros(1_500),
+            true,
+        );
+        m.observe_call(
+            Operation::Renew,
+            std::time::Duration::from_millis(900),
+            false,
+        );
+        m.observe_backlog(7);
+        let text = render(&registry);
+        assert!(
+            text.contains("leasehold_store_call_duration_seconds_count{operation=\"renew\"} 2\n"),
+            "{text}"
+        );
+        // 1.5 ms is above the 1 ms bucket and within the 2 ms one.
+        assert!(
+            text.contains(
+                "leasehold_store_call_duration_seconds_bucket{le=\"0.001\",operation=\"renew\"} 0\n"
+            ) && text.contains(
+                "leasehold_store_call_duration_seconds_bucket{le=\"0.002\",operation=\"renew\"} 1\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("leasehold_inbox_backlog 7\n"), "{text}");
     }
 }

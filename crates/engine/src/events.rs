@@ -189,6 +189,16 @@ impl Event {
 /// It must not block; count, don't wait.
 pub trait Observer: Send + Sync + 'static {
     fn observe(&self, event: &Event);
+
+    /// How long one call to the store took, answered or not (`ok`: it was
+    /// answered). Local only, never published: it comes with every
+    /// renewal. Claims and renewals are timed.
+    fn observe_call(&self, _operation: Operation, _took: std::time::Duration, _ok: bool) {}
+
+    /// The node's unread inbox backlog in the store (messages read but not
+    /// yet taken by the application count too), each time the inbox reader
+    /// learns it. Local only, like [`Observer::observe_call`].
+    fn observe_backlog(&self, _backlog: u64) {}
 }
 
 impl<F: Fn(&Event) + Send + Sync + 'static> Observer for F {
@@ -241,6 +251,22 @@ impl EventBus {
         }
         let _ = self.remote.send(event.clone());
         let _ = self.local.send(event);
+    }
+
+    /// Tells the observer how long a store call took (see
+    /// [`Observer::observe_call`]).
+    pub fn observe_call(&self, operation: Operation, took: std::time::Duration, ok: bool) {
+        if let Some(observer) = &self.observer {
+            observer.observe_call(operation, took, ok);
+        }
+    }
+
+    /// Tells the observer the inbox backlog (see
+    /// [`Observer::observe_backlog`]).
+    pub fn observe_backlog(&self, backlog: u64) {
+        if let Some(observer) = &self.observer {
+            observer.observe_backlog(backlog);
+        }
     }
 
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {

@@ -17,10 +17,23 @@ use anyhow::{anyhow, bail, Context as _};
 
 /// A free TCP port on 127.0.0.1 (free when asked; bind it soon).
 pub fn free_port() -> anyhow::Result<u16> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .context("no free port on 127.0.0.1")
+    // The port is free when asked, and taken only later by whoever gets
+    // it: two calls in a row may get the same one back from the kernel
+    // (seen: two controller replicas given one port). So this process never
+    // hands out a port twice.
+    static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    for _ in 0..100 {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map(|a| a.port())
+            .context("no free port on 127.0.0.1")?;
+        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        if !given.contains(&port) {
+            given.push(port);
+            return Ok(port);
+        }
+    }
+    anyhow::bail!("no port on 127.0.0.1 that this process has not handed out already")
 }
 
 pub struct LocalRedis {

@@ -252,9 +252,13 @@ impl Campaign {
         if let Ok(Claim::Won { config, .. } | Claim::Lost { config, .. }) = &reply {
             self.adopt(*config);
         }
+        let now = Instant::now();
+        self.shared
+            .events
+            .observe_call(Operation::Claim, now - sent, reply.is_ok());
         let cx = ClaimContext {
             sent,
-            now: Instant::now(),
+            now,
             asked_ttl,
             config: self.config,
             wake_healthy: self.wake_healthy.load(std::sync::atomic::Ordering::SeqCst),
@@ -354,25 +358,17 @@ impl Campaign {
         let limit = valid_until
             .saturating_duration_since(sent)
             .min(self.config.call_timeout());
-        let reply = bounded(
-            limit,
-            self.shared.store.renew(
-                &self.address,
-                self.node(),
-                &self.shared.nonce,
-                term,
-                self.ttl_ms(),
-                &self.candidacy(),
-                hint,
-            ),
-        )
-        .await;
+        let reply = self.send_renew(term, limit, hint).await;
         if let Ok(Renewal::Renewed { config, .. }) = &reply {
             self.adopt(*config);
         }
+        let now = Instant::now();
+        self.shared
+            .events
+            .observe_call(Operation::Renew, now - sent, reply.is_ok());
         let cx = RenewContext {
             sent,
-            now: Instant::now(),
+            now,
             asked_ttl,
             config: self.config,
             term,
@@ -423,6 +419,28 @@ impl Campaign {
             }
         }
         st.errors = if reply.is_ok() { 0 } else { st.errors + 1 };
+    }
+
+    /// One renewal of the lease held at `term`, within `limit`.
+    async fn send_renew(
+        &self,
+        term: u64,
+        limit: std::time::Duration,
+        hint: bool,
+    ) -> Result<Renewal, StoreError> {
+        bounded(
+            limit,
+            self.shared.store.renew(
+                &self.address,
+                self.node(),
+                &self.shared.nonce,
+                term,
+                self.ttl_ms(),
+                &self.candidacy(),
+                hint,
+            ),
+        )
+        .await
     }
 
     async fn release(&self, term: Option<u64>, withdraw: bool) -> Result<bool, StoreError> {

@@ -39,6 +39,7 @@ struct Watch {
 
 impl Watch {
     fn observe(&mut self, shared: &Incarnation, backlog: u64, dropped: u64) {
+        shared.events.observe_backlog(backlog);
         if dropped > self.dropped {
             shared.events.emit(Event::Dropped {
                 node: shared.id.clone(),

@@ -310,6 +310,75 @@ async fn a_sweep_removes_at_most_100_nodes_per_pass(server) {
 }
 }
 
+/// Each claim and renewal reaches the observer with its duration, and the
+/// inbox reader tells it the backlog: locally, never as an event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_renewals_and_the_backlog_reach_the_observer() {
+    #[derive(Default)]
+    struct Calls {
+        seen: std::sync::Mutex<Vec<(leasehold_engine::Operation, Duration)>>,
+        backlog: std::sync::Mutex<Vec<u64>>,
+    }
+    impl leasehold_engine::Observer for Calls {
+        fn observe(&self, _: &Event) {}
+        fn observe_call(&self, operation: leasehold_engine::Operation, took: Duration, ok: bool) {
+            assert!(ok);
+            self.seen.lock().unwrap().push((operation, took));
+        }
+        fn observe_backlog(&self, backlog: u64) {
+            self.backlog.lock().unwrap().push(backlog);
+        }
+    }
+    let redis = RedisServer::start();
+    let calls = std::sync::Arc::new(Calls::default());
+    let options = NodeOptions {
+        observer: Some(calls.clone()),
+        ..Default::default()
+    };
+    let a = Node::start_with(redis.store(), "test/a", node_config(), options)
+        .await
+        .unwrap();
+    let config = leasehold_engine::ElectionConfig {
+        ttl_ms: 600,
+        renew_interval_ms: 100,
+        retry_interval_ms: 100,
+    };
+    let _group = a.join("g", config).unwrap();
+    eventually(Duration::from_secs(3), "a claim and two renewals", || {
+        let seen = calls.seen.lock().unwrap();
+        let renewals = seen
+            .iter()
+            .filter(|(o, _)| *o == leasehold_engine::Operation::Renew)
+            .count();
+        seen.iter()
+            .any(|(o, _)| *o == leasehold_engine::Operation::Claim)
+            && renewals >= 2
+    })
+    .await;
+    assert!(
+        calls
+            .seen
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(_, took)| *took < Duration::from_secs(2)),
+        "{:?}",
+        calls.seen.lock().unwrap()
+    );
+    let b = Node::start(redis.store(), "test/b", node_config())
+        .await
+        .unwrap();
+    for i in 0..3 {
+        b.send("test/a", format!("m{i}").as_bytes()).await.unwrap();
+    }
+    eventually(Duration::from_secs(3), "a backlog of three", || {
+        calls.backlog.lock().unwrap().iter().any(|n| *n >= 3)
+    })
+    .await;
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+
 /// Expiry uses the Redis clock: nodes whose local clocks are an hour apart
 /// still write leases on the Redis clock, neither sweeps the other while both
 /// live, and a dead one goes after its lease.
