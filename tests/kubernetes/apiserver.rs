@@ -1535,6 +1535,23 @@ async fn the_leader_endpoint_holds_one_address_through_kills_step_downs_and_a_re
     })
     .await;
     println!("emptied after {leader} went: {:?}", slices.current());
+    // The active replica says no one leads; the standby exports no group.
+    let active = one_active(&replicas, Duration::from_secs(10)).await;
+    eventually_async(Duration::from_secs(5), "group_has_leader 0", || async {
+        group_figures(&bed, &replicas[active]).await.1[0] == Some(0.0)
+    })
+    .await;
+    let standby = &replicas[1 - active];
+    assert_eq!(
+        standby
+            .metric(&format!(
+                "leasehold_group_term{{namespace=\"{NS}\",group=\"web\"}}"
+            ))
+            .await,
+        None,
+        "the standby exports the group's series"
+    );
+    assert!(standby.metric("leasehold_controller_active").await == Some(0.0));
     slices.assert_fenced();
     labels.assert_never_two_leaders();
     for r in &replicas {

@@ -298,6 +298,23 @@ impl ControllerMetrics {
         drop(groups);
     }
 
+    /// Forgets the groups `present` does not keep (`NAMESPACE/NAME`): a
+    /// deletion the deletion watch missed (one that came while the watch
+    /// was relisting) leaves no series behind.
+    pub fn retain_groups(&self, present: impl Fn(&str) -> bool) {
+        let gone: Vec<String> = leasehold_engine::sync::locked(&self.seen)
+            .seen
+            .keys()
+            .filter(|key| !present(key))
+            .cloned()
+            .collect();
+        for key in gone {
+            if let Some((namespace, name)) = key.split_once('/') {
+                self.forget_group(namespace, name);
+            }
+        }
+    }
+
     /// A standby exports no groups: the active replica's figures are the
     /// only ones, and a replica that becomes active again counts afresh.
     pub fn set_active(&self, active: bool) {
@@ -559,5 +576,19 @@ mod tests {
         m.observe_group("shop", "web", &figures(true, 3, 2, Some(100.0)), 151.0);
         let t = leasehold_daemon::metrics::render(&registry);
         assert!(!t.contains("group=\"web\""), "{t}");
+    }
+
+    #[test]
+    fn groups_no_longer_in_the_cache_lose_their_series() {
+        let mut registry = leasehold_daemon::metrics::new_registry();
+        let m = ControllerMetrics::register(&mut registry);
+        m.set_active(true);
+        m.observe_group("shop", "web", &figures(true, 3, 2, Some(100.0)), 150.0);
+        m.observe_group("shop", "db", &figures(true, 3, 2, Some(100.0)), 150.0);
+        m.retain_groups(|key| key == "shop/db");
+        let t = leasehold_daemon::metrics::render(&registry);
+        assert!(!t.contains("group=\"web\""), "{t}");
+        assert!(t.contains("group=\"db\""), "{t}");
+        assert!(t.contains("leasehold_groups 1\n"), "{t}");
     }
 }

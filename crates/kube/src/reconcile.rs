@@ -387,6 +387,14 @@ impl Context {
         locked(&self.holders_gone).remove(group);
         locked(&self.written).remove(group);
     }
+
+    /// Drops what is remembered of the groups `present` does not keep
+    /// (`NAMESPACE/NAME`).
+    pub fn retain_groups(&self, present: impl Fn(&str) -> bool) {
+        locked(&self.refusals).retain(|g, _| present(g));
+        locked(&self.holders_gone).retain(|g, _| present(g));
+        locked(&self.written).retain(|g, _| present(g));
+    }
 }
 
 /// `group` with the status this replica last wrote in place of the one

@@ -211,6 +211,7 @@ pub async fn run_with(
     let (became_active_tx, became_active) = mpsc::unbounded_channel::<()>();
     let activity = follow_activity(leadership.role(), became_active_tx, controller_metrics);
     let deletions = follow_deletions(groups, ctx.clone());
+    let forgotten = forget_missed_deletions(ctx.clone());
     // Probes answer until the rest has stopped and the lease is handed over.
     let (stop_probes, probes_stopped) = tokio::sync::oneshot::channel::<()>();
     let server = probe_server(listener, store, registry, async {
@@ -236,7 +237,8 @@ pub async fn run_with(
             until(shutdown.clone(), bridge),
             until(shutdown.clone(), pod_changes),
             until(shutdown.clone(), activity),
-            until(shutdown, deletions),
+            until(shutdown.clone(), deletions),
+            until(shutdown, forgotten),
         );
         // Graceful: hand the controllers' lease to a standby at once. The
         // registration itself expires (other tasks still hold the node).
@@ -401,6 +403,29 @@ async fn follow_deletions(groups: Api<LeaderGroup>, ctx: Arc<Context>) {
         });
     }
     pending.shutdown().await;
+}
+
+/// Once per resync, what this replica remembers of groups that are no
+/// longer in the cache goes: their metric series above all. The deletion
+/// watch forgets a group when its Delete arrives; a deletion made while
+/// the watch was relisting arrives as no event at all.
+async fn forget_missed_deletions(ctx: Arc<Context>) {
+    let mut every = tokio::time::interval(ctx.resync);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        if !matches!(ctx.groups.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            continue;
+        }
+        let present: std::collections::HashSet<String> = ctx
+            .groups
+            .state()
+            .iter()
+            .map(|g| format!("{}/{}", g.namespace().unwrap_or_default(), g.name_any()))
+            .collect();
+        ctx.metrics.retain_groups(|key| present.contains(key));
+        ctx.retain_groups(|key| present.contains(key));
+    }
 }
 
 /// Runs `work` until `stop` resolves.
