@@ -621,7 +621,8 @@ fn blocks(runs: &[String]) -> Vec<(String, u64, usize)> {
 }
 
 /// A client of a Service from inside the cluster's network: `curl` in a
-/// loop, each answer with the wall clock (ns) it came at. The same clock
+/// loop (a pause of 20 ms between calls, so two of them leave the cores to
+/// what they time), each answer with the wall clock (ns) it came at. The same clock
 /// as the test's: the cluster shares the machine's kernel.
 struct Client {
     child: Child,
@@ -631,7 +632,7 @@ struct Client {
 impl Client {
     fn start(cluster: &Cluster, ip: &str) -> Self {
         let script = format!(
-            "while :; do t=$(date +%s%N); r=$(curl -s -m 1 http://{ip}/ 2>/dev/null | tr -d '\\n'); echo \"$t $r\"; done"
+            "while :; do t=$(date +%s%N); r=$(curl -s -m 1 http://{ip}/ 2>/dev/null | tr -d '\\n'); echo \"$t $r\"; sleep 0.02; done"
         );
         let mut child = cluster
             .command("sh", &["-c", &script])

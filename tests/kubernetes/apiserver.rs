@@ -783,6 +783,33 @@ async fn bad_specs_are_refused_or_reported_and_label_nothing() {
     )
     .await
     .expect("accepted by 1.20");
+    // A good spec.service, but this controller runs without
+    // --leader-endpoints: said in the condition, and nothing written.
+    bed.create_group(
+        "off",
+        json!({ "selector": { "matchLabels": { "app": "none" } },
+                "service": { "name": "off-leader", "ports": [{ "port": 80 }] } }),
+    )
+    .await
+    .expect("create off");
+    eventually_async(
+        Duration::from_secs(20),
+        "LeaderEndpoint False on off",
+        || async {
+            matches!(bed.condition("off", "LeaderEndpoint").await,
+            Some((s, _, m)) if s == "False" && m.contains("--leader-endpoints"))
+        },
+    )
+    .await;
+    let services = Api::<k8s_openapi::api::core::v1::Service>::namespaced(bed.admin.clone(), NS);
+    assert!(services.get_opt("off-leader").await.unwrap().is_none());
+    let errors = controller
+        .metric("leasehold_reconcile_errors_total{kind=\"endpoint\"}")
+        .await;
+    assert!(
+        errors.unwrap_or(0.0) == 0.0,
+        "a standing answer counted as errors: {errors:?}"
+    );
     for (group, reason, field) in [
         ("slow-renew", "InvalidTimings", "renewIntervalMs"),
         ("self-label", "InvalidRoleLabel", "app"),
@@ -1291,6 +1318,8 @@ struct SliceSeen {
 /// and one pod per term.
 #[derive(Default)]
 struct SliceLog {
+    /// Every slice name seen (the checks are of `web-leader-leader`).
+    names: std::collections::BTreeSet<String>,
     current: Option<SliceSeen>,
     states: usize,
     leader_of_term: BTreeMap<u64, String>,
@@ -1327,6 +1356,11 @@ impl SliceWatch {
             while let Some(event) = events.next().await {
                 let Ok(slice) = event else { continue };
                 let value = serde_json::to_value(&slice).unwrap();
+                let name = value["metadata"]["name"].as_str().unwrap_or("").to_owned();
+                shared.lock().unwrap().names.insert(name.clone());
+                if name != "web-leader-leader" {
+                    continue;
+                }
                 let annotations = &value["metadata"]["annotations"];
                 let seen = SliceSeen {
                     term: annotations["leasehold.dev/term"]
@@ -1526,6 +1560,56 @@ async fn the_leader_endpoint_holds_one_address_through_kills_step_downs_and_a_re
     assert_eq!(old.forbidden(), Vec::<String>::new());
     leader = next;
 
+    // The active replica is frozen (SIGSTOP) mid-flight while the leader
+    // terminates: the standby takes over and writes; the frozen one, let
+    // go, finds a slice further on than anything it could write.
+    let active = one_active(&replicas, Duration::from_secs(10)).await;
+    replicas[active].signal(Signal::SIGSTOP);
+    bed.agent(&leader).signal(Signal::SIGTERM);
+    let (next, next_term, took) = slices
+        .next_leader(Some(&leader), Duration::from_secs(1) + label_bound())
+        .await;
+    println!("replica {active} frozen: slice {leader} -> {next} at term {next_term}, in {took:?}");
+    bed.start_agent(&leader).await;
+    replicas[active].signal(Signal::SIGCONT);
+    tokio::time::sleep(2 * RETRY + Duration::from_secs(1)).await;
+    let now = slices.current().expect("a slice");
+    assert_eq!(
+        (now.leader.as_deref(), now.term),
+        (Some(next.as_str()), next_term),
+        "the slice moved after the frozen replica came back"
+    );
+    leader = next;
+
+    // A Service of the name that is not the group's: left alone, said so,
+    // and no slice for it.
+    let taken: k8s_openapi::api::core::v1::Service = serde_json::from_value(json!({
+        "metadata": { "name": "taken" },
+        "spec": { "selector": { "app": "other" }, "ports": [{ "port": 80 }] }
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::Service>::namespaced(bed.admin.clone(), NS)
+        .create(&PostParams::default(), &taken)
+        .await
+        .expect("create Service taken");
+    bed.create_group(
+        "other",
+        json!({ "selector": { "matchLabels": { "app": "none" } },
+                "service": { "name": "taken", "ports": [{ "port": 80 }] } }),
+    )
+    .await
+    .expect("create LeaderGroup other");
+    eventually_async(Duration::from_secs(10), "LeaderEndpoint False on other", || async {
+        matches!(bed.condition("other", "LeaderEndpoint").await,
+            Some((s, r, m)) if s == "False" && r == "EndpointNotWritten" && m.contains("not this group's"))
+    })
+    .await;
+    let taken_slices = slices.log.lock().unwrap().names.clone();
+    assert!(
+        !taken_slices.contains("taken-leader"),
+        "a slice was written for a Service that is not the group's: {taken_slices:?}"
+    );
+
     // No one left to lead: the slice is emptied, at the last term.
     bed.agents.clear();
     eventually_async(label_bound(), "an empty slice", || async {
@@ -1596,15 +1680,23 @@ fn the_slice_checker_sees_each_broken_rule() {
             "two pods in a term",
             vec![
                 seen(2, Some("web-1"), &[&ip("web-1")]),
-                seen(3, None, &[]),
                 seen(2, Some("web-0"), &[&ip("web-0")]),
             ],
+        ),
+        (
+            "an annotation without an address",
+            vec![seen(1, Some("web-0"), &[])],
+        ),
+        (
+            "an address without an annotation",
+            vec![seen(1, None, &[&ip("web-0")])],
         ),
     ] {
         let mut log = SliceLog::default();
         for s in states {
             log.record(s);
         }
-        assert!(!log.broken.is_empty(), "{what} not seen");
+        // Each case breaks its own rule and no other.
+        assert_eq!(log.broken.len(), 1, "{what}: {:?}", log.broken);
     }
 }

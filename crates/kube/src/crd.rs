@@ -184,7 +184,8 @@ pub struct LeaderService {
 #[serde(rename_all = "camelCase")]
 pub struct LeaderServicePort {
     /// The port's name (an IANA service name: at most 15 lowercase letters,
-    /// digits and '-').
+    /// digits and '-', with a letter, no '-' at either end, no '--');
+    /// unique, and checked by the controller (`SpecValid`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 15))]
     pub name: Option<String>,
@@ -236,6 +237,17 @@ impl LeaderService {
                 && b.iter()
                     .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
         };
+        // An IANA service name, as Kubernetes checks a port's name.
+        let port_name = |s: &str| {
+            let b = s.as_bytes();
+            (1..=15).contains(&b.len())
+                && b.iter()
+                    .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
+                && b.iter().any(u8::is_ascii_lowercase)
+                && b[0] != b'-'
+                && b[b.len() - 1] != b'-'
+                && !s.contains("--")
+        };
         if !label(&self.name) {
             return Some(format!("service.name {:?} is not a DNS label: 1 to 63 lowercase letters, digits and '-', starting with a letter and ending with a letter or digit", self.name));
         }
@@ -246,7 +258,15 @@ impl LeaderService {
             ));
         }
         let mut names = std::collections::BTreeSet::new();
+        let mut numbers = std::collections::BTreeSet::new();
         for (i, p) in self.ports.iter().enumerate() {
+            if !numbers.insert((p.port, p.protocol.as_str())) {
+                return Some(format!(
+                    "service.ports[{i}] repeats port {} {}; each port and protocol once",
+                    p.port,
+                    p.protocol.as_str()
+                ));
+            }
             for (field, v) in [("port", Some(p.port)), ("targetPort", p.target_port)] {
                 if let Some(v) = v.filter(|v| !(1..=65535).contains(v)) {
                     return Some(format!(
@@ -255,8 +275,8 @@ impl LeaderService {
                 }
             }
             match &p.name {
-                Some(n) if n.is_empty() || n.len() > 15 || !label(n) => {
-                    return Some(format!("service.ports[{i}].name {n:?} is not a port name: 1 to 15 lowercase letters, digits and '-', starting with a letter"));
+                Some(n) if !port_name(n) => {
+                    return Some(format!("service.ports[{i}].name {n:?} is not a port name: 1 to 15 lowercase letters, digits and '-', with at least one letter, not starting or ending with '-' and without '--'"));
                 }
                 Some(n) if !names.insert(n.as_str()) => {
                     return Some(format!("service.ports[{i}].name {n:?} is used twice"));
@@ -590,4 +610,70 @@ pub fn spec_error_message(error: &ConfigError) -> String {
 pub fn crd_yaml() -> Result<String, serde_yaml::Error> {
     use kube::CustomResourceExt;
     serde_yaml::to_string(&LeaderGroup::crd())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn service(ports: &[(Option<&str>, i32, Option<i32>)]) -> LeaderService {
+        LeaderService {
+            name: "web-leader".into(),
+            ports: ports
+                .iter()
+                .map(|(name, port, target_port)| LeaderServicePort {
+                    name: name.map(str::to_owned),
+                    port: *port,
+                    target_port: *target_port,
+                    protocol: Protocol::Tcp,
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_bad_leader_service_is_named_by_field_with_what_is_allowed() {
+        assert_eq!(service(&[(None, 80, Some(8080))]).error(), None);
+        assert_eq!(
+            service(&[(Some("http"), 80, None), (Some("grpc-2"), 81, None)]).error(),
+            None
+        );
+        let cases: [(LeaderService, &str); 7] = [
+            (
+                LeaderService {
+                    name: "Web_Leader".into(),
+                    ..service(&[(None, 80, None)])
+                },
+                "service.name \"Web_Leader\" is not a DNS label",
+            ),
+            (service(&[]), "service.ports has 0 entries; 1 to 100"),
+            (
+                service(&[(None, 80, Some(0))]),
+                "service.ports[0].targetPort is 0; 1 to 65535",
+            ),
+            (
+                service(&[(Some("a"), 80, None), (Some("b"), 80, None)]),
+                "service.ports[1] repeats port 80 TCP",
+            ),
+            (
+                service(&[(Some("http"), 80, None), (Some("http"), 81, None)]),
+                "service.ports[1].name \"http\" is used twice",
+            ),
+            (
+                service(&[(Some("a--b"), 80, None)]),
+                "service.ports[0].name \"a--b\" is not a port name",
+            ),
+            (
+                service(&[(Some("http"), 80, None), (None, 81, None)]),
+                "service.ports[1].name is missing",
+            ),
+        ];
+        for (bad, wanted) in cases {
+            let error = bad.error().unwrap_or_default();
+            assert!(error.contains(wanted), "{error:?} does not say {wanted:?}");
+        }
+        // A leading digit is an IANA name as long as a letter follows.
+        assert_eq!(service(&[(Some("8http"), 80, None)]).error(), None);
+        assert!(service(&[(Some("8080"), 80, None)]).error().is_some());
+    }
 }

@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
@@ -80,6 +81,7 @@ impl LeaderEndpoint {
     }
 }
 
+/// The slice of Service `service`.
 pub fn slice_name(service: &str) -> String {
     format!("{service}-leader")
 }
@@ -144,18 +146,15 @@ pub fn slice_body(
 ) -> Value {
     let namespace = group.namespace().unwrap_or_default();
     let mut annotations = json!({ TERM_ANNOTATION: desired.term.to_string() });
-    let endpoints: Vec<Value> = desired
-        .leader
-        .iter()
-        .map(|a| {
-            annotations[LEADER_ANNOTATION] = json!(a.pod);
-            json!({
-                "addresses": [a.ip],
-                "conditions": { "ready": a.ready },
-                "targetRef": { "kind": "Pod", "namespace": namespace, "name": a.pod },
-            })
-        })
-        .collect();
+    let mut endpoints = Vec::new();
+    if let Some(a) = &desired.leader {
+        annotations[LEADER_ANNOTATION] = json!(a.pod);
+        endpoints.push(json!({
+            "addresses": [a.ip],
+            "conditions": { "ready": a.ready },
+            "targetRef": { "kind": "Pod", "namespace": namespace, "name": a.pod },
+        }));
+    }
     let ports: Vec<Value> = desired
         .service
         .ports
@@ -288,6 +287,18 @@ pub enum EndpointError {
     Contended,
 }
 
+impl EndpointError {
+    /// An answer that stays the same until someone changes the install,
+    /// the cluster or the spec: reported in the group's condition, not
+    /// retried as a failure.
+    pub fn standing(&self) -> bool {
+        matches!(
+            self,
+            Self::Disabled | Self::NoSliceApi | Self::ServiceNotOwned(_) | Self::NoUid
+        )
+    }
+}
+
 fn api_error(what: &'static str) -> impl FnOnce(kube::Error) -> EndpointError {
     move |source| EndpointError::Api { what, source }
 }
@@ -325,29 +336,36 @@ async fn read_slice(
     }))
 }
 
+/// What [`put_slice`] came to.
+enum Put {
+    /// The API server's answer to the update or creation.
+    Answer(Box<Result<DynamicObject, kube::Error>>),
+    /// The slice had to be made anew (its family changed), and the delete
+    /// found it changed or gone: decide again.
+    Again,
+}
+
 /// Writes the slice over `current` (an update at its version), or creates
 /// it. A slice's addressType is fixed: when the family (`None`: no
-/// address) changes it is
-/// deleted (at the version decided on) and made anew; `None` when that
-/// delete found it changed or gone (decide again).
+/// address, which keeps the slice's) changes, the slice is deleted at the
+/// version decided on and made anew.
 async fn put_slice(
     api: &Api<DynamicObject>,
     name: &str,
     current: Option<&Current>,
     family: Option<&str>,
     body: impl Fn(&str) -> DynamicObject,
-) -> Result<Option<Result<DynamicObject, kube::Error>>, EndpointError> {
+) -> Result<Put, EndpointError> {
     let params = PostParams::default();
     let Some(current) = current else {
-        return Ok(Some(
-            api.create(&params, &body(family.unwrap_or("IPv4"))).await,
-        ));
+        let made = api.create(&params, &body(family.unwrap_or("IPv4"))).await;
+        return Ok(Put::Answer(Box::new(made)));
     };
-    // A vacated slice keeps its family: it holds no address.
     if family.is_none_or(|f| f == current.address_type) {
         let mut update = body(&current.address_type);
         update.metadata.resource_version = current.version.clone();
-        return Ok(Some(api.replace(name, &params, &update).await));
+        let answer = api.replace(name, &params, &update).await;
+        return Ok(Put::Answer(Box::new(answer)));
     }
     let delete = DeleteParams {
         preconditions: Some(Preconditions {
@@ -357,10 +375,11 @@ async fn put_slice(
         ..Default::default()
     };
     match api.delete(name, &delete).await {
-        Ok(_) => Ok(Some(
-            api.create(&params, &body(family.unwrap_or("IPv4"))).await,
-        )),
-        Err(e) if conflict(&e) || not_found(&e) => Ok(None),
+        Ok(_) => {
+            let made = api.create(&params, &body(family.unwrap_or("IPv4"))).await;
+            Ok(Put::Answer(Box::new(made)))
+        }
+        Err(e) if conflict(&e) || not_found(&e) => Ok(Put::Again),
         Err(e) => Err(api_error("replacing the EndpointSlice")(e)),
     }
 }
@@ -378,12 +397,20 @@ pub enum Outcome {
     NotActive,
 }
 
-/// What this replica last wrote into a slice.
+/// How long what this replica wrote is trusted without a look: a slice or
+/// Service deleted by hand comes back within this, not only at the next
+/// leader change. One GET per group in this mode at most this often.
+const RECHECK: Duration = Duration::from_secs(300);
+
+/// What this replica last wrote into a slice, for which group (its uid:
+/// a group deleted and made anew under the same name starts afresh).
 #[derive(Debug, Clone)]
 struct Written {
+    group_uid: Option<String>,
     resource_version: Option<String>,
     address_type: String,
     endpoint: LeaderEndpoint,
+    at: Instant,
 }
 
 /// The writer of the leader Services and their slices, with what it
@@ -397,8 +424,8 @@ pub struct Endpoints {
     resource: tokio::sync::OnceCell<ApiResource>,
     /// By `NAMESPACE/SERVICE`.
     slices: Mutex<HashMap<String, Written>>,
-    /// Services found to be this group's, with the spec they were found
-    /// with, by `NAMESPACE/SERVICE`: checked again only when it changes.
+    /// Services found to be this group's, with the group's uid and the
+    /// spec they were found with, by `NAMESPACE/SERVICE`.
     services: Mutex<HashMap<String, (String, LeaderService)>>,
 }
 
@@ -417,12 +444,19 @@ impl Endpoints {
         locked(&self.services).remove(&key);
     }
 
+    /// Forgets the Services `present` does not keep (`NAMESPACE/SERVICE`).
+    pub fn retain(&self, present: impl Fn(&str) -> bool) {
+        locked(&self.slices).retain(|key, _| present(key));
+        locked(&self.services).retain(|key, _| present(key));
+    }
+
     async fn resource(&self, client: &kube::Client) -> Result<&ApiResource, EndpointError> {
         self.resource
             .get_or_try_init(|| async {
                 let group = kube::discovery::group(client, "discovery.k8s.io")
                     .await
                     .map_err(|e| match e {
+                        kube::Error::Discovery(_) => EndpointError::NoSliceApi,
                         e if not_found(&e) => EndpointError::NoSliceApi,
                         e => EndpointError::Api {
                             what: "discovering the EndpointSlice API",
@@ -437,53 +471,62 @@ impl Endpoints {
             .await
     }
 
-    /// Makes the group's Service exist as the spec says, once per spec
-    /// (and again after a leader change, in case it was deleted or
-    /// replaced meanwhile).
+    /// Makes the group's Service exist as the spec says, while `active`.
+    /// A Service of that name that is not the group's is an error.
     async fn ensure_service(
         &self,
         client: &kube::Client,
         group: &LeaderGroup,
         service: &LeaderService,
+        active: &impl Fn() -> bool,
     ) -> Result<(), EndpointError> {
         let namespace = group.namespace().unwrap_or_default();
         let key = format!("{namespace}/{}", service.name);
         let uid = group.metadata.uid.clone().ok_or(EndpointError::NoUid)?;
         let api: Api<Service> = Api::namespaced(client.clone(), &namespace);
-        match api
-            .get_opt(&service.name)
-            .await
-            .map_err(api_error("reading the Service"))?
-        {
-            None => {
-                let body: Service =
-                    serde_json::from_value(service_body(service, group)).expect("a Service body");
-                match api.create(&PostParams::default(), &body).await {
-                    Ok(_) => {}
-                    Err(e) if conflict(&e) => {
-                        // Created meanwhile: whose it is is checked next time.
+        // Twice at most: a creation that finds the Service made meanwhile
+        // looks at whose it is.
+        for _ in 0..2 {
+            let found = api
+                .get_opt(&service.name)
+                .await
+                .map_err(api_error("reading the Service"))?;
+            match found {
+                Some(found) if !owned(&found, group) => {
+                    locked(&self.services).remove(&key);
+                    return Err(EndpointError::ServiceNotOwned(service.name.clone()));
+                }
+                Some(found) if !same_ports(&found, service) => {
+                    if !active() {
                         return Ok(());
                     }
-                    Err(e) => return Err(api_error("creating the Service")(e)),
+                    let patch = json!({ "spec": { "ports": service_ports(service) } });
+                    api.patch(
+                        &service.name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                    .map_err(api_error("updating the Service's ports"))?;
+                }
+                Some(_) => {}
+                None => {
+                    if !active() {
+                        return Ok(());
+                    }
+                    let body: Service = serde_json::from_value(service_body(service, group))
+                        .expect("a Service body");
+                    match api.create(&PostParams::default(), &body).await {
+                        Ok(_) => {}
+                        Err(e) if conflict(&e) => continue,
+                        Err(e) => return Err(api_error("creating the Service")(e)),
+                    }
                 }
             }
-            Some(found) if !owned(&found, group) => {
-                return Err(EndpointError::ServiceNotOwned(service.name.clone()))
-            }
-            Some(found) if !same_ports(&found, service) => {
-                let patch = json!({ "spec": { "ports": service_ports(service) } });
-                api.patch(
-                    &service.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(&patch),
-                )
-                .await
-                .map_err(api_error("updating the Service's ports"))?;
-            }
-            Some(_) => {}
+            locked(&self.services).insert(key, (uid, service.clone()));
+            return Ok(());
         }
-        locked(&self.services).insert(key, (uid, service.clone()));
-        Ok(())
+        Err(EndpointError::Contended)
     }
 
     fn service_known(&self, group: &LeaderGroup, service: &LeaderService) -> bool {
@@ -495,10 +538,21 @@ impl Endpoints {
             })
     }
 
+    /// What this replica wrote into the group's slice, if it is still to
+    /// be trusted: for this group, checked within [`RECHECK`], with its
+    /// Service known to be the group's.
+    fn written(&self, key: &str, group: &LeaderGroup, service: &LeaderService) -> Option<Written> {
+        let known = locked(&self.slices).get(key).cloned()?;
+        (known.group_uid == group.metadata.uid
+            && known.at.elapsed() < RECHECK
+            && self.service_known(group, service))
+        .then_some(known)
+    }
+
     /// Writes `desired` into the group's slice, fenced by its rank, while
     /// `active` says this replica is the active one. The Service is made
-    /// sure of before the first write, and after every leader change
-    /// (behind the slice, which is what a client waits for).
+    /// sure of before the first write, and after every write behind it
+    /// (it may have been deleted or replaced since it was last looked at).
     pub async fn write(
         &self,
         client: &kube::Client,
@@ -511,19 +565,57 @@ impl Endpoints {
         }
         let namespace = group.namespace().unwrap_or_default();
         let key = format!("{namespace}/{}", desired.service.name);
-        let known = locked(&self.slices).get(&key).cloned();
+        let known = self.written(&key, group, &desired.service);
         if known.as_ref().is_some_and(|w| &w.endpoint == desired) {
             return Ok(Outcome::Unchanged);
         }
         let resource = self.resource(client).await?;
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, resource);
         let checked = self.service_known(group, &desired.service);
         if !checked {
-            self.ensure_service(client, group, &desired.service).await?;
+            if let Err(e) = self
+                .ensure_service(client, group, &desired.service, &active)
+                .await
+            {
+                self.drop_slice_of_other(&api, group, &desired.service, &e)
+                    .await;
+                return Err(e);
+            }
         }
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, resource);
+        let outcome = self
+            .put(&api, &resource.api_version, group, desired, known, &active)
+            .await?;
+        if outcome == Outcome::Written && checked {
+            if let Err(e) = self
+                .ensure_service(client, group, &desired.service, &active)
+                .await
+            {
+                locked(&self.slices).remove(&key);
+                self.drop_slice_of_other(&api, group, &desired.service, &e)
+                    .await;
+                return Err(e);
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The slice write itself: decided from what this replica last wrote
+    /// (`known`) or from a read, and again from a read after a conflict.
+    async fn put(
+        &self,
+        api: &Api<DynamicObject>,
+        api_version: &str,
+        group: &LeaderGroup,
+        desired: &LeaderEndpoint,
+        known: Option<Written>,
+        active: &impl Fn() -> bool,
+    ) -> Result<Outcome, EndpointError> {
+        let key = format!(
+            "{}/{}",
+            group.namespace().unwrap_or_default(),
+            desired.service.name
+        );
         let name = desired.slice_name();
-        // The slice as it is: from this replica's last write when it has
-        // one, read otherwise (and again after a conflict).
         let mut current = known.map(|w| Current {
             rank: w.endpoint.rank(),
             version: w.resource_version,
@@ -532,7 +624,7 @@ impl Endpoints {
         let mut read = current.is_none();
         for _ in 0..3 {
             if read {
-                current = read_slice(&api, &name).await?;
+                current = read_slice(api, &name).await?;
             }
             read = true;
             if decide(current.as_ref().map(|c| c.rank), desired.rank()) == Decision::Stale {
@@ -545,36 +637,29 @@ impl Endpoints {
             // `None` while vacated: no address, no family to change to.
             let family = desired.leader.as_ref().map(|a| address_type(Some(&a.ip)));
             let body = |kind: &str| {
-                let body = slice_body(desired, group, &resource.api_version, kind);
+                let body = slice_body(desired, group, api_version, kind);
                 serde_json::from_value::<DynamicObject>(body).expect("a slice body")
             };
-            let Some(result) = put_slice(&api, &name, current.as_ref(), family, body).await? else {
-                continue;
+            let answer = match put_slice(api, &name, current.as_ref(), family, body).await? {
+                Put::Answer(answer) => *answer,
+                Put::Again => continue,
             };
-            match result {
+            match answer {
                 Ok(written) => {
                     let value = serde_json::to_value(&written).unwrap_or_default();
                     locked(&self.slices).insert(
                         key,
                         Written {
+                            group_uid: group.metadata.uid.clone(),
                             resource_version: written.resource_version(),
                             address_type: value["addressType"]
                                 .as_str()
                                 .unwrap_or("IPv4")
                                 .to_owned(),
                             endpoint: desired.clone(),
+                            at: Instant::now(),
                         },
                     );
-                    if checked {
-                        // After a leader change, behind the write a client
-                        // waits for: the Service may have been deleted or
-                        // replaced since it was last looked at.
-                        if let Err(e) = self.ensure_service(client, group, &desired.service).await {
-                            locked(&self.services)
-                                .remove(&format!("{namespace}/{}", desired.service.name));
-                            return Err(e);
-                        }
-                    }
                     return Ok(Outcome::Written);
                 }
                 Err(e) if conflict(&e) || not_found(&e) => {
@@ -591,14 +676,37 @@ impl Endpoints {
         Err(EndpointError::Contended)
     }
 
+    /// When the group's Service turns out not to be its own, this group's
+    /// slice must not stay: it names that Service, and would add the
+    /// leader's address to the Service's own endpoints.
+    async fn drop_slice_of_other(
+        &self,
+        api: &Api<DynamicObject>,
+        group: &LeaderGroup,
+        service: &LeaderService,
+        error: &EndpointError,
+    ) {
+        if !matches!(error, EndpointError::ServiceNotOwned(_)) {
+            return;
+        }
+        if let Err(e) = delete_own_slice(api, group, &slice_name(&service.name)).await {
+            tracing::warn!(service = %service.name, error = %e, "could not remove this group's slice of a Service that is not its own");
+        }
+    }
+
     /// Removes the Service and slice a group had under another name (its
-    /// `spec.service` was renamed or removed), if they are still its own.
+    /// `spec.service` was renamed or removed), if they are still its own,
+    /// while `active`. Nothing without `--leader-endpoints` (no RBAC).
     pub async fn retire(
         &self,
         client: &kube::Client,
         group: &LeaderGroup,
         service: &str,
+        active: impl Fn() -> bool,
     ) -> Result<(), EndpointError> {
+        if !self.enabled {
+            return Ok(());
+        }
         let namespace = group.namespace().unwrap_or_default();
         self.forget(&namespace, service);
         let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
@@ -607,7 +715,7 @@ impl Endpoints {
             .await
             .map_err(api_error("reading the retired Service"))?
         {
-            if owned(&found, group) {
+            if owned(&found, group) && active() {
                 match services.delete(service, &DeleteParams::default()).await {
                     Ok(_) => {}
                     Err(e) if not_found(&e) => {}
@@ -615,30 +723,39 @@ impl Endpoints {
                 }
             }
         }
-        if !self.enabled {
-            return Ok(());
-        }
         let resource = self.resource(client).await?;
         let slices: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, resource);
-        let name = slice_name(service);
-        if let Some(found) = slices
-            .get_opt(&name)
-            .await
-            .map_err(api_error("reading the retired EndpointSlice"))?
-        {
-            let ours = found
-                .owner_references()
-                .iter()
-                .any(|o| Some(o.uid.as_str()) == group.metadata.uid.as_deref());
-            if ours {
-                match slices.delete(&name, &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(e) if not_found(&e) => {}
-                    Err(e) => return Err(api_error("deleting the retired EndpointSlice")(e)),
-                }
-            }
+        if active() {
+            delete_own_slice(&slices, group, &slice_name(service)).await?;
         }
         Ok(())
+    }
+}
+
+/// Deletes slice `name` if it is `group`'s (its owner reference).
+async fn delete_own_slice(
+    api: &Api<DynamicObject>,
+    group: &LeaderGroup,
+    name: &str,
+) -> Result<(), EndpointError> {
+    let Some(found) = api
+        .get_opt(name)
+        .await
+        .map_err(api_error("reading the EndpointSlice"))?
+    else {
+        return Ok(());
+    };
+    let ours = found
+        .owner_references()
+        .iter()
+        .any(|o| Some(o.uid.as_str()) == group.metadata.uid.as_deref());
+    if !ours {
+        return Ok(());
+    }
+    match api.delete(name, &DeleteParams::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if not_found(&e) => Ok(()),
+        Err(e) => Err(api_error("deleting the EndpointSlice")(e)),
     }
 }
 

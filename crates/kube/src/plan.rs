@@ -357,9 +357,10 @@ fn readiness(labelled: bool, leader_pod: Option<&str>, pod_ready: Option<bool>) 
 }
 
 /// Rule: the leader Service's slice holds the holder's pod address at the
-/// term, or no address when no one holds the lease (or the holder has no
-/// pod here). While the holder's pod has no known IP (it could not be
-/// read), nothing is written: the slice keeps what it has.
+/// term, or no address when no one holds the lease (or the holder is no
+/// pod of this namespace). While the holder's pod is not in the cache or
+/// has no known IP (it could not be read), nothing is written: the slice
+/// keeps what it has.
 fn leader_endpoint(
     service: &LeaderService,
     holder: Option<&str>,
@@ -367,13 +368,19 @@ fn leader_endpoint(
     pods: &[PodView],
     term: u64,
 ) -> Option<LeaderEndpoint> {
-    let pod = holder_pod.and_then(|name| pods.iter().find(|p| p.name == name));
-    let leader = match (holder, pod) {
-        (Some(_), Some(pod)) => Some(Address {
-            pod: pod.name.clone(),
-            ip: pod.ip.clone()?,
-            ready: pod.ready == Some(true),
-        }),
+    let leader = match (holder, holder_pod) {
+        (Some(_), Some(name)) => {
+            // A pod the cache does not show (yet) is not known to be gone:
+            // vacating the term now would rank above its leader, and the
+            // slice could not name it for the rest of the term.
+            let pod = pods.iter().find(|p| p.name == name)?;
+            Some(Address {
+                pod: pod.name.clone(),
+                ip: pod.ip.clone()?,
+                ready: pod.ready == Some(true),
+            })
+        }
+        // No holder, or one that is no pod of this namespace.
         _ => None,
     };
     Some(LeaderEndpoint {
@@ -558,7 +565,12 @@ fn while_redis_is_unavailable(
             .conditions
             .iter()
             .filter(|c| {
-                [types::LEADER_ELECTED, types::REDIS_SETTINGS_SAFE].contains(&c.type_.as_str())
+                [
+                    types::LEADER_ELECTED,
+                    types::REDIS_SETTINGS_SAFE,
+                    types::LEADER_ENDPOINT,
+                ]
+                .contains(&c.type_.as_str())
             })
             .cloned(),
     );
@@ -1163,7 +1175,11 @@ fn carries_a_role(value: Option<&str>) -> bool {
 /// stored to the second, cut down, so a stored expiry has surely passed
 /// only a second after its value: at a 1 s ttl, comparing to the value
 /// itself rewrote the status at nearly every reconcile.
-fn status_changed(status: &LeaderGroupStatus, previous: &LeaderGroupStatus, now_ms: u64) -> bool {
+pub(crate) fn status_changed(
+    status: &LeaderGroupStatus,
+    previous: &LeaderGroupStatus,
+    now_ms: u64,
+) -> bool {
     let stale = previous
         .lease_expires_at
         .as_ref()

@@ -1300,7 +1300,31 @@ fn an_unknown_leader_address_writes_nothing_and_keeps_what_the_status_recorded()
         &state(Some("b"), 7, &["a", "b"]),
     );
     assert_eq!(p.endpoint, None);
-    assert_eq!(p.status.endpoint, Some(recorded));
+    assert_eq!(p.status.endpoint, Some(recorded.clone()));
+    // Nor while its pod is not in the cache (yet): vacating the term
+    // would rank above its leader for the rest of the term.
+    let p = run(
+        &g,
+        &[ready(pod("a", None))],
+        &state(Some("b"), 7, &["a", "b"]),
+    );
+    assert_eq!(p.endpoint, None);
+    assert_eq!(p.status.endpoint, Some(recorded.clone()));
+    // A holder that is no pod of this namespace: no address.
+    let elsewhere = StoreView::Available(GroupState {
+        holder: Some("other/x".into()),
+        ..match state(Some("a"), 7, &["a"]) {
+            StoreView::Available(s) => s,
+            StoreView::Unavailable(_) => unreachable!(),
+        }
+    });
+    let p = run(&g, &[ready(pod("a", None))], &elsewhere);
+    assert_eq!(p.endpoint.map(|e| e.leader), Some(None));
+    // While the store cannot be read, the condition stays with the status.
+    let mut written = g.clone();
+    written.status = Some(run(&g, &[ready(pod("b", None))], &state(Some("b"), 7, &["b"])).status);
+    let down = run(&written, &[], &StoreView::Unavailable("down".into()));
+    assert_eq!(cond(&down.status, "LeaderEndpoint").status, "True");
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! The I/O around [`plan`](crate::plan): read the LeaderGroup's world, ask
-//! the plan, apply what it says in order. Only the replica that holds the
-//! controllers' own lease writes: it checks the lease when the reconcile
-//! starts, and again right before every label patch and the status write
-//! (the Kubernetes writes a stale replica could get wrong).
+//! the plan, apply what it says in order (the leader endpoint first, then
+//! the store, the labels, commands, Events, the status). Only the replica
+//! that holds the controllers' own lease writes: it checks the lease when
+//! the reconcile starts, and again right before every label patch, slice
+//! write and the status write (the Kubernetes writes a stale replica could
+//! get wrong); the slice is fenced by its term besides.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -276,11 +278,7 @@ pub async fn reconcile(
     locked(&ctx.holders_gone).remove(&redis_group);
     let mut plan = plan;
     let endpoint = match write_endpoint(&mut plan, &group, ctx).await {
-        Ok(Some(Outcome::Stale)) => {
-            // The slice is further on than this replica's read of Redis:
-            // read again, in a moment.
-            return Ok(Action::requeue(STALE_AGAIN));
-        }
+        Ok(Some(Outcome::Stale)) => return Ok(Action::requeue(STALE_AGAIN)),
         Ok(Some(Outcome::NotActive)) => return Ok(Action::requeue(ctx.resync)),
         Ok(_) => Ok(()),
         Err(e) => Err(e),
@@ -318,26 +316,27 @@ pub async fn reconcile(
 }
 
 /// How soon a group whose slice is further on than this replica's read of
-/// Redis is looked at again.
+/// the store is looked at again.
 const STALE_AGAIN: Duration = Duration::from_millis(200);
 
 /// The leader Service's slice, first of the writes (it is what a client
-/// waits for), and a Service the group no longer names is removed. A
-/// failed write does not stop the labels and the status: the status then
-/// keeps the endpoint it had and its `LeaderEndpoint` condition turns
-/// False with the reason, and the error is returned once the rest is done.
+/// waits for), and a Service the group no longer names is removed. A slice
+/// that could not be written leaves `status.endpoint` as it was, and the
+/// `LeaderEndpoint` condition says why; the labels and the status are
+/// written all the same, and an error the next try may not meet again is
+/// returned once they are. A slice further on than this replica's read of
+/// the store (`Stale`) stops the reconcile: what it planned is behind.
 async fn write_endpoint(
     plan: &mut Plan,
     group: &LeaderGroup,
     ctx: &Context,
 ) -> Result<Option<Outcome>, ReconcileError> {
     let previous = group.status.clone().unwrap_or_default();
+    let active = || ctx.leadership.is_leader();
     if let Some(old) = &plan.retire_service {
-        if let Err(e) = ctx.endpoints.retire(&ctx.client, group, old).await {
+        if let Err(e) = ctx.endpoints.retire(&ctx.client, group, old, active).await {
+            // Owned by the group, it goes with it at the latest.
             tracing::warn!(service = %old, error = %e, "could not remove the Service the group no longer names");
-            // Recorded again, so the next reconcile tries again.
-            plan.status.endpoint = previous.endpoint.clone();
-            plan.write_status = true;
         }
     }
     let Some(desired) = &plan.endpoint else {
@@ -345,8 +344,20 @@ async fn write_endpoint(
     };
     let result = ctx
         .endpoints
-        .write(&ctx.client, group, desired, || ctx.leadership.is_leader())
+        .write(&ctx.client, group, desired, active)
         .await;
+    let not_written = |plan: &mut Plan, reason: &str, message: String| {
+        let now = crate::plan::time_of(wall_clock_ms());
+        conditions::replace(
+            &mut plan.status.conditions,
+            &previous.conditions,
+            condition(types::LEADER_ENDPOINT, false, reason, message),
+            &now,
+            group.metadata.generation,
+        );
+        plan.status.endpoint = previous.endpoint.clone();
+        plan.write_status = crate::plan::status_changed(&plan.status, &previous, wall_clock_ms());
+    };
     match result {
         Ok(Outcome::Written) => {
             ctx.metrics.endpoint_written();
@@ -358,23 +369,27 @@ async fn write_endpoint(
             );
             Ok(Some(Outcome::Written))
         }
-        Ok(outcome) => Ok(Some(outcome)),
-        Err(e) => {
-            let now = crate::plan::time_of(wall_clock_ms());
-            conditions::replace(
-                &mut plan.status.conditions,
-                &previous.conditions,
-                condition(
-                    types::LEADER_ENDPOINT,
-                    false,
-                    reasons::ENDPOINT_NOT_WRITTEN,
-                    e.to_string(),
-                ),
-                &now,
-                group.metadata.generation,
+        Ok(Outcome::Stale) => {
+            // Another replica wrote a newer term than this read of the
+            // store holds: the labels and status planned from it would be
+            // behind too. Nothing more is written; the group is read again
+            // soon. (A term's leader never follows its vacating, and a
+            // leader whose pod the cache does not show is not vacated, so
+            // this lasts until the next read.)
+            tracing::info!(
+                term = desired.term,
+                "the leader endpoint is further on than this read of the store; reading again"
             );
-            plan.status.endpoint = previous.endpoint.clone();
-            plan.write_status |= plan.status.conditions != previous.conditions;
+            Ok(Some(Outcome::Stale))
+        }
+        Ok(outcome) => Ok(Some(outcome)),
+        Err(e) if e.standing() => {
+            tracing::warn!(service = %desired.service.name, error = %e, "leader endpoint not written");
+            not_written(plan, reasons::ENDPOINT_NOT_WRITTEN, e.to_string());
+            Ok(None)
+        }
+        Err(e) => {
+            not_written(plan, reasons::ENDPOINT_NOT_WRITTEN, e.to_string());
             Err(ReconcileError::Endpoint(e))
         }
     }
@@ -747,11 +762,6 @@ pub fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Co
         ReconcileError::Status(_) => Action::requeue(Duration::from_secs(5)),
         ReconcileError::Preferred(_) => Action::requeue(Duration::from_secs(1)),
         ReconcileError::NotActive => Action::requeue(ctx.resync),
-        // Off, or a Service that is not the group's: the same answer until
-        // someone changes something.
-        ReconcileError::Endpoint(EndpointError::Disabled | EndpointError::ServiceNotOwned(_)) => {
-            Action::requeue(ctx.resync)
-        }
         ReconcileError::Endpoint(_) => Action::requeue(Duration::from_secs(1)),
     }
 }

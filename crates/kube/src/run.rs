@@ -405,8 +405,9 @@ async fn follow_deletions(groups: Api<LeaderGroup>, ctx: Arc<Context>) {
     pending.shutdown().await;
 }
 
-/// Once per resync, what this replica remembers of groups that are no
-/// longer in the cache goes: their metric series above all. The deletion
+/// Once per resync, what this replica remembers of groups (and pods) that
+/// are no longer in the cache goes: their metric series above all, the
+/// leader endpoints written, the pods' IPs and readiness. The deletion
 /// watch forgets a group when its Delete arrives; a deletion made while
 /// the watch was relisting arrives as no event at all.
 async fn forget_missed_deletions(ctx: Arc<Context>) {
@@ -425,6 +426,29 @@ async fn forget_missed_deletions(ctx: Arc<Context>) {
             .collect();
         ctx.metrics.retain_groups(|key| present.contains(key));
         ctx.retain_groups(|key| present.contains(key));
+        let services: std::collections::HashSet<String> = ctx
+            .groups
+            .state()
+            .iter()
+            .filter_map(|g| {
+                let service = g.spec.service.as_ref()?;
+                Some(format!(
+                    "{}/{}",
+                    g.namespace().unwrap_or_default(),
+                    service.name
+                ))
+            })
+            .collect();
+        ctx.endpoints.retain(|key| services.contains(key));
+        if matches!(ctx.pods.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            let pods: std::collections::HashSet<String> = ctx
+                .pods
+                .state()
+                .iter()
+                .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
+                .collect();
+            ctx.pod_statuses.retain(|key| pods.contains(key));
+        }
     }
 }
 
