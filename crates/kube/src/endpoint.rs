@@ -316,6 +316,19 @@ struct Current {
     version: Option<String>,
     rank: Rank,
     address_type: String,
+    /// Its endpoints, ports and annotations as read (`None` when this is
+    /// what this replica last wrote, not a read).
+    read: Option<Value>,
+}
+
+/// What of a slice a write sets, to tell a slice that already holds it.
+fn held(slice: &Value) -> Value {
+    json!({
+        "endpoints": slice["endpoints"].as_array().cloned().unwrap_or_default(),
+        "ports": slice["ports"].as_array().cloned().unwrap_or_default(),
+        "term": slice["metadata"]["annotations"][TERM_ANNOTATION],
+        "leader": slice["metadata"]["annotations"][LEADER_ANNOTATION],
+    })
 }
 
 async fn read_slice(
@@ -332,6 +345,7 @@ async fn read_slice(
             version: s.resource_version(),
             rank: rank_of(&value),
             address_type: value["addressType"].as_str().unwrap_or("IPv4").to_owned(),
+            read: Some(held(&value)),
         }
     }))
 }
@@ -541,12 +555,16 @@ impl Endpoints {
     /// What this replica wrote into the group's slice, if it is still to
     /// be trusted: for this group, checked within [`RECHECK`], with its
     /// Service known to be the group's.
+    /// Past [`RECHECK`], the slice and the Service are looked at again.
     fn written(&self, key: &str, group: &LeaderGroup, service: &LeaderService) -> Option<Written> {
         let known = locked(&self.slices).get(key).cloned()?;
-        (known.group_uid == group.metadata.uid
-            && known.at.elapsed() < RECHECK
-            && self.service_known(group, service))
-        .then_some(known)
+        if known.at.elapsed() >= RECHECK {
+            locked(&self.slices).remove(key);
+            locked(&self.services).remove(key);
+            return None;
+        }
+        (known.group_uid == group.metadata.uid && self.service_known(group, service))
+            .then_some(known)
     }
 
     /// Writes `desired` into the group's slice, fenced by its rank, while
@@ -620,6 +638,7 @@ impl Endpoints {
             rank: w.endpoint.rank(),
             version: w.resource_version,
             address_type: w.address_type,
+            read: None,
         });
         let mut read = current.is_none();
         for _ in 0..3 {
@@ -630,6 +649,15 @@ impl Endpoints {
             if decide(current.as_ref().map(|c| c.rank), desired.rank()) == Decision::Stale {
                 locked(&self.slices).remove(&key);
                 return Ok(Outcome::Stale);
+            }
+            if let Some(c) = current.as_ref().filter(|c| c.rank == desired.rank()) {
+                let wanted = held(&slice_body(desired, group, api_version, &c.address_type));
+                if c.read.as_ref() == Some(&wanted) {
+                    // The slice holds it already (a look after RECHECK, or
+                    // another replica's write): nothing to write.
+                    self.remember(&key, group, c.version.clone(), &c.address_type, desired);
+                    return Ok(Outcome::Unchanged);
+                }
             }
             if !active() {
                 return Ok(Outcome::NotActive);
@@ -647,19 +675,8 @@ impl Endpoints {
             match answer {
                 Ok(written) => {
                     let value = serde_json::to_value(&written).unwrap_or_default();
-                    locked(&self.slices).insert(
-                        key,
-                        Written {
-                            group_uid: group.metadata.uid.clone(),
-                            resource_version: written.resource_version(),
-                            address_type: value["addressType"]
-                                .as_str()
-                                .unwrap_or("IPv4")
-                                .to_owned(),
-                            endpoint: desired.clone(),
-                            at: Instant::now(),
-                        },
-                    );
+                    let family = value["addressType"].as_str().unwrap_or("IPv4");
+                    self.remember(&key, group, written.resource_version(), family, desired);
                     return Ok(Outcome::Written);
                 }
                 Err(e) if conflict(&e) || not_found(&e) => {
@@ -674,6 +691,26 @@ impl Endpoints {
             }
         }
         Err(EndpointError::Contended)
+    }
+
+    fn remember(
+        &self,
+        key: &str,
+        group: &LeaderGroup,
+        resource_version: Option<String>,
+        address_type: &str,
+        endpoint: &LeaderEndpoint,
+    ) {
+        locked(&self.slices).insert(
+            key.to_owned(),
+            Written {
+                group_uid: group.metadata.uid.clone(),
+                resource_version,
+                address_type: address_type.to_owned(),
+                endpoint: endpoint.clone(),
+                at: Instant::now(),
+            },
+        );
     }
 
     /// When the group's Service turns out not to be its own, this group's
@@ -854,6 +891,17 @@ mod tests {
             json!([{ "name": "http", "port": 8080, "protocol": "TCP" }])
         );
         assert_eq!(rank_of(&body), desired.rank());
+        // What a later look compares: the same slice holds it, another
+        // leader's or the term's end does not.
+        let again = slice_body(&desired, &group(), "discovery.k8s.io/v1", "IPv4");
+        assert_eq!(held(&body), held(&again));
+        let other = slice_body(
+            &endpoint(8, Some("web-1")),
+            &group(),
+            "discovery.k8s.io/v1",
+            "IPv4",
+        );
+        assert_ne!(held(&body), held(&other));
 
         let vacated = slice_body(&endpoint(7, None), &group(), "discovery.k8s.io/v1", "IPv4");
         assert_eq!(vacated["endpoints"], json!([]));
