@@ -735,13 +735,6 @@ fn leader_endpoint_against_the_label(cluster: &Cluster) {
         (ok && !address.is_empty()).then(|| g["status"]["leader"].as_str().map(str::to_owned))?
     });
     assert_in_readme("kubectl get lg web -o wide");
-    let served = cluster.readme(
-        "kubectl run probe --rm -i --image=busybox:1.36 --restart=Never -- wget -qO- web-leader-now",
-    );
-    assert!(
-        served.contains(&format!("served by {leader}")),
-        "web-leader-now answered {served:?}, not from the leader {leader}"
-    );
     let ip = |service: &str| {
         cluster
             .kubectl(&[
@@ -754,6 +747,28 @@ fn leader_endpoint_against_the_label(cluster: &Cluster) {
             .trim()
             .to_owned()
     };
+    // The slice is written; kube-proxy programs it at its next sync (at
+    // most a second after the last one on 1.20). Until then the Service
+    // refuses ("No route to host", seen in CI).
+    let url = format!("http://{}/", ip("web-leader-now"));
+    let written = Instant::now();
+    eventually(Duration::from_secs(30), "web-leader-now answers", || {
+        let out = cluster.output("curl", &["-s", "-m", "1", &url]);
+        String::from_utf8_lossy(&out.stdout)
+            .contains(&format!("served by {leader}"))
+            .then_some(())
+    });
+    println!(
+        "leader endpoint: web-leader-now answered from {leader} {:?} after the condition said written",
+        written.elapsed()
+    );
+    let served = cluster.readme(
+        "kubectl run probe --rm -i --image=busybox:1.36 --restart=Never -- wget -qO- web-leader-now",
+    );
+    assert!(
+        served.contains(&format!("served by {leader}")),
+        "web-leader-now answered {served:?}, not from the leader {leader}"
+    );
     let by_label = Client::start(cluster, &ip("web-leader"));
     let by_slice = Client::start(cluster, &ip("web-leader-now"));
     let mut leader = leader;
