@@ -39,7 +39,7 @@ fn the_crd_has_names_columns_bounds_and_rules() {
             "Live",
             "Ready",
             "Age",
-            "Expires",
+            "Since",
             "Endpoint",
             "Preferred"
         ]
@@ -49,13 +49,18 @@ fn the_crd_has_names_columns_bounds_and_rules() {
         column(3)["jsonPath"],
         ".status.conditions[?(@.type==\"Ready\")].status"
     );
-    // The expiry, the endpoint and the preferred member show with `-o wide`.
+    // How long the leader has led, the endpoint and the preferred member
+    // show with `-o wide`.
     for i in [5, 6, 7] {
         assert_eq!(column(i)["priority"], 1, "{}", column(i));
     }
-    // kubectl renders a `date` column holding a future time as `<invalid>`;
-    // the lease expiry lies in the future while a leader holds it.
-    assert_eq!(column(5)["type"], "string", "{}", column(5));
+    // A past time, shown relative ("3m4s"); nothing shown moves while a
+    // group is at rest (a lease expiry would, and cost a write per resync).
+    assert_eq!(column(5)["type"], "date", "{}", column(5));
+    assert_eq!(column(5)["jsonPath"], ".status.leaderSince");
+    let status = &version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+    assert!(status["leaseExpiresAt"].is_null());
+    assert!(status["members"]["items"]["properties"]["expiresAt"].is_null());
     let schema = &version["schema"]["openAPIV3Schema"]["properties"]["spec"];
     for field in ["ttlMs", "renewIntervalMs", "retryIntervalMs"] {
         assert_eq!(

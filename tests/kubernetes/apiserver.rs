@@ -618,8 +618,8 @@ async fn the_leader_label_follows_kills_terminations_and_step_downs() {
         .expect("Ready condition");
     assert_eq!((ready.as_str(), reason.as_str()), ("True", "Ready"));
 
-    // What `kubectl get lg -o wide` shows: the columns, the leader, and an
-    // expiry as a timestamp (a `date` column would print `<invalid>`).
+    // What `kubectl get lg -o wide` shows: the columns, the leader, and how
+    // long it has led.
     if let Some(table) = kubectl(&bed.api, &["get", "lg", "-n", NS, "-o", "wide"]) {
         println!("{table}");
         let header: Vec<&str> = table.lines().next().unwrap().split_whitespace().collect();
@@ -632,7 +632,7 @@ async fn the_leader_label_follows_kills_terminations_and_step_downs() {
                 "LIVE",
                 "READY",
                 "AGE",
-                "EXPIRES",
+                "SINCE",
                 "ENDPOINT",
                 "PREFERRED"
             ]
@@ -642,7 +642,11 @@ async fn the_leader_label_follows_kills_terminations_and_step_downs() {
         assert!(!row.contains("<invalid>"), "{row}");
         let columns: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(columns[4], "True", "READY: {row}");
-        assert!(columns[6].ends_with('Z'), "{row}");
+        // A relative time: "12s", "3m4s".
+        assert!(
+            columns[6].ends_with('s') || columns[6].ends_with('m'),
+            "SINCE: {row}"
+        );
         // No spec.service: the ENDPOINT column is blank; all at the
         // default priority: placement prefers the leader.
         assert_eq!(columns.len(), 8, "{row}");

@@ -861,7 +861,6 @@ async fn a_sweep_by_another_node_is_reflected_in_the_group() {
                 node: format!("shop/{m}"),
                 pod: Some((*m).into()),
                 role: leasehold_kube::crd::MemberRole::Follower,
-                expires_at: leasehold_kube::plan::time_of(0),
                 problem: None,
                 priority: 1,
                 live_since: None,

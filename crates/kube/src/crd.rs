@@ -94,14 +94,12 @@ fn default_stable_seconds() -> i64 {
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
     ),
-    // A `date` column renders a future time as `<invalid>`: the expiry is
-    // shown as the timestamp itself.
     printcolumn(
-        name = "Expires",
-        type_ = "string",
-        json_path = ".status.leaseExpiresAt",
+        name = "Since",
+        type_ = "date",
+        json_path = ".status.leaderSince",
         priority = 1,
-        description = "When the current lease runs out unless renewed (UTC)"
+        description = "How long the current leader has led"
     ),
     printcolumn(
         name = "Endpoint",
@@ -379,8 +377,6 @@ pub struct Member {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
     pub role: MemberRole,
-    /// When the node's candidacy lapses unless renewed.
-    pub expires_at: Time,
     /// Why the pod is not labelled, if it is not.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub problem: Option<MemberProblem>,
@@ -445,6 +441,11 @@ pub struct LastSweep {
 }
 
 /// What the controller last saw of the group.
+///
+/// Nothing here moves while a group is at rest: a renewal is not a change,
+/// so the lease's and the members' expiry times are not shown (they cost
+/// one API write per group per resync, for a value stale a second later).
+/// `leasehold groups` reads them live from the store.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaderGroupStatus {
@@ -460,9 +461,6 @@ pub struct LeaderGroupStatus {
     /// When the current holder won the lease.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader_since: Option<Time>,
-    /// When the current lease runs out unless renewed (Redis's clock).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub lease_expires_at: Option<Time>,
     #[serde(default)]
     pub members: Vec<Member>,
     #[serde(default)]

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 
 use crate::conditions::{self, condition, reasons, types};
 use crate::crd::{
@@ -109,9 +109,8 @@ pub struct Plan {
     /// selector ever matches two pods.
     pub labels: Vec<LabelChange>,
     pub status: LeaderGroupStatus,
-    /// Whether the status differs from the stored one in anything but the
-    /// expiry times that move on every renewal (those are refreshed when
-    /// stale, or along with any other change).
+    /// Whether the status differs from the stored one: at rest (renewals
+    /// only) it does not.
     pub write_status: bool,
     pub events: Vec<PlannedEvent>,
     /// Node to send a step-down command to.
@@ -280,10 +279,6 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
             (Some(_), _) => Some(now.clone()),
             (None, _) => None,
         },
-        lease_expires_at: state
-            .lease_pttl_ms
-            .filter(|_| elected)
-            .map(|pttl| time_of(state.now_ms + pttl)),
         live_members: members.len() as i64,
         members: members.into_iter().map(|m| m.member).collect(),
         transitions: previous.transitions
@@ -303,7 +298,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         handover: hand_over.clone().or(previous.handover.clone()),
         endpoint: endpoint_status(group, endpoint.as_ref(), &previous),
     };
-    let write_status = status_changed(&status, &previous, state.now_ms);
+    let write_status = status_changed(&status, &previous);
     Plan {
         labels,
         status,
@@ -579,7 +574,7 @@ fn while_redis_is_unavailable(
     status.conditions =
         conditions::merge(&previous.conditions, next, &now, group.metadata.generation);
     status.observed_generation = group.metadata.generation;
-    let write_status = settled(&status) != settled(previous);
+    let write_status = status != *previous;
     Plan {
         labels: Vec::new(),
         status,
@@ -724,7 +719,7 @@ fn members<'a>(
     }
     list.sort();
     list.into_iter()
-        .map(|(node, expiry)| {
+        .map(|(node, _)| {
             let pod = pod_of(node, namespace);
             let problem = match pod {
                 None => Some(MemberProblem::OtherNamespace),
@@ -746,7 +741,6 @@ fn members<'a>(
                     node: node.to_owned(),
                     pod: pod.map(str::to_owned),
                     role,
-                    expires_at: time_of(expiry),
                     problem,
                     priority: i64::from(
                         state
@@ -1170,31 +1164,11 @@ fn carries_a_role(value: Option<&str>) -> bool {
     matches!(value, Some(LEADER) | Some(FOLLOWER))
 }
 
-/// Rule: status is written only when something but the expiry times
-/// changed, or when the stored lease expiry lies in the past. Times are
-/// stored to the second, cut down, so a stored expiry has surely passed
-/// only a second after its value: at a 1 s ttl, comparing to the value
-/// itself rewrote the status at nearly every reconcile.
-pub(crate) fn status_changed(
-    status: &LeaderGroupStatus,
-    previous: &LeaderGroupStatus,
-    now_ms: u64,
-) -> bool {
-    let stale = previous
-        .lease_expires_at
-        .as_ref()
-        .is_some_and(|at| at.0.as_millisecond().saturating_add(1000) < now_ms as i64);
-    settled(status) != settled(previous) || stale
-}
-
-/// Status without the fields that move on every renewal.
-fn settled(status: &LeaderGroupStatus) -> LeaderGroupStatus {
-    let mut s = status.clone();
-    s.lease_expires_at = None;
-    for m in &mut s.members {
-        m.expires_at = Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
-    }
-    s
+/// Rule: status is written only when something a user reads changed. No
+/// field moves with a renewal (see [`LeaderGroupStatus`]), so a group at
+/// rest costs its resync a read of the store and no write.
+pub(crate) fn status_changed(status: &LeaderGroupStatus, previous: &LeaderGroupStatus) -> bool {
+    status != previous
 }
 
 #[cfg(test)]

@@ -356,7 +356,7 @@ async fn write_endpoint(
             group.metadata.generation,
         );
         plan.status.endpoint = previous.endpoint.clone();
-        plan.write_status = crate::plan::status_changed(&plan.status, &previous, wall_clock_ms());
+        plan.write_status = crate::plan::status_changed(&plan.status, &previous);
     };
     match result {
         Ok(Outcome::Written) => {
