@@ -117,6 +117,7 @@ async fn setup_with(redis: &impl StoreFixture, pods: Vec<Value>, timings: Electi
         label_writes: Default::default(),
         pod_statuses: Default::default(),
         endpoints: Default::default(),
+        neighbours: Default::default(),
     });
     Setup {
         ctx,
@@ -530,6 +531,7 @@ async fn a_standby_replica_writes_nothing() {
         label_writes: Default::default(),
         pod_statuses: Default::default(),
         endpoints: Default::default(),
+        neighbours: Default::default(),
     });
     reconcile(Arc::new(group()), ctx).await.unwrap();
     assert!(

@@ -12,6 +12,7 @@ pub mod endpoint;
 pub mod event_log;
 pub mod label_writes;
 pub mod metrics;
+pub mod neighbourhood;
 pub mod placement;
 pub mod plan;
 pub mod pod_status;

@@ -1119,17 +1119,7 @@ impl PodsRead {
         let namespace = group.metadata.namespace.as_deref().unwrap_or_default();
         let key = group.spec.role_label.clone();
         let same_key = SelectorIndex::new(same_key(group, others).map(|o| &o.selector));
-        let named = match store {
-            StoreView::Available(state) => state
-                .members
-                .iter()
-                .map(|(node, _)| node.as_str())
-                .chain(state.holder.as_deref())
-                .filter_map(|node| pod_of(node, namespace))
-                .map(str::to_owned)
-                .collect(),
-            StoreView::Unavailable(_) => BTreeSet::new(),
-        };
+        let named = named_pods(namespace, store);
         Self {
             own: PodSelector::new(&group.spec.selector),
             key,
@@ -1144,6 +1134,22 @@ impl PodsRead {
             || self.own.matches(labels)
             || (carries_a_role(labels.get(&self.key).map(String::as_str))
                 && !self.same_key.any_matches(labels))
+    }
+}
+
+/// The pods of `namespace` that Redis names as the group's members or
+/// holder.
+pub fn named_pods(namespace: &str, store: &StoreView) -> BTreeSet<String> {
+    match store {
+        StoreView::Available(state) => state
+            .members
+            .iter()
+            .map(|(node, _)| node.as_str())
+            .chain(state.holder.as_deref())
+            .filter_map(|node| pod_of(node, namespace))
+            .map(str::to_owned)
+            .collect(),
+        StoreView::Unavailable(_) => BTreeSet::new(),
     }
 }
 

@@ -25,6 +25,7 @@ use crate::endpoint::{EndpointError, Endpoints, Outcome};
 use crate::event_log::EventLog;
 use crate::label_writes::LabelWrites;
 use crate::metrics::ControllerMetrics;
+use crate::neighbourhood::{Neighbourhood, Neighbours};
 use crate::plan::{
     plan, role_labels_to_remove, LabelChange, Observed, OtherGroup, Plan, PodView, PodsRead,
     StoreView, LEADER,
@@ -80,6 +81,8 @@ pub struct Context {
     pub pod_statuses: PodStatuses,
     /// The leader Services' slices (see `endpoint`).
     pub endpoints: Endpoints,
+    /// Each namespace's groups and pods, indexed once per change.
+    pub neighbours: Arc<Neighbours>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -533,6 +536,44 @@ fn other_groups(group: &LeaderGroup, namespace: &str, ctx: &Context) -> Vec<Othe
         .collect()
 }
 
+/// The namespace's groups and pods as the caches hold them, indexed (see
+/// `neighbourhood`); `None` while label writes of this replica's are not
+/// in the pod cache yet (then the long way lays them over it).
+fn neighbourhood(
+    namespace: &str,
+    ctx: &Context,
+) -> Result<Option<Arc<Neighbourhood>>, ReconcileError> {
+    if !matches!(ctx.pods.wait_until_ready().now_or_never(), Some(Ok(()))) {
+        return Err(ReconcileError::PodsNotCached);
+    }
+    if !locked(&ctx.label_writes).is_empty() {
+        return Ok(None);
+    }
+    Ok(Some(ctx.neighbours.of(namespace, || {
+        let in_namespace = |ns: Option<String>| ns.as_deref() == Some(namespace);
+        let groups = ctx
+            .groups
+            .state()
+            .iter()
+            .filter(|g| in_namespace(g.namespace()))
+            .filter(|g| g.metadata.deletion_timestamp.is_none())
+            .map(|g| OtherGroup {
+                name: g.name_any(),
+                role_label: g.spec.role_label.clone(),
+                selector: g.spec.selector.clone(),
+            })
+            .collect();
+        let pods = ctx
+            .pods
+            .state()
+            .iter()
+            .filter(|p| in_namespace(p.namespace()))
+            .map(|p| pod_view(p))
+            .collect();
+        Neighbourhood::new(groups, pods)
+    })))
+}
+
 /// What the plan needs, read from the API server, the reflector and Redis.
 struct World {
     pods: Vec<PodView>,
@@ -552,9 +593,20 @@ impl World {
             Ok(state) => StoreView::Available(state),
             Err(e) => StoreView::Unavailable(e.to_string()),
         };
-        let others = other_groups(group, namespace, ctx);
-        let read = PodsRead::new(group, &others, &store);
-        let mut pods = cached_pods(namespace, ctx, |name, labels| read.needs(name, labels))?;
+        let (mut pods, others) = match neighbourhood(namespace, ctx)? {
+            Some(around) => {
+                let pods = around.pods_for(group, &store);
+                let others = around.others_for(group, &pods);
+                (pods, others)
+            }
+            // Label writes the cache does not show yet are laid over it.
+            None => {
+                let others = other_groups(group, namespace, ctx);
+                let read = PodsRead::new(group, &others, &store);
+                let pods = cached_pods(namespace, ctx, |name, labels| read.needs(name, labels))?;
+                (pods, others)
+            }
+        };
         read_statuses(
             &mut pods,
             &store,

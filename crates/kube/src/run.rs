@@ -24,6 +24,7 @@ use tokio::sync::mpsc;
 use crate::crd::LeaderGroup;
 use crate::event_log::EventLog;
 use crate::metrics::ControllerMetrics;
+use crate::neighbourhood::Neighbours;
 use crate::reconcile::{error_policy, reconcile, Context};
 use crate::selector;
 use leasehold_daemon::election_args::election_config;
@@ -153,9 +154,14 @@ pub async fn run_with(
     // the plan reads from the object itself, so a status this controller
     // wrote does not bring the group straight back.
     let (reflector, groups_writer) = reflector::store::<LeaderGroup>();
+    let neighbours = Arc::new(Neighbours::default());
     let group_changes = watcher(groups.clone(), watcher::Config::default())
         .default_backoff()
         .reflect(groups_writer)
+        .inspect({
+            let neighbours = neighbours.clone();
+            move |_| neighbours.changed()
+        })
         .applied_objects()
         .predicate_filter(
             crate::reconcile::what_the_plan_reads,
@@ -188,6 +194,7 @@ pub async fn run_with(
         label_writes: Default::default(),
         pod_statuses: Default::default(),
         endpoints: crate::endpoint::Endpoints::new(args.leader_endpoints),
+        neighbours,
     });
 
     let (triggers_tx, triggers) = mpsc::unbounded_channel::<ObjectRef<LeaderGroup>>();
@@ -332,6 +339,7 @@ async fn follow_pods(
 ) {
     let changes = events
         .inspect(|event| {
+            ctx.neighbours.changed();
             // A deleted pod's IP and readiness are of no more use.
             if let Ok(watcher::Event::Delete(pod)) = event {
                 let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
@@ -426,6 +434,13 @@ async fn forget_missed_deletions(ctx: Arc<Context>) {
             .collect();
         ctx.metrics.retain_groups(|key| present.contains(key));
         ctx.retain_groups(|key| present.contains(key));
+        let namespaces = ctx
+            .groups
+            .state()
+            .iter()
+            .filter_map(|g| g.namespace())
+            .collect();
+        ctx.neighbours.retain(&namespaces);
         let services: std::collections::HashSet<String> = ctx
             .groups
             .state()

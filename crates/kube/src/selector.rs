@@ -38,42 +38,64 @@ impl PodSelector {
 /// reconcile asks this of every labelled pod.
 #[derive(Debug, Default)]
 pub struct SelectorIndex {
-    by_label: HashMap<String, HashMap<String, Vec<PodSelector>>>,
-    rest: Vec<PodSelector>,
+    /// Each selector with its position among those the index was built of.
+    by_label: HashMap<String, HashMap<String, Vec<(usize, PodSelector)>>>,
+    rest: Vec<(usize, PodSelector)>,
 }
 
 impl SelectorIndex {
     pub fn new<'a>(selectors: impl IntoIterator<Item = &'a LabelSelector>) -> Self {
         let mut index = Self::default();
-        for selector in selectors {
-            let plain = selector
-                .match_expressions
-                .as_ref()
-                .is_none_or(|e| e.is_empty());
-            let first = selector.match_labels.as_ref().and_then(|m| m.iter().next());
-            match (plain, first) {
-                (true, Some((key, value))) => index
+        for (i, selector) in selectors.into_iter().enumerate() {
+            let parsed = (i, PodSelector::new(selector));
+            match Self::filed_under(selector) {
+                Some((key, value)) => index
                     .by_label
-                    .entry(key.clone())
+                    .entry(key.to_owned())
                     .or_default()
-                    .entry(value.clone())
+                    .entry(value.to_owned())
                     .or_default()
-                    .push(PodSelector::new(selector)),
-                _ => index.rest.push(PodSelector::new(selector)),
+                    .push(parsed),
+                None => index.rest.push(parsed),
             }
         }
         index
     }
 
+    /// The label a selector of `matchLabels` only is filed under: a pod
+    /// without it is never selected.
+    pub fn filed_under(selector: &LabelSelector) -> Option<(&str, &str)> {
+        let plain = selector
+            .match_expressions
+            .as_ref()
+            .is_none_or(|e| e.is_empty());
+        let first = selector.match_labels.as_ref().and_then(|m| m.iter().next());
+        first
+            .filter(|_| plain)
+            .map(|(key, value)| (key.as_str(), value.as_str()))
+    }
+
     /// Whether any of the selectors picks a pod with these labels.
     pub fn any_matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        let filed = labels.iter().any(|(key, value)| {
+        self.matching(labels).next().is_some()
+    }
+
+    /// The positions of the selectors that pick a pod with these labels.
+    pub fn matching<'a>(
+        &'a self,
+        labels: &'a BTreeMap<String, String>,
+    ) -> impl Iterator<Item = usize> + 'a {
+        let filed = labels.iter().flat_map(move |(key, value)| {
             self.by_label
                 .get(key)
                 .and_then(|values| values.get(value))
-                .is_some_and(|selectors| selectors.iter().any(|s| s.matches(labels)))
+                .into_iter()
+                .flatten()
         });
-        filed || self.rest.iter().any(|s| s.matches(labels))
+        filed
+            .chain(self.rest.iter())
+            .filter(move |(_, s)| s.matches(labels))
+            .map(|(i, _)| *i)
     }
 }
 
@@ -130,6 +152,12 @@ mod tests {
         for pod in &pods {
             let one_by_one = selectors.iter().any(|s| matches(s, pod));
             assert_eq!(index.any_matches(pod), one_by_one, "{pod:?}");
+            let mut which: Vec<usize> = index.matching(pod).collect();
+            which.sort_unstable();
+            let each: Vec<usize> = (0..selectors.len())
+                .filter(|&i| matches(&selectors[i], pod))
+                .collect();
+            assert_eq!(which, each, "{pod:?}");
         }
         assert_eq!(
             pods.iter()
