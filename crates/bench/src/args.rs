@@ -115,6 +115,14 @@ pub struct BenchArgs {
     /// controller scenario's scale step.
     #[arg(long, default_value_t = 1000)]
     pub controller_groups: usize,
+    /// The peers' scripts (BullMQ's Relay, run with Node.js before the
+    /// messaging figures); the checkout's `bench/peers` when absent.
+    #[arg(long)]
+    pub peers_dir: Option<std::path::PathBuf>,
+    /// Leave the peers out of the messaging scenario (no Node.js needed;
+    /// the goals stated against them are then not judged).
+    #[arg(long)]
+    pub no_peers: bool,
     /// Also write the results as JSON to this file (`-` for standard output).
     #[arg(long)]
     pub json: Option<std::path::PathBuf>,

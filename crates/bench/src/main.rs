@@ -11,7 +11,9 @@
 //! and step-down of the leader, the sweep of a dead node, Redis stalled for
 //! less and more than a ttl), `cost` (Redis calls and CPU of holding and
 //! following 1, 100 and 10,000 groups at rest), `messaging`
-//! (publish-to-delivery latency, throughput, fan-out), `idle` (what an
+//! (publish-to-delivery latency beside a bare stream ping-pong, throughput,
+//! fan-out; on Redis after BullMQ's Relay measured the same way by
+//! `bench/peers/run`, unless `--no-peers`), `idle` (what an
 //! idle node costs) and `replicas` (what confirming lease writes with a
 //! replica costs: claim latency and calls per renewal, on Redis servers of
 //! its own), `sentinel` (failovers behind three sentinels, graceful and
@@ -35,6 +37,7 @@ mod cost;
 mod failover;
 mod local;
 mod messaging;
+mod peers;
 mod renewal_hints;
 mod replicas;
 mod report;

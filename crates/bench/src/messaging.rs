@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context as _};
 use leasehold_engine::{InboxConfig, Node, NodeConfig, NodeOptions, Store};
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Value};
 
 use super::args::BenchArgs;
 use super::commandstats;
@@ -63,6 +65,12 @@ fn spawn_publishers(
 // A scenario read top to bottom: its steps in the order they run.
 #[allow(clippy::too_many_lines)]
 pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
+    // The peer first, so that it meets the machine as leasehold does: no
+    // nodes of leasehold's are running meanwhile.
+    let relay = match super::local::name(url) {
+        "Redis" => super::peers::relay(url, args).await?,
+        _ => None,
+    };
     let prefix = prefix();
     let big = InboxConfig::with_max_length(1_000_000);
     let sub = start(url, &prefix, "bench/sub", 30_000, big).await?;
@@ -71,13 +79,23 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let mut inbox = sub.inbox().context("inbox taken")?;
     let mut rows = Vec::new();
 
-    // 1. One message at a time: publish, wait for its delivery, repeat.
+    // 1. One message at a time: publish, wait for its delivery, repeat;
+    // each one beside a bare XADD + XREAD BLOCK ping-pong on Redis, so the
+    // two see the same machine at the same moment.
     progress(&format!(
-        "latency, {} messages one at a time",
+        "latency, {} messages one at a time, each beside a bare stream ping-pong",
         args.latency_messages
     ));
+    let mut floor = match super::local::name(url) {
+        "Redis" => Some(StreamFloor::open(url, &format!("{prefix}:floor")).await?),
+        _ => None,
+    };
     let mut latencies = Vec::with_capacity(args.latency_messages as usize);
+    let mut floors = Vec::with_capacity(args.latency_messages as usize);
     for i in 0..args.latency_messages {
+        if let Some(floor) = floor.as_mut() {
+            floors.push(floor.ping().await?);
+        }
         let sent = Instant::now();
         publisher
             .publish("bench.t", &i.to_be_bytes())
@@ -93,6 +111,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         }
     }
     latencies.sort();
+    floors.sort();
     let library_p99 = percentile(&latencies, 99.0);
     rows.push(Row {
         scenario: format!(
@@ -103,11 +122,36 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         measured: format!(
             "p50 {}, p99 {}, max {}",
             ms(percentile(&latencies, 50.0)),
-            ms(percentile(&latencies, 99.0)),
+            ms(library_p99),
             ms(percentile(&latencies, 100.0))
         ),
-        met: Some(percentile(&latencies, 99.0) <= Duration::from_micros(500)),
+        met: Some(library_p99 <= Duration::from_micros(500)),
     });
+    if let Some(floor) = floor {
+        floor.clean().await?;
+        let floor_p99 = percentile(&floors, 99.0);
+        rows.push(Row {
+            scenario: format!(
+                "the floor: a bare XADD + XREAD BLOCK ping-pong, one at a time ({} messages, interleaved with the above)",
+                args.latency_messages
+            ),
+            goal: "-".into(),
+            measured: format!(
+                "p50 {}, p99 {}, max {}",
+                ms(percentile(&floors, 50.0)),
+                ms(floor_p99),
+                ms(percentile(&floors, 100.0))
+            ),
+            met: None,
+        });
+        let ratio = library_p99.as_secs_f64() / floor_p99.as_secs_f64();
+        rows.push(Row {
+            scenario: "publish-to-delivery p99 over the floor's p99".into(),
+            goal: "<= 1.25".into(),
+            measured: format!("{ratio:.2} ({} over {})", ms(library_p99), ms(floor_p99)),
+            met: Some(ratio <= 1.25),
+        });
+    }
 
     // 2. Throughput to one subscriber with many publishes in flight.
     let n = args.throughput_messages;
@@ -181,27 +225,96 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     }
     spawn_publishers(publisher.clone(), "bench.fan", m, args.in_flight).await??;
     let mut deliveries = 0;
+    let mut nodes = Vec::with_capacity(count);
     for reader in readers {
         let (node, got) = reader.await?;
         deliveries += got;
+        nodes.push(node);
+    }
+    // Until the last subscriber has every message, as the peer's figure is
+    // timed; closing the 100 nodes is not delivery.
+    let took = started.elapsed();
+    for node in nodes {
         node.close().await.map_err(anyhow::Error::msg)?;
     }
-    let took = started.elapsed();
+    let fanout_rate = deliveries as f64 / took.as_secs_f64();
     rows.push(Row {
         scenario: format!("deliveries/s fanned out to {count} subscribers ({m} messages)"),
         goal: ">= 120k/s".into(),
         measured: format!(
-            "{:.0}/s ({deliveries} of {} delivered)",
-            deliveries as f64 / took.as_secs_f64(),
+            "{fanout_rate:.0}/s ({deliveries} of {} delivered)",
             m * count as u64
         ),
-        met: Some(deliveries as f64 / took.as_secs_f64() >= 120_000.0),
+        met: Some(fanout_rate >= 120_000.0),
     });
+    if let Some(relay) = relay {
+        rows.extend(against_relay(
+            relay,
+            library_p99,
+            library_rate,
+            fanout_rate,
+            args,
+        ));
+    }
     if let Ok(p) = Arc::try_unwrap(publisher) {
         p.close().await.map_err(anyhow::Error::msg)?;
     }
     rows.extend(agent_path(url, &prefix, args, library_p99, library_rate).await?);
     Ok(rows)
+}
+
+/// leasehold's figures beside Relay's from the same run, and the goals of
+/// issue 27 stated against them: five times Relay's throughput, to one
+/// subscriber and fanned out.
+fn against_relay(
+    relay: super::peers::Relay,
+    library_p99: Duration,
+    library_rate: f64,
+    fanout_rate: f64,
+    args: &BenchArgs,
+) -> Vec<Row> {
+    let times = |ours: f64, theirs: f64| ours / theirs;
+    vec![
+        Row {
+            scenario: format!(
+                "BullMQ 6.7.0 Relay: publish-to-delivery, one at a time ({} messages)",
+                args.latency_messages
+            ),
+            goal: "-".into(),
+            measured: format!(
+                "p99 {:.3} ms (leasehold {})",
+                relay.latency_p99_ms,
+                ms(library_p99)
+            ),
+            met: None,
+        },
+        Row {
+            scenario: format!(
+                "messages/s to one subscriber over Relay's ({} in flight; Relay's inbox 100,000)",
+                args.in_flight
+            ),
+            goal: ">= 5x".into(),
+            measured: format!(
+                "{:.1}x: {library_rate:.0}/s over Relay's {:.0}/s",
+                times(library_rate, relay.one_subscriber_per_s),
+                relay.one_subscriber_per_s
+            ),
+            met: Some(times(library_rate, relay.one_subscriber_per_s) >= 5.0),
+        },
+        Row {
+            scenario: format!(
+                "deliveries/s fanned out to {} subscribers over Relay's (its subscribers in 4 processes)",
+                args.subscribers
+            ),
+            goal: ">= 5x".into(),
+            measured: format!(
+                "{:.1}x: {fanout_rate:.0}/s over Relay's {:.0}/s",
+                times(fanout_rate, relay.fanout_per_s),
+                relay.fanout_per_s
+            ),
+            met: Some(times(fanout_rate, relay.fanout_per_s) >= 5.0),
+        },
+    ]
 }
 
 /// Publishes through one agent's API (`POST /v1/publish` on kept-alive
@@ -452,4 +565,79 @@ pub async fn idle(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         ),
         met: Some(per(client_side) < 0.9),
     }])
+}
+
+/// What any messaging over Redis streams costs on this machine at this
+/// moment: an `XADD` on one connection wakes an `XREAD BLOCK` already
+/// waiting on another, with no script, routing or hand-off between tasks.
+struct StreamFloor {
+    writer: MultiplexedConnection,
+    reader: MultiplexedConnection,
+    key: String,
+    last: String,
+}
+
+impl StreamFloor {
+    async fn open(url: &str, key: &str) -> anyhow::Result<Self> {
+        let client = redis::Client::open(url)?;
+        // A blocked read must not time out.
+        let config = AsyncConnectionConfig::new().set_response_timeout(None);
+        Ok(Self {
+            writer: client.get_multiplexed_async_connection().await?,
+            reader: client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await?,
+            key: key.to_owned(),
+            last: "0-0".to_owned(),
+        })
+    }
+
+    /// One message: the read is sent first and waits in Redis; the time
+    /// runs from the `XADD` to the read's answer.
+    async fn ping(&mut self) -> anyhow::Result<Duration> {
+        let mut read = redis::cmd("XREAD");
+        read.arg("BLOCK")
+            .arg(5_000)
+            .arg("STREAMS")
+            .arg(&self.key)
+            .arg(&self.last);
+        let mut reader = self.reader.clone();
+        let mut waiting = Box::pin(async move { read.query_async::<Value>(&mut reader).await });
+        // Polled once, the read is on its way before the write.
+        if let std::task::Poll::Ready(early) = futures::poll!(&mut waiting) {
+            bail!("the bare XREAD answered before any XADD: {early:?}");
+        }
+        let sent = Instant::now();
+        let id: String = redis::cmd("XADD")
+            .arg(&self.key)
+            .arg("*")
+            .arg("p")
+            .arg(b"12345678".as_slice())
+            .query_async(&mut self.writer)
+            .await?;
+        let answer = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .map_err(|_| anyhow!("the bare XREAD did not answer within 5 s"))??;
+        let took = sent.elapsed();
+        if !format!("{answer:?}").contains(&id) {
+            bail!("the bare XREAD answered {answer:?}, not entry {id}");
+        }
+        // Trimmed as the inbox is after each read, so both streams stay short.
+        let _: Value = redis::cmd("XTRIM")
+            .arg(&self.key)
+            .arg("MAXLEN")
+            .arg(0)
+            .query_async(&mut self.writer)
+            .await?;
+        self.last = id;
+        Ok(took)
+    }
+
+    async fn clean(mut self) -> anyhow::Result<()> {
+        let _: Value = redis::cmd("DEL")
+            .arg(&self.key)
+            .query_async(&mut self.writer)
+            .await?;
+        Ok(())
+    }
 }
