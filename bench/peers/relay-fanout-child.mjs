@@ -10,8 +10,8 @@
 //
 // usage (by relay.mjs): node relay-fanout-child.mjs URL PREFIX NAMESPACE FIRST SIZE MESSAGES
 
-import { Relay } from 'bullmq';
-import { now, progress, within } from './common.mjs';
+import { now, progress } from './common.mjs';
+import { startRelay } from './relay-node.mjs';
 
 const [url, prefix, namespace, firstArg, sizeArg, messagesArg] = process.argv.slice(2);
 const first = Number(firstArg);
@@ -53,25 +53,9 @@ async function main() {
   await Promise.all(
     Array.from({ length: size }, async (_, k) => {
       const nodeId = `bench-fan-${String(first + k).padStart(3, '0')}`;
-      const relay = new Relay({
-        connection: { url },
-        prefix,
-        namespace,
-        nodeId,
-        leaseDuration: 30_000,
-        inboxMaxLength,
-      });
-      relay.on('error', err => progress(`relay ${nodeId}: error: ${err.message}`));
-      let lagSaid = 0;
-      relay.on('lag', backlog => {
-        if (now() - lagSaid > 1000) {
-          lagSaid = now();
-          progress(`relay ${nodeId}: 'lag' event, ${backlog} unread`);
-        }
-      });
+      const relay = await startRelay({ url, prefix, namespace, nodeId, inboxMaxLength });
       const subscriber = { relay, got: 0, lastAt: 0, finished: false };
       subscribers[k] = subscriber;
-      await within(relay.waitUntilReady(), 10_000, `relay ${nodeId}: Redis not ready within 10 s`);
       await relay.subscribe('bench.fan', () => {
         subscriber.got++;
         subscriber.lastAt = now();

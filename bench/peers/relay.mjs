@@ -9,7 +9,7 @@
 
 import { fork } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { Relay } from 'bullmq';
+import { startRelay as startNode } from './relay-node.mjs';
 import {
   BenchError,
   Inbox,
@@ -41,36 +41,11 @@ const config = {
   inFlight: envCount('PEER_IN_FLIGHT', 100),
   // Unread messages a node's inbox keeps before the oldest are dropped.
   inboxMaxLength: envCount('PEER_INBOX_MAX_LENGTH', 100_000),
-  // leasehold-bench's messaging nodes hold a 30 s node lease; so does a Relay
-  // node by default (leaseDuration).
-  leaseMs: 30_000,
 };
 
-/** A Relay node of this run, with its errors reported on stderr. */
-async function startRelay(url, prefix, nodeId, inboxMaxLength) {
-  const relay = new Relay({
-    connection: { url },
-    prefix,
-    namespace: NAMESPACE,
-    nodeId,
-    leaseDuration: config.leaseMs,
-    inboxMaxLength,
-  });
-  relay.on('error', err => progress(`relay ${nodeId}: error: ${err.message}`));
-  let lagSaid = 0;
-  relay.on('lag', backlog => {
-    if (now() - lagSaid > 1000) {
-      lagSaid = now();
-      progress(`relay ${nodeId}: 'lag' event, ${backlog} unread`);
-    }
-  });
-  try {
-    await within(relay.waitUntilReady(), 10_000, `relay ${nodeId}: Redis not ready within 10 s`);
-  } catch (err) {
-    await relay.close().catch(() => {});
-    throw err;
-  }
-  return relay;
+/** A Relay node of this run. */
+function startRelay(url, prefix, nodeId, inboxMaxLength) {
+  return startNode({ url, prefix, namespace: NAMESPACE, nodeId, inboxMaxLength });
 }
 
 /**
