@@ -108,6 +108,14 @@ impl LabelWrites {
     pub fn is_empty(&self) -> bool {
         self.writes.is_empty()
     }
+
+    /// Whether writes to pods of `namespace` wait for the cache: a write
+    /// left in one namespace keeps the others on their fast path.
+    pub fn pending_in(&self, namespace: &str) -> bool {
+        self.writes
+            .keys()
+            .any(|pod| pod.split_once('/').is_some_and(|(ns, _)| ns == namespace))
+    }
 }
 
 #[cfg(test)]
@@ -140,6 +148,9 @@ mod tests {
             Some("203".into()),
             Some("210".into()),
         );
+        // Pending in its namespace only ("shop-2" shares the prefix).
+        assert!(writes.pending_in("shop"));
+        assert!(!writes.pending_in("shop-2") && !writes.pending_in("sho"));
         // The cache still at the version the write was planned from.
         let mut v = view(None);
         writes.overlay("shop/web-0", Some("203"), &mut v);
@@ -153,6 +164,7 @@ mod tests {
         writes.overlay("shop/web-0", Some("210"), &mut v);
         assert_eq!(role(&v), Some("leader"));
         assert!(writes.is_empty());
+        assert!(!writes.pending_in("shop"));
         // Later changes by others are then the cache's to tell.
         let mut v = view(None);
         writes.overlay("shop/web-0", Some("230"), &mut v);

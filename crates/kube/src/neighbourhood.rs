@@ -7,8 +7,9 @@
 //! 1,000 groups of three pods in one namespace, a resync at rest cost 1,000
 //! times O(4,000), which was nearly all of the controller's 19-47 % of a
 //! core at rest. The index is rebuilt lazily: the watches mark every change
-//! ([`Neighbours::changed`]) and the next reconcile of the namespace
-//! rebuilds; at rest nothing changes and every reconcile reuses it.
+//! in its namespace ([`Neighbours::changed_in`]) and the next reconcile of
+//! that namespace rebuilds; at rest nothing changes and every reconcile
+//! reuses it.
 //!
 //! What it answers is exactly what [`PodsRead`] and the plan would decide
 //! on the whole namespace (the pods a plan needs, and the other groups that
@@ -21,7 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::crd::LeaderGroup;
-use crate::plan::{named_pods, OtherGroup, PodView, StoreView, FOLLOWER, LEADER};
+use crate::plan::{self, named_pods, OtherGroup, PodView, StoreView};
 use crate::selector::{PodSelector, SelectorIndex};
 
 /// The groups and pods of one namespace, indexed.
@@ -159,35 +160,57 @@ impl Neighbourhood {
     }
 }
 
+/// Whether `labels` carry `key` as a role this controller writes.
 fn carries_a_role(labels: &BTreeMap<String, String>, key: &str) -> bool {
-    matches!(
-        labels.get(key).map(String::as_str),
-        Some(LEADER) | Some(FOLLOWER)
-    )
+    plan::carries_a_role(labels.get(key).map(String::as_str))
 }
 
 /// Each watched namespace's [`Neighbourhood`], rebuilt at its first read
-/// after a change of any group or pod.
+/// after a change of one of its groups or pods (or a relist of either).
+///
+/// Changes are numbered from one sequence, so a namespace's mark is always
+/// above the number any of its neighbourhoods was built at: the controller's
+/// own status writes and label patches in one namespace leave the others'
+/// neighbourhoods standing.
 #[derive(Debug, Default)]
 pub struct Neighbours {
-    changes: AtomicU64,
+    sequence: AtomicU64,
+    /// The last change of every namespace at once (a relist).
+    everywhere: AtomicU64,
+    /// The last change per namespace.
+    marks: Mutex<HashMap<String, u64>>,
     built: Mutex<HashMap<String, (u64, Arc<Neighbourhood>)>>,
 }
 
 impl Neighbours {
-    /// A group or a pod changed: called by the watches after the caches
-    /// have taken the change in.
-    pub fn changed(&self) {
-        self.changes.fetch_add(1, Ordering::SeqCst);
+    /// A group or a pod of `namespace` changed: called by the watches
+    /// after the caches have taken the change in.
+    pub fn changed_in(&self, namespace: &str) {
+        let mark = self.sequence.fetch_add(1, Ordering::SeqCst) + 1;
+        self.marks
+            .lock()
+            .unwrap()
+            .insert(namespace.to_owned(), mark);
     }
 
-    /// `namespace`'s neighbourhood, from `build` when anything changed
-    /// since it was last built. The count is read before the caches are,
-    /// so a change that lands meanwhile is built again at the next read.
+    /// A watch relisted: every namespace may have changed.
+    pub fn changed_everywhere(&self) {
+        let mark = self.sequence.fetch_add(1, Ordering::SeqCst) + 1;
+        self.everywhere.store(mark, Ordering::SeqCst);
+    }
+
+    fn mark(&self, namespace: &str) -> u64 {
+        let own = self.marks.lock().unwrap().get(namespace).copied();
+        own.unwrap_or(0).max(self.everywhere.load(Ordering::SeqCst))
+    }
+
+    /// `namespace`'s neighbourhood, from `build` when it changed since it
+    /// was last built. The mark is read before the caches are, so a change
+    /// that lands meanwhile is built again at the next read.
     pub fn of(&self, namespace: &str, build: impl FnOnce() -> Neighbourhood) -> Arc<Neighbourhood> {
-        let changes = self.changes.load(Ordering::SeqCst);
+        let mark = self.mark(namespace);
         if let Some((at, built)) = self.built.lock().unwrap().get(namespace) {
-            if *at == changes {
+            if *at == mark {
                 return built.clone();
             }
         }
@@ -195,15 +218,58 @@ impl Neighbours {
         self.built
             .lock()
             .unwrap()
-            .insert(namespace.to_owned(), (changes, built.clone()));
+            .insert(namespace.to_owned(), (mark, built.clone()));
         built
     }
 
-    /// Forgets namespaces no group is in any more.
+    /// Forgets namespaces no group is in any more. A namespace forgotten
+    /// and seen again is built anew: its mark falls, and never to the
+    /// number it was built at.
     pub fn retain(&self, namespaces: &BTreeSet<String>) {
         self.built
             .lock()
             .unwrap()
             .retain(|ns, _| namespaces.contains(ns));
+        self.marks
+            .lock()
+            .unwrap()
+            .retain(|ns, _| namespaces.contains(ns));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn build_count(neighbours: &Neighbours, namespace: &str, builds: &mut u32) {
+        neighbours.of(namespace, || {
+            *builds += 1;
+            Neighbourhood::default()
+        });
+    }
+
+    #[test]
+    fn a_neighbourhood_is_rebuilt_only_after_a_change_it_could_see() {
+        let neighbours = Neighbours::default();
+        let (mut shop, mut ops) = (0, 0);
+        build_count(&neighbours, "shop", &mut shop);
+        build_count(&neighbours, "ops", &mut ops);
+        build_count(&neighbours, "shop", &mut shop);
+        assert_eq!((shop, ops), (1, 1), "nothing changed: reused");
+        neighbours.changed_in("shop");
+        build_count(&neighbours, "shop", &mut shop);
+        build_count(&neighbours, "ops", &mut ops);
+        assert_eq!((shop, ops), (2, 1), "a change in shop leaves ops standing");
+        neighbours.changed_everywhere();
+        build_count(&neighbours, "shop", &mut shop);
+        build_count(&neighbours, "ops", &mut ops);
+        assert_eq!((shop, ops), (3, 2), "a relist rebuilds both");
+        // Forgotten, then changed and seen again: built anew.
+        neighbours.changed_in("shop");
+        neighbours.retain(&BTreeSet::from(["ops".to_owned()]));
+        build_count(&neighbours, "shop", &mut shop);
+        assert_eq!(shop, 4);
+        build_count(&neighbours, "shop", &mut shop);
+        assert_eq!(shop, 4);
     }
 }

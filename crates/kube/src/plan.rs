@@ -1166,7 +1166,7 @@ fn same_key<'o>(
 }
 
 /// A role label value this controller writes (and so may take off).
-fn carries_a_role(value: Option<&str>) -> bool {
+pub(crate) fn carries_a_role(value: Option<&str>) -> bool {
     matches!(value, Some(LEADER) | Some(FOLLOWER))
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 
 use super::*;
 use crate::crd::{LeaderGroupSpec, DEFAULT_ROLE_LABEL};
@@ -729,9 +729,22 @@ fn a_plan_on_the_pods_it_reads_equals_one_on_all_pods() {
                 }
             })
             .collect();
-        let selecting = |app: &str| LabelSelector {
-            match_labels: Some([("app".to_owned(), app.to_owned())].into()),
-            match_expressions: None,
+        // matchLabels (filed under a label by the indexes), an expression
+        // (not filed), and an empty selector (selects nothing).
+        let selecting = |app: &str, kind: u64| match kind {
+            0 => LabelSelector {
+                match_labels: None,
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: "app".into(),
+                    operator: "In".into(),
+                    values: Some(vec![app.to_owned()]),
+                }]),
+            },
+            1 => LabelSelector::default(),
+            _ => LabelSelector {
+                match_labels: Some([("app".to_owned(), app.to_owned())].into()),
+                match_expressions: None,
+            },
         };
         let others: Vec<OtherGroup> = (0..next(3))
             .map(|i| OtherGroup {
@@ -745,7 +758,7 @@ fn a_plan_on_the_pods_it_reads_equals_one_on_all_pods() {
                 } else {
                     DEFAULT_ROLE_LABEL.into()
                 },
-                selector: selecting(if next(2) == 0 { "web" } else { "api" }),
+                selector: selecting(if next(2) == 0 { "web" } else { "api" }, next(5)),
             })
             .collect();
         // Members: pods that exist or not ("gone"), selected or not.
@@ -763,7 +776,11 @@ fn a_plan_on_the_pods_it_reads_equals_one_on_all_pods() {
             term: Some(1),
             ..Default::default()
         });
-        let g = group("m", spec(), previous);
+        let mut g = group("m", spec(), previous);
+        if next(4) == 0 {
+            // Its own selector an expression, or empty.
+            g.spec.selector = selecting("web", next(2));
+        }
         let read = PodsRead::new(&g, &others, &store);
         let kept: Vec<PodView> = pods
             .iter()

@@ -486,7 +486,7 @@ fn cached_pods(
             .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
     };
     let mut writes = locked(&ctx.label_writes);
-    if writes.is_empty() {
+    if !writes.pending_in(namespace) {
         // Nearly always: nothing of this replica's is waiting for the watch.
         return Ok(in_namespace()
             .filter(|p| {
@@ -546,7 +546,7 @@ fn neighbourhood(
     if !matches!(ctx.pods.wait_until_ready().now_or_never(), Some(Ok(()))) {
         return Err(ReconcileError::PodsNotCached);
     }
-    if !locked(&ctx.label_writes).is_empty() {
+    if locked(&ctx.label_writes).pending_in(namespace) {
         return Ok(None);
     }
     Ok(Some(ctx.neighbours.of(namespace, || {

@@ -18,7 +18,7 @@ use kube::runtime::controller::Controller;
 use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{watcher, WatchStreamExt};
-use kube::{Api, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use tokio::sync::mpsc;
 
 use crate::crd::LeaderGroup;
@@ -160,7 +160,7 @@ pub async fn run_with(
         .reflect(groups_writer)
         .inspect({
             let neighbours = neighbours.clone();
-            move |_| neighbours.changed()
+            move |event| mark_change(&neighbours, event)
         })
         .applied_objects()
         .predicate_filter(
@@ -326,6 +326,20 @@ fn names_pod(group: &LeaderGroup, pod: &str) -> bool {
     })
 }
 
+/// Marks what a watch event changed in the cache it went into: its
+/// object's namespace, or every namespace for a relist.
+fn mark_change<K: Resource>(neighbours: &Neighbours, event: &watcher::Result<watcher::Event<K>>) {
+    use watcher::Event::{Apply, Delete, Init, InitApply, InitDone};
+    match event {
+        Ok(Apply(object) | Delete(object) | InitApply(object)) => {
+            neighbours.changed_in(object.meta().namespace.as_deref().unwrap_or_default());
+        }
+        Ok(Init | InitDone) => neighbours.changed_everywhere(),
+        // The cache keeps its last state.
+        Err(_) => {}
+    }
+}
+
 /// Runs the pod watch (which keeps the cache behind `Context::pods`) and
 /// triggers the groups each changed pod concerns; a deleted pod's status
 /// is forgotten. A watch error is retried
@@ -339,7 +353,7 @@ async fn follow_pods(
 ) {
     let changes = events
         .inspect(|event| {
-            ctx.neighbours.changed();
+            mark_change(&ctx.neighbours, event);
             // A deleted pod's IP and readiness are of no more use.
             if let Ok(watcher::Event::Delete(pod)) = event {
                 let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
