@@ -273,7 +273,16 @@ fn against_relay(
     fanout_rate: f64,
     args: &BenchArgs,
 ) -> Vec<Row> {
-    let times = |ours: f64, theirs: f64| ours / theirs;
+    // leasehold's rate over Relay's, judged against five times.
+    let five_times = |scenario: String, ours: f64, theirs: f64| Row {
+        scenario,
+        goal: ">= 5x".into(),
+        measured: format!(
+            "{:.1}x: {ours:.0}/s over Relay's {theirs:.0}/s",
+            ours / theirs
+        ),
+        met: Some(ours / theirs >= 5.0),
+    };
     vec![
         Row {
             scenario: format!(
@@ -288,32 +297,22 @@ fn against_relay(
             ),
             met: None,
         },
-        Row {
-            scenario: format!(
+        five_times(
+            format!(
                 "messages/s to one subscriber over Relay's ({} in flight; Relay's inbox 100,000)",
                 args.in_flight
             ),
-            goal: ">= 5x".into(),
-            measured: format!(
-                "{:.1}x: {library_rate:.0}/s over Relay's {:.0}/s",
-                times(library_rate, relay.one_subscriber_per_s),
-                relay.one_subscriber_per_s
-            ),
-            met: Some(times(library_rate, relay.one_subscriber_per_s) >= 5.0),
-        },
-        Row {
-            scenario: format!(
+            library_rate,
+            relay.one_subscriber_per_s,
+        ),
+        five_times(
+            format!(
                 "deliveries/s fanned out to {} subscribers over Relay's (its subscribers in 4 processes)",
                 args.subscribers
             ),
-            goal: ">= 5x".into(),
-            measured: format!(
-                "{:.1}x: {fanout_rate:.0}/s over Relay's {:.0}/s",
-                times(fanout_rate, relay.fanout_per_s),
-                relay.fanout_per_s
-            ),
-            met: Some(times(fanout_rate, relay.fanout_per_s) >= 5.0),
-        },
+            fanout_rate,
+            relay.fanout_per_s,
+        ),
     ]
 }
 
@@ -573,6 +572,8 @@ pub async fn idle(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
 struct StreamFloor {
     writer: MultiplexedConnection,
     reader: MultiplexedConnection,
+    /// The reader's `CLIENT ID`, to see it blocked before each write.
+    reader_id: i64,
     key: String,
     last: String,
 }
@@ -582,18 +583,24 @@ impl StreamFloor {
         let client = redis::Client::open(url)?;
         // A blocked read must not time out.
         let config = AsyncConnectionConfig::new().set_response_timeout(None);
+        let mut reader = client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await?;
+        let reader_id: i64 = redis::cmd("CLIENT")
+            .arg("ID")
+            .query_async(&mut reader)
+            .await?;
         Ok(Self {
             writer: client.get_multiplexed_async_connection().await?,
-            reader: client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await?,
+            reader,
+            reader_id,
             key: key.to_owned(),
             last: "0-0".to_owned(),
         })
     }
 
-    /// One message: the read is sent first and waits in Redis; the time
-    /// runs from the `XADD` to the read's answer.
+    /// One message: the read is sent first and seen waiting in Redis; the
+    /// time runs from the `XADD` to the read's answer.
     async fn ping(&mut self) -> anyhow::Result<Duration> {
         let mut read = redis::cmd("XREAD");
         read.arg("BLOCK")
@@ -603,10 +610,13 @@ impl StreamFloor {
             .arg(&self.last);
         let mut reader = self.reader.clone();
         let mut waiting = Box::pin(async move { read.query_async::<Value>(&mut reader).await });
-        // Polled once, the read is on its way before the write.
+        // Polled once, the read is handed to the connection's own task;
+        // the write waits until Redis shows the reader blocked, so the
+        // time holds none of the read's own trip.
         if let std::task::Poll::Ready(early) = futures::poll!(&mut waiting) {
             bail!("the bare XREAD answered before any XADD: {early:?}");
         }
+        self.until_blocked().await?;
         let sent = Instant::now();
         let id: String = redis::cmd("XADD")
             .arg(&self.key)
@@ -631,6 +641,21 @@ impl StreamFloor {
             .await?;
         self.last = id;
         Ok(took)
+    }
+
+    async fn until_blocked(&mut self) -> anyhow::Result<()> {
+        for _ in 0..1_000 {
+            let line: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .arg("ID")
+                .arg(self.reader_id)
+                .query_async(&mut self.writer)
+                .await?;
+            if line.split_whitespace().any(|field| field == "flags=b") {
+                return Ok(());
+            }
+        }
+        bail!("the bare XREAD was not blocked in Redis after 1,000 looks")
     }
 
     async fn clean(mut self) -> anyhow::Result<()> {
