@@ -19,30 +19,33 @@ pub(crate) struct Request {
 }
 
 pub(crate) async fn run(shared: Arc<Incarnation>, mut requests: mpsc::Receiver<Request>) {
-    let mut batch: Vec<Request> = Vec::with_capacity(PUBLISH_BATCH);
+    let mut messages: Vec<Outgoing> = Vec::with_capacity(PUBLISH_BATCH);
+    let mut replies = Vec::with_capacity(PUBLISH_BATCH);
     while let Some(first) = requests.recv().await {
         let mut bytes = first.message.payload.len();
-        batch.push(first);
-        while batch.len() < PUBLISH_BATCH && bytes < PUBLISH_BATCH_BYTES {
+        messages.push(first.message);
+        replies.push(first.reply);
+        while messages.len() < PUBLISH_BATCH && bytes < PUBLISH_BATCH_BYTES {
             match requests.try_recv() {
                 Ok(next) => {
                     bytes += next.message.payload.len();
-                    batch.push(next);
+                    messages.push(next.message);
+                    replies.push(next.reply);
                 }
                 Err(_) => break,
             }
         }
-        let messages: Vec<Outgoing> = batch.iter().map(|r| r.message.clone()).collect();
         let result = bounded(REQUEST_TIMEOUT, shared.store.publish(&shared.id, &messages)).await;
+        messages.clear();
         match result {
             Ok(outcomes) => {
-                for (request, outcome) in batch.drain(..).zip(outcomes) {
-                    let _ = request.reply.send(Ok(outcome));
+                for (reply, outcome) in replies.drain(..).zip(outcomes) {
+                    let _ = reply.send(Ok(outcome));
                 }
             }
             Err(e) => {
-                for request in batch.drain(..) {
-                    let _ = request.reply.send(Err(e.clone()));
+                for reply in replies.drain(..) {
+                    let _ = reply.send(Err(e.clone()));
                 }
             }
         }

@@ -5,8 +5,12 @@
 //! It only reads as many entries as the local buffer has room for, so a slow
 //! consumer's backlog stays in the store (where it is bounded and counted),
 //! and after handing entries over it acknowledges them, which removes them:
-//! the inbox in the store is exactly the unread backlog. The same read takes
-//! the node's command queue (engine commands such as a step-down). While the buffer is full,
+//! the inbox in the store is exactly the unread backlog. The acknowledgement
+//! goes out together with the next read (on the shared connection, the read
+//! on the reader's own), so a busy inbox pays one round trip per read, not
+//! two; the read only takes entries after the ones acknowledged, so the two
+//! never touch the same entries. The same read takes the node's command
+//! queue (engine commands such as a step-down). While the buffer is full,
 //! or the application dropped its inbox, it waits for room and, every
 //! [`LAG_CHECK_INTERVAL`], reads the command queue without waiting and
 //! re-checks the backlog to report lag: an application that stops draining
@@ -74,15 +78,21 @@ pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc:
         shared,
         tx,
     };
+    // What the last read took and is not yet acknowledged.
+    let mut taken = Taken::default();
     loop {
         // With the buffer full (or the application's inbox dropped), read
         // commands only: wait for room, and on every lag-check tick read the
         // command stream without blocking and report the backlog.
         let full = reader.tx.is_closed() || reader.tx.capacity() == 0;
-        if full && reader.room_came().await {
-            continue;
+        if full {
+            // Acknowledged at once: the wait for room may be long.
+            reader.acknowledge(std::mem::take(&mut taken)).await;
+            if reader.room_came().await {
+                continue;
+            }
         }
-        let entries = match reader.read(full).await {
+        let entries = match reader.read(full, std::mem::take(&mut taken)).await {
             Ok(entries) => entries,
             Err(e) => {
                 reader.conn = None;
@@ -92,9 +102,19 @@ pub(crate) async fn run(shared: Arc<Incarnation>, config: InboxConfig, tx: mpsc:
             }
         };
         reader.backoff.reset();
-        let (read_commands, read_inbox) = reader.dispatch(entries).await;
-        reader.ack(read_commands, read_inbox, full).await;
+        taken = reader.dispatch(entries).await;
+        taken.full = full;
     }
+}
+
+/// What one read took, to acknowledge with the next.
+#[derive(Debug, Default, Clone, Copy)]
+struct Taken {
+    commands: bool,
+    inbox: bool,
+    /// The buffer was full: only commands were read, and the backlog is
+    /// read for the lag report instead.
+    full: bool,
 }
 
 /// The reader's state between two reads: where each queue was read up
@@ -113,11 +133,6 @@ struct Reader {
 }
 
 impl Reader {
-    /// Messages read but not yet taken by the application.
-    fn buffered(&self) -> u64 {
-        (INBOX_BUFFER - self.tx.capacity()) as u64
-    }
-
     /// With the buffer full, waits for room or a lag-check tick; true if
     /// room came (read everything again).
     async fn room_came(&self) -> bool {
@@ -128,43 +143,76 @@ impl Reader {
     }
 
     /// One read of the command queue and, unless the buffer is full, the
-    /// inbox, waiting up to [`INBOX_BLOCK`] for the first entry.
-    async fn read(&mut self, full: bool) -> Result<Vec<Read>, StoreError> {
+    /// inbox, waiting up to [`INBOX_BLOCK`] for the first entry; `taken`
+    /// (what the previous read took) is acknowledged meanwhile, and its
+    /// answer reported as soon as it comes.
+    async fn read(&mut self, full: bool, taken: Taken) -> Result<Vec<Read>, StoreError> {
         let conn = match self.conn.take() {
             Some(conn) => conn,
             None => {
                 let store = &self.shared.store;
-                bounded(INBOX_BLOCK, store.inbox_reader(&self.shared.id)).await?
+                match bounded(INBOX_BLOCK, store.inbox_reader(&self.shared.id)).await {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        self.acknowledge(taken).await;
+                        return Err(e);
+                    }
+                }
             }
         };
-        let conn = self.conn.insert(conn);
+        let Reader {
+            shared,
+            tx,
+            after,
+            unacked,
+            conn: slot,
+            watch,
+            ..
+        } = self;
+        let conn = slot.insert(conn);
         let room = if full {
             COMMANDS_MAX as usize
         } else {
-            self.tx.capacity().min(INBOX_BATCH)
+            tx.capacity().min(INBOX_BATCH)
         };
         let block = (!full).then_some(INBOX_BLOCK);
-        bounded(
+        // Polled first, so the acknowledgement is sent before the read.
+        let acknowledged = acknowledge(shared, tx, after, unacked, watch, taken);
+        let read = bounded(
             INBOX_BLOCK + Duration::from_secs(5),
-            conn.read(&self.after, room, block, full),
-        )
-        .await
+            conn.read(after, room, block, full),
+        );
+        let ((), entries) = tokio::join!(acknowledged, read);
+        entries
+    }
+
+    /// Acknowledges `taken` now (see [`acknowledge`]).
+    async fn acknowledge(&mut self, taken: Taken) {
+        let Reader {
+            shared,
+            tx,
+            after,
+            unacked,
+            watch,
+            ..
+        } = self;
+        acknowledge(shared, tx, after, unacked, watch, taken).await;
     }
 
     /// Hands each entry on: messages to the application, commands to the
-    /// command task. Returns whether commands and messages were read.
-    async fn dispatch(&mut self, entries: Vec<Read>) -> (bool, bool) {
-        let (mut read_commands, mut read_inbox) = (false, false);
+    /// command task. Returns what was taken from each queue.
+    async fn dispatch(&mut self, entries: Vec<Read>) -> Taken {
+        let mut taken = Taken::default();
         for read in entries {
             match read.queue {
                 Queue::Commands => {
                     self.after.commands = read.cursor;
-                    read_commands = true;
+                    taken.commands = true;
                 }
                 Queue::Inbox => {
                     self.after.inbox = read.cursor;
                     self.unacked += 1;
-                    read_inbox = true;
+                    taken.inbox = true;
                 }
             }
             let delivery = match read.entry {
@@ -179,39 +227,49 @@ impl Reader {
             // its messages have nobody to go to, and commands still do.
             let _ = self.tx.send(delivery).await;
         }
-        (read_commands, read_inbox)
+        taken
     }
+}
 
-    /// Acknowledges what was read, and reports the backlog (also when the
-    /// buffer is full and nothing of the inbox was read).
-    async fn ack(&mut self, read_commands: bool, read_inbox: bool, full: bool) {
-        let (shared, store) = (&self.shared, &self.shared.store);
-        if read_commands {
-            let read = &self.after.commands;
-            if let Err(e) = bounded(INBOX_BLOCK, store.ack_commands(&shared.id, read)).await {
-                report(shared, &e);
-            }
+/// Acknowledges what was taken, and reports the backlog (also when the
+/// buffer is full and nothing of the inbox was read). Fields of the
+/// [`Reader`], so that the next read can borrow its connection meanwhile.
+async fn acknowledge(
+    shared: &Incarnation,
+    tx: &mpsc::Sender<Delivery>,
+    after: &Cursors,
+    unacked: &mut u64,
+    watch: &mut Watch,
+    taken: Taken,
+) {
+    let store = &shared.store;
+    // Messages read but not yet taken by the application.
+    let buffered = || (INBOX_BUFFER - tx.capacity()) as u64;
+    if taken.commands {
+        if let Err(e) = bounded(INBOX_BLOCK, store.ack_commands(&shared.id, &after.commands)).await
+        {
+            report(shared, &e);
         }
-        if read_inbox {
-            let read = &self.after.inbox;
-            // Forgotten also when the ack fails: one that took effect
-            // unanswered must not count its entries twice (a drop counted
-            // that was none is the safer mistake).
-            let taken = std::mem::take(&mut self.unacked);
-            match bounded(INBOX_BLOCK, store.ack_inbox(&shared.id, read, taken)).await {
-                Ok((backlog, dropped)) => {
-                    let buffered = self.buffered();
-                    self.watch.observe(shared, backlog + buffered, dropped);
-                }
-                Err(e) => report(shared, &e),
-            }
-        } else if full {
-            if let Ok((backlog, dropped)) =
-                bounded(LAG_CHECK_INTERVAL * 10, store.inbox_state(&shared.id)).await
-            {
-                let buffered = self.buffered();
-                self.watch.observe(shared, backlog + buffered, dropped);
-            }
+    }
+    if taken.inbox {
+        // Forgotten also when the ack fails: one that took effect
+        // unanswered must not count its entries twice (a drop counted
+        // that was none is the safer mistake).
+        let count = std::mem::take(unacked);
+        match bounded(
+            INBOX_BLOCK,
+            store.ack_inbox(&shared.id, &after.inbox, count),
+        )
+        .await
+        {
+            Ok((backlog, dropped)) => watch.observe(shared, backlog + buffered(), dropped),
+            Err(e) => report(shared, &e),
+        }
+    } else if taken.full {
+        if let Ok((backlog, dropped)) =
+            bounded(LAG_CHECK_INTERVAL * 10, store.inbox_state(&shared.id)).await
+        {
+            watch.observe(shared, backlog + buffered(), dropped);
         }
     }
 }

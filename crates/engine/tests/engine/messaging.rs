@@ -112,6 +112,61 @@ async fn subscribers_receive_what_is_published_with_sender_and_id(server) {
 }
 
 on_both_stores! {
+/// The reader acknowledges what it took while its next read waits: the
+/// store's backlog empties without another message coming to end that read.
+async fn what_the_reader_took_leaves_the_store_without_waiting_for_more(server) {
+    let a = node(&server, "test/a").await;
+    let b = node(&server, "test/b").await;
+    let mut inbox = a.inbox().unwrap();
+    a.subscribe("t").await.unwrap();
+    b.publish("t", b"one").await.unwrap();
+    b.publish("t", b"two").await.unwrap();
+    assert_eq!(next_msg(&mut inbox).await.payload, b"one");
+    assert_eq!(next_msg(&mut inbox).await.payload, b"two");
+    let store = server.store();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let state = store.inbox_state("test/a").await.unwrap();
+        if state == (0, 0) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the inbox still holds what was delivered: (backlog, dropped) = {state:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inbox_entries_carry_only_what_the_reader_reads() {
+    let redis = RedisServer::start();
+    let store = silent_node(&redis, "test/silent", 10, "t").await;
+    let p = node(&redis, "test/p").await;
+    p.publish("t", b"to all").await.unwrap();
+    p.send("test/silent", b"to one").await.unwrap();
+    let fields = |entry: usize| {
+        let all = redis.cli(&["XRANGE", "lh:node:test/silent:inbox", "-", "+"]);
+        let entries: Vec<Vec<String>> = all
+            .split("\n")
+            .collect::<Vec<_>>()
+            .split(|l| l.contains('-') && l.chars().all(|c| c.is_ascii_digit() || c == '-'))
+            .skip(1)
+            .map(|e| e.iter().step_by(2).map(|f| (*f).to_owned()).collect())
+            .collect();
+        entries[entry].clone()
+    };
+    // Message id, topic (none for a direct message), sender, payload.
+    assert_eq!(fields(0), ["i", "t", "f", "p"]);
+    assert_eq!(fields(1), ["i", "f", "p"]);
+    drop(store);
+    p.close().await.unwrap();
+}
+
+on_both_stores! {
 async fn wildcards_match_one_segment_or_the_rest(server) {
     let star = node(&server, "test/star").await;
     let rest = node(&server, "test/rest").await;

@@ -44,14 +44,20 @@ impl RedisStore {
         Ok(as_int(&reply)? == 1)
     }
 
-    /// Publishes a batch in one script (publish.lua).
+    /// Publishes a batch in one script (publish.lua). The call is one
+    /// `EVALSHA` built in place: a script invocation would copy each of the
+    /// five arguments per message into a vector of its own first.
     pub async fn publish(
         &self,
         from: &str,
         messages: &[Outgoing],
     ) -> Result<Vec<PublishOutcome>, StoreError> {
-        let mut invocation = scripts::PUBLISH.arg(self.keys.prefix());
-        invocation.arg(from);
+        let mut evalsha = redis::cmd("EVALSHA");
+        evalsha
+            .arg(scripts::PUBLISH.get_hash())
+            .arg(0)
+            .arg(self.keys.prefix())
+            .arg(from);
         for m in messages {
             let (mode, name) = match &m.destination {
                 Destination::Topic(t) => ("topic", t),
@@ -59,14 +65,14 @@ impl RedisStore {
                 Destination::Command(n) => ("command", n),
             };
             let retain = m.retain_ms.map_or(-1, |ms| ms.min(i64::MAX as u64) as i64);
-            invocation
+            evalsha
                 .arg(mode)
                 .arg(name)
                 .arg(&m.payload[..])
                 .arg(if m.refuse_when_full { "refuse" } else { "drop" })
                 .arg(retain);
         }
-        let items = array(self.run(&mut invocation).await?)?;
+        let items = array(self.evalsha(&scripts::PUBLISH, &evalsha).await?)?;
         if items.len() != messages.len() * 2 {
             return Err(StoreError::Reply(format!(
                 "publish: {} values for {} messages",

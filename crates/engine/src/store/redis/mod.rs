@@ -218,6 +218,27 @@ impl RedisStore {
         self.noted(invocation.invoke_async(&mut conn).await.map_err(Into::into))
     }
 
+    /// `call`, an `EVALSHA` of `script` built by the caller; on NOSCRIPT
+    /// (a restarted or new primary) the script is loaded and the call sent
+    /// once more.
+    async fn evalsha(
+        &self,
+        script: &redis::Script,
+        call: &redis::Cmd,
+    ) -> Result<Value, StoreError> {
+        let mut conn = self.conn().await?;
+        let result = match call.query_async(&mut conn).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                match script.load_async(&mut conn).await {
+                    Ok(_) => call.query_async(&mut conn).await,
+                    Err(e) => Err(e),
+                }
+            }
+            other => other,
+        };
+        self.noted(result.map_err(Into::into))
+    }
+
     /// A claim or renewal (`call`, an invocation of `script`) with the
     /// `WAIT` for the replicas in the same request (see [`ReplicaAcks`]);
     /// the caller checks the confirmation when the write took a lease.

@@ -18,6 +18,11 @@
 -- with nothing of the batch written, for a retain ttl out of range.
 -- Every message is decided before anything is written; then the ids of the
 -- accepted ones are reserved at once (INCRBY P:msgseq), so ids only grow.
+-- An inbox entry has the fields i (message id), t (topic; absent for a
+-- direct message), f (sender) and p (payload), and k = "command" for a
+-- command in the inbox of an older node; the reader takes an entry without
+-- k as a message. Fields are few on purpose: each costs the XADD, the
+-- XREAD's reply and the reader's parsing once per message.
 -- A full inbox drops its oldest unread messages; every drop is counted in
 -- the node's hash (field "dropped"). Each node's limit is its own, from
 -- P:limits (10000, DEFAULT_INBOX_MAX_LENGTH, when it has none). A command
@@ -159,12 +164,29 @@ for n, d in ipairs(decided) do
         -- config::COMMANDS_MAX
         redis.call('XADD', prefix .. ':node:' .. id .. ':commands', 'MAXLEN', 100, '*',
           'i', seq, 't', '', 'f', sender, 'p', payload, 'k', mode)
-      elseif drops[i] > 0 then
-        -- Drop the oldest unread to make room: counted, never silent.
-        redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', drops[i])
-        redis.call('XADD', box[1], 'MAXLEN', box[3], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload, 'k', mode)
+      elseif mode == 'topic' and drops[i] == 0 then
+        redis.call('XADD', box[1], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload)
       else
-        redis.call('XADD', box[1], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload, 'k', mode)
+        -- The rarer entries: a direct message (no topic), one that drops
+        -- the oldest unread to make room (counted, never silent), a command
+        -- into the inbox of an older node (marked k = command).
+        local xadd = {box[1]}
+        if drops[i] > 0 then
+          redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', drops[i])
+          xadd[#xadd + 1] = 'MAXLEN'
+          xadd[#xadd + 1] = box[3]
+        end
+        for _, v in ipairs({'*', 'i', seq}) do xadd[#xadd + 1] = v end
+        if topic ~= '' then
+          xadd[#xadd + 1] = 't'
+          xadd[#xadd + 1] = topic
+        end
+        for _, v in ipairs({'f', sender, 'p', payload}) do xadd[#xadd + 1] = v end
+        if mode == 'command' then
+          xadd[#xadd + 1] = 'k'
+          xadd[#xadd + 1] = mode
+        end
+        redis.call('XADD', unpack(xadd))
       end
     end
     out[#out + 1] = seq
