@@ -63,6 +63,8 @@ impl Registration {
         // Engine commands for this node go to its command stream (publish.lua);
         // a node of an older version, without this field, gets them in its inbox.
         metadata.push(("commands".into(), "stream".into()));
+        // Its inbox entries may be packed in one field (publish.lua).
+        metadata.push(("inbox".into(), "packed".into()));
         if !again {
             // Drops are counted per incarnation.
             metadata.push(("dropped".into(), "0".into()));

@@ -141,28 +141,72 @@ async fn what_the_reader_took_leaves_the_store_without_waiting_for_more(server) 
 }
 }
 
+/// The fields of each entry of `key`, as `XRANGE` gives them: names and
+/// values in turn.
+fn entry_fields(redis: &RedisServer, key: &str) -> Vec<Vec<String>> {
+    let all = redis.cli(&["XRANGE", key, "-", "+"]);
+    let lines: Vec<&str> = all.split('\n').collect();
+    let is_id = |l: &&str| l.contains('-') && l.chars().all(|c| c.is_ascii_digit() || c == '-');
+    lines
+        .split(is_id)
+        .skip(1)
+        .map(|e| e.iter().map(|f| (*f).to_owned()).collect())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn inbox_entries_carry_only_what_the_reader_reads() {
+async fn inbox_entries_are_packed_for_nodes_that_read_them_and_fielded_for_older_ones() {
     let redis = RedisServer::start();
-    let store = silent_node(&redis, "test/silent", 10, "t").await;
+    let store = redis.store();
+    let packed = [("inbox".to_owned(), "packed".to_owned())];
+    test_hooks::register_node(&store, "test/new", "n1", 60_000, &packed)
+        .await
+        .unwrap();
+    test_hooks::register_node(&store, "test/old", "o1", 60_000, &[])
+        .await
+        .unwrap();
+    for id in ["test/new", "test/old"] {
+        test_hooks::subscribe_node(&store, id, "t", 10)
+            .await
+            .unwrap();
+    }
     let p = node(&redis, "test/p").await;
-    p.publish("t", b"to all").await.unwrap();
-    p.send("test/silent", b"to one").await.unwrap();
-    let fields = |entry: usize| {
-        let all = redis.cli(&["XRANGE", "lh:node:test/silent:inbox", "-", "+"]);
-        let entries: Vec<Vec<String>> = all
-            .split("\n")
-            .collect::<Vec<_>>()
-            .split(|l| l.contains('-') && l.chars().all(|c| c.is_ascii_digit() || c == '-'))
-            .skip(1)
-            .map(|e| e.iter().step_by(2).map(|f| (*f).to_owned()).collect())
-            .collect();
-        entries[entry].clone()
-    };
-    // Message id, topic (none for a direct message), sender, payload.
-    assert_eq!(fields(0), ["i", "t", "f", "p"]);
-    assert_eq!(fields(1), ["i", "f", "p"]);
-    drop(store);
+    let to_all = p.publish("t", b"to all\n2nd line").await.unwrap().id;
+    let to_one = p.send("test/new", b"to one").await.unwrap().id;
+    let to_old = p.send("test/old", b"to old").await.unwrap().id;
+    // One field: "ID TOPIC SENDER", a newline, the payload as it was.
+    let new = entry_fields(&redis, "lh:node:test/new:inbox");
+    assert_eq!(
+        new,
+        [
+            vec![
+                "m".to_owned(),
+                format!("{to_all} t test/p"),
+                "to all".to_owned(),
+                "2nd line".to_owned()
+            ],
+            vec![
+                "m".to_owned(),
+                format!("{to_one}  test/p"),
+                "to one".to_owned()
+            ],
+        ],
+        "(redis-cli shows the newline as a line break)"
+    );
+    // An older node reads the fields it knows: id, topic (none for a
+    // direct message), sender, payload.
+    let names = |e: &Vec<String>| e.iter().step_by(2).cloned().collect::<Vec<_>>();
+    let old = entry_fields(&redis, "lh:node:test/old:inbox");
+    // (The payload's own newline shows as one more line at its end.)
+    assert_eq!(names(&old[0][..8].to_vec()), ["i", "t", "f", "p"]);
+    let direct = ["i", &to_old.to_string(), "f", "test/p", "p", "to old"].map(str::to_owned);
+    assert_eq!(old[1], direct);
+    // An older version registered again under the packed node's id (its
+    // script leaves P:packed as it was, with another incarnation): fields.
+    redis.cli(&["HSET", "lh:node:test/new", "incarnation", "older"]);
+    p.send("test/new", b"after").await.unwrap();
+    let new = entry_fields(&redis, "lh:node:test/new:inbox");
+    assert_eq!(names(&new[2]), ["i", "f", "p"]);
     p.close().await.unwrap();
 }
 

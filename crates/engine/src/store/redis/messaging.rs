@@ -4,7 +4,7 @@
 
 use redis::{AsyncConnectionConfig, Value};
 
-use super::reply::{array, as_int, string_at, uint_at};
+use super::reply::{array, as_int, as_string, string_at, uint_at};
 use super::stream::{next_stream_id, StreamReader};
 use super::{scripts, RedisStore};
 use crate::config;
@@ -72,28 +72,30 @@ impl RedisStore {
                 .arg(if m.refuse_when_full { "refuse" } else { "drop" })
                 .arg(retain);
         }
-        let items = array(self.evalsha(&scripts::PUBLISH, &evalsha).await?)?;
-        if items.len() != messages.len() * 2 {
+        let reply = as_string(&self.evalsha(&scripts::PUBLISH, &evalsha).await?)?;
+        let words: Vec<&str> = reply.split(' ').filter(|w| !w.is_empty()).collect();
+        if words.len() != messages.len() * 2 {
             return Err(StoreError::Reply(format!(
-                "publish: {} values for {} messages",
-                items.len(),
+                "publish: {} words for {} messages",
+                words.len(),
                 messages.len()
             )));
         }
-        items
+        let bad = |word: &str| StoreError::Reply(format!("publish: {word:?} is no number"));
+        words
             .chunks(2)
             .map(|pair| {
-                Ok(match as_int(super::reply::at(pair, 0)?)? {
-                    -1 => PublishOutcome::InboxFull {
-                        node: string_at(pair, 1)?,
+                let (first, second) = (pair[0], pair[1]);
+                Ok(match first {
+                    "-1" => PublishOutcome::InboxFull {
+                        node: second.to_owned(),
                     },
-                    -2 => PublishOutcome::NotLive {
-                        node: string_at(pair, 1)?,
+                    "-2" => PublishOutcome::NotLive {
+                        node: second.to_owned(),
                     },
                     id => PublishOutcome::Delivered {
-                        id: u64::try_from(id)
-                            .map_err(|_| StoreError::Reply(format!("publish: {id}")))?,
-                        reached: uint_at(pair, 1)?,
+                        id: id.parse().map_err(|_| bad(id))?,
+                        reached: second.parse().map_err(|_| bad(second))?,
                     },
                 })
             })

@@ -191,7 +191,13 @@ fn text(bytes: Option<&[u8]>) -> String {
 }
 
 /// An entry's fields (see publish.lua) read into what it is.
-fn entry(entry: StreamEntry) -> Entry {
+fn entry(mut entry: StreamEntry) -> Entry {
+    if let [(name, _)] = entry.fields.as_slice() {
+        if name == b"m" {
+            let (_, packed) = entry.fields.pop().expect("one field");
+            return unpack(packed);
+        }
+    }
     match entry.get("k") {
         Some(b"recovered") => return Entry::Recovered,
         Some(b"command") => {
@@ -216,6 +222,28 @@ fn entry(entry: StreamEntry) -> Entry {
     })
 }
 
+/// A packed entry, `ID TOPIC SENDER\nPAYLOAD` (publish.lua), read without
+/// copying the payload again.
+fn unpack(mut packed: Vec<u8>) -> Entry {
+    let header_end = packed
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(packed.len());
+    let header: Vec<u8> = packed.drain(..(header_end + 1).min(packed.len())).collect();
+    let header = String::from_utf8_lossy(&header);
+    let mut parts = header.trim_end_matches('\n').splitn(3, ' ');
+    let id = parts.next().unwrap_or_default().parse().unwrap_or_default();
+    let topic = parts.next().unwrap_or_default();
+    let from = parts.next().unwrap_or_default();
+    Entry::Message(Message {
+        id,
+        topic: (!topic.is_empty()).then(|| topic.to_owned()),
+        from: from.to_owned(),
+        retained: false,
+        payload: packed,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,6 +252,34 @@ mod tests {
     fn the_next_stream_id_bounds_the_trim() {
         assert_eq!(next_stream_id("1700000000000-0"), "1700000000000-1");
         assert_eq!(next_stream_id("5-41"), "5-42");
+    }
+
+    #[test]
+    fn packed_entries_become_messages() {
+        let packed = |value: &[u8]| StreamEntry {
+            stream_id: "1-2".into(),
+            fields: vec![(b"m".to_vec(), value.to_vec())],
+        };
+        assert_eq!(
+            entry(packed(b"9 orders.created ns/a\nline one\nline two")),
+            Entry::Message(Message {
+                id: 9,
+                topic: Some("orders.created".into()),
+                from: "ns/a".into(),
+                payload: b"line one\nline two".to_vec(),
+                retained: false
+            })
+        );
+        assert_eq!(
+            entry(packed(b"10  ns/b\n")),
+            Entry::Message(Message {
+                id: 10,
+                topic: None,
+                from: "ns/b".into(),
+                payload: Vec::new(),
+                retained: false
+            })
+        );
     }
 
     #[test]

@@ -2,7 +2,7 @@
 -- written into the inbox of every live subscriber of its topic (or of its one
 -- target node) atomically; batching only shares the per-call costs (the
 -- clock, the pattern index, subscriber lookups) among messages.
--- KEYS: none: every key is built from the prefix (P:nodes, P:limits,
+-- KEYS: none: every key is built from the prefix (P:nodes, P:limits, P:packed,
 -- P:topic:T:subs, P:patterns, P:node:X, P:node:X:inbox, P:node:X:commands,
 -- P:topic:T:retained, P:retained, P:msgseq).
 -- ARGV: prefix, sender, then per message 5 values:
@@ -12,17 +12,25 @@
 --       inbox, as before, for a node registered by an older version, whose
 --       hash lacks commands=stream), topic or target node id, payload,
 --       "drop" or "refuse", retain ttl ms (-1: not retained, 0: no expiry)
--- Returns per message two values: {message id, nodes reached}, or
--- {-1, node id} when "refuse" met a full inbox (nothing written for that
--- message), or {-2, node id} when a direct target is not live; an error,
--- with nothing of the batch written, for a retain ttl out of range.
+-- Returns one string, per message two words separated by spaces: message
+-- id and nodes reached, or -1 and a node id when "refuse" met a full inbox
+-- (nothing written for that message), or -2 and a node id when a direct
+-- target is not live (node ids hold no spaces); an error, with nothing of
+-- the batch written, for a retain ttl out of range. One string, not two
+-- values per message: the client parses each value of a reply on its own.
 -- Every message is decided before anything is written; then the ids of the
 -- accepted ones are reserved at once (INCRBY P:msgseq), so ids only grow.
--- An inbox entry has the fields i (message id), t (topic; absent for a
--- direct message), f (sender) and p (payload), and k = "command" for a
--- command in the inbox of an older node; the reader takes an entry without
--- k as a message. Fields are few on purpose: each costs the XADD, the
--- XREAD's reply and the reader's parsing once per message.
+-- An inbox entry is one field, m = "ID TOPIC SENDER\nPAYLOAD" (TOPIC empty
+-- for a direct message; neither a topic nor a node id can hold a space or
+-- a newline), for a node whose incarnation said it reads that (P:packed
+-- holds node id -> that incarnation, set by register.lua). Every value of
+-- an entry costs the XADD, the XREAD's reply and above all the reader's
+-- parsing once per message: one field instead of four halves the reader's
+-- cost. For any other node (an older version, or one an older version
+-- registered again under the same id) the entry has the fields i (message
+-- id), t (topic; absent for a direct message), f (sender) and p (payload),
+-- and k = "command" for a command in its inbox; an entry without k is a
+-- message.
 -- A full inbox drops its oldest unread messages; every drop is counted in
 -- the node's hash (field "dropped"). Each node's limit is its own, from
 -- P:limits (10000, DEFAULT_INBOX_MAX_LENGTH, when it has none). A command
@@ -31,24 +39,30 @@ local prefix, sender = ARGV[1], ARGV[2]
 local now = now_ms()
 local nodes_key = prefix .. ':nodes'
 local limits_key = prefix .. ':limits'
+local packed_key = prefix .. ':packed'
 local patterns = nil
 local targets_of = {}  -- topic -> live subscriber ids, computed once per batch
-local inbox = {}       -- node id -> {key, length, limit}
+local inbox = {}       -- node id -> {key, length, limit, packed}
 
 -- Keeps the live ones of `ids` (lease valid on the Redis clock), and learns
--- their inbox length and limit. In chunks: unpack() has a stack limit.
+-- their inbox length, limit and entry format. In chunks: unpack() has a
+-- stack limit.
 local function live_only(ids)
   local out = {}
   for from = 1, #ids, 500 do
     local chunk = {unpack(ids, from, math.min(from + 499, #ids))}
     local expiries = redis.call('ZMSCORE', nodes_key, unpack(chunk))
     local limits = redis.call('HMGET', limits_key, unpack(chunk))
+    local packed = redis.call('HMGET', packed_key, unpack(chunk))
     for i, id in ipairs(chunk) do
       if expiries[i] and tonumber(expiries[i]) > now then
         out[#out + 1] = id
         if not inbox[id] then
-          local key = prefix .. ':node:' .. id .. ':inbox'
-          inbox[id] = {key, redis.call('XLEN', key), tonumber(limits[i] or '10000')}
+          local node_key = prefix .. ':node:' .. id
+          local key = node_key .. ':inbox'
+          local reads_packed = packed[i]
+            and packed[i] == redis.call('HGET', node_key, 'incarnation')
+          inbox[id] = {key, redis.call('XLEN', key), tonumber(limits[i] or '10000'), reads_packed}
         end
       end
     end
@@ -158,18 +172,24 @@ for n, d in ipairs(decided) do
       if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
       redis.call('SADD', prefix .. ':retained', topic)
     end
+    local packed = nil
     for i, id in ipairs(ids) do
       local box = inbox[id]
       if to_stream then
         -- config::COMMANDS_MAX
         redis.call('XADD', prefix .. ':node:' .. id .. ':commands', 'MAXLEN', 100, '*',
           'i', seq, 't', '', 'f', sender, 'p', payload, 'k', mode)
-      elseif mode == 'topic' and drops[i] == 0 then
-        redis.call('XADD', box[1], '*', 'i', seq, 't', topic, 'f', sender, 'p', payload)
+      elseif box[4] and mode ~= 'command' then
+        packed = packed or (string.format('%d', seq) .. ' ' .. topic .. ' ' .. sender .. '\n' .. payload)
+        if drops[i] > 0 then
+          -- Drop the oldest unread to make room: counted, never silent.
+          redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', drops[i])
+          redis.call('XADD', box[1], 'MAXLEN', box[3], '*', 'm', packed)
+        else
+          redis.call('XADD', box[1], '*', 'm', packed)
+        end
       else
-        -- The rarer entries: a direct message (no topic), one that drops
-        -- the oldest unread to make room (counted, never silent), a command
-        -- into the inbox of an older node (marked k = command).
+        -- A node of an older version: its fields (and its drops, counted).
         local xadd = {box[1]}
         if drops[i] > 0 then
           redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', drops[i])
@@ -189,8 +209,9 @@ for n, d in ipairs(decided) do
         redis.call('XADD', unpack(xadd))
       end
     end
-    out[#out + 1] = seq
+    -- %d: concatenation would print an id past 14 digits as 1e+14.
+    out[#out + 1] = string.format('%d', seq)
     out[#out + 1] = #ids
   end
 end
-return out
+return table.concat(out, ' ')

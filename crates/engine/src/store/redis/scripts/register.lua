@@ -10,7 +10,8 @@
 -- after it. Retained messages are not delivered again.
 -- The prefix is KEYS[1] without ":nodes"; keys built from it, not in KEYS:
 -- P:node:ID:subs, P:topic:SUB:subs, P:patterns (the subscriptions) and
--- P:limits (the node's inbox_max, for publishers).
+-- P:limits (the node's inbox_max, for publishers), P:packed (whether this
+-- incarnation reads packed inbox entries, for publishers).
 local now = now_ms()
 local id = ARGV[1]
 local prefix = string.sub(KEYS[1], 1, #KEYS[1] - #':nodes')
@@ -27,6 +28,15 @@ redis.call('HSET', KEYS[2], unpack(fields))
 -- Publishers look up every target's inbox limit in one hash.
 local limit = redis.call('HGET', KEYS[2], 'inbox_max')
 if limit then redis.call('HSET', prefix .. ':limits', id, limit) end
+-- Publishers write packed inbox entries (publish.lua) only to the
+-- incarnation recorded here, which says it reads them: a process of an
+-- older version registered again under this id leaves the record behind
+-- with another incarnation than its own, and gets the older fields.
+if redis.call('HGET', KEYS[2], 'inbox') == 'packed' then
+  redis.call('HSET', prefix .. ':packed', id, ARGV[2])
+else
+  redis.call('HDEL', prefix .. ':packed', id)
+end
 if ARGV[4] == '1' then
   redis.call('XADD', KEYS[3], '*', 'k', 'recovered')
 end

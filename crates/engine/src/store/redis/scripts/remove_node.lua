@@ -19,4 +19,5 @@ local function remove_node(prefix, id)
   redis.call('DEL', node_key, subs_key, node_key .. ':inbox', node_key .. ':commands')
   redis.call('ZREM', prefix .. ':nodes', id)
   redis.call('HDEL', prefix .. ':limits', id)
+  redis.call('HDEL', prefix .. ':packed', id)
 end
