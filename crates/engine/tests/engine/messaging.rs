@@ -211,6 +211,77 @@ async fn inbox_entries_are_packed_for_nodes_that_read_them_and_fielded_for_older
 }
 
 on_both_stores! {
+/// Many tasks of one node publish at once, some giving a publish up after
+/// its first poll (sent by its caller, or waiting for the next batch): each
+/// task's messages arrive in its order, every one not given up arrives, and
+/// a publish given up never stalls the ones after it.
+async fn publishes_given_up_half_way_keep_order_and_stall_nothing(server) {
+    let sub = node(&server, "test/sub").await;
+    sub.subscribe("seq").await.unwrap();
+    let mut rx = sub.inbox().unwrap();
+    let p = std::sync::Arc::new(node(&server, "test/p").await);
+    const TASKS: u32 = 8;
+    const PER: u32 = 100;
+    let given_up = |i: u32| i % 7 == 3;
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let p = p.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..PER {
+                let payload = [t.to_be_bytes(), i.to_be_bytes()].concat();
+                if given_up(i) {
+                    // A zero timeout polls the publish once, then drops it.
+                    let _ = tokio::time::timeout(Duration::ZERO, p.publish("seq", &payload)).await;
+                } else {
+                    p.publish("seq", &payload).await.unwrap();
+                }
+            }
+        }));
+    }
+    // A stall detector, not a timing bound: generous for the slower store.
+    let stall = Duration::from_secs(30);
+    for task in tasks {
+        tokio::time::timeout(stall, task)
+            .await
+            .expect("no publish stalls")
+            .unwrap();
+    }
+    let expected = TASKS as usize * (0..PER).filter(|&i| !given_up(i)).count();
+    let mut last: std::collections::HashMap<u32, u32> = Default::default();
+    let mut got = std::collections::HashSet::new();
+    let deadline = tokio::time::Instant::now() + stall;
+    // Until every message not given up is here (those given up may come
+    // too), then a moment more for any given up after the last.
+    while got.len() < expected || tokio::time::Instant::now() < deadline {
+        let wait = if got.len() < expected {
+            deadline.saturating_duration_since(tokio::time::Instant::now())
+        } else {
+            Duration::from_millis(200)
+        };
+        let Ok(Some(delivery)) = tokio::time::timeout(wait, rx.recv()).await else {
+            break;
+        };
+        let Delivery::Message(m) = delivery else {
+            continue;
+        };
+        let t = u32::from_be_bytes(m.payload[..4].try_into().unwrap());
+        let i = u32::from_be_bytes(m.payload[4..].try_into().unwrap());
+        if let Some(prev) = last.insert(t, i) {
+            assert!(i > prev, "task {t}: {i} after {prev}");
+        }
+        got.insert((t, i));
+    }
+    for t in 0..TASKS {
+        for i in (0..PER).filter(|&i| !given_up(i)) {
+            assert!(got.contains(&(t, i)), "task {t}'s message {i} never arrived");
+        }
+    }
+    std::sync::Arc::try_unwrap(p).ok().unwrap().close().await.unwrap();
+    sub.close().await.unwrap();
+}
+}
+
+on_both_stores! {
 async fn wildcards_match_one_segment_or_the_rest(server) {
     let star = node(&server, "test/star").await;
     let rest = node(&server, "test/rest").await;

@@ -222,8 +222,8 @@ fn entry(mut entry: StreamEntry) -> Entry {
     })
 }
 
-/// A packed entry, `ID TOPIC SENDER\nPAYLOAD` (publish.lua), read without
-/// copying the payload again.
+/// A packed entry, `ID TOPIC SENDER\nPAYLOAD` (publish.lua): the payload
+/// stays in the value's buffer (the header is drained off its front).
 fn unpack(mut packed: Vec<u8>) -> Entry {
     let header_end = packed
         .iter()
