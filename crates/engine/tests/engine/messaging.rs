@@ -154,6 +154,26 @@ fn entry_fields(redis: &RedisServer, key: &str) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// A publish is sent as an `EVALSHA` built by the store; a Redis that
+/// lost its scripts (a restart, a promoted replica, `SCRIPT FLUSH`) has it
+/// loaded again and the publish goes through, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_publish_loads_its_script_again_when_redis_lost_it() {
+    let redis = RedisServer::start();
+    let sub = node(&redis, "test/sub").await;
+    sub.subscribe("t").await.unwrap();
+    let mut inbox = sub.inbox().unwrap();
+    let p = node(&redis, "test/p").await;
+    p.publish("t", b"before").await.unwrap();
+    assert_eq!(next_msg(&mut inbox).await.payload, b"before");
+    redis.cli(&["SCRIPT", "FLUSH"]);
+    assert_eq!(p.publish("t", b"after").await.unwrap().reached, 1);
+    assert_eq!(next_msg(&mut inbox).await.payload, b"after");
+    nothing_for(&mut inbox, Duration::from_millis(200)).await;
+    p.close().await.unwrap();
+    sub.close().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inbox_entries_are_packed_for_nodes_that_read_them_and_fielded_for_older_ones() {
     let redis = RedisServer::start();
