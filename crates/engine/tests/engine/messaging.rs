@@ -232,7 +232,7 @@ async fn inbox_entries_are_packed_for_nodes_that_read_them_and_fielded_for_older
 
 on_both_stores! {
 /// Many tasks of one node publish at once, some giving a publish up after
-/// its first poll (sent by its caller, or waiting for the next batch): each
+/// its first poll (handed to the publisher by then, or not yet): each
 /// task's messages arrive in its order, every one not given up arrives, and
 /// a publish given up never stalls the ones after it.
 async fn publishes_given_up_half_way_keep_order_and_stall_nothing(server) {

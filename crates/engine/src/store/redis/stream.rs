@@ -229,16 +229,17 @@ fn unpack(mut packed: Vec<u8>) -> Entry {
         .iter()
         .position(|&b| b == b'\n')
         .unwrap_or(packed.len());
-    let header: Vec<u8> = packed.drain(..(header_end + 1).min(packed.len())).collect();
-    let header = String::from_utf8_lossy(&header);
-    let mut parts = header.trim_end_matches('\n').splitn(3, ' ');
+    let header = String::from_utf8_lossy(&packed[..header_end]);
+    let mut parts = header.splitn(3, ' ');
     let id = parts.next().unwrap_or_default().parse().unwrap_or_default();
     let topic = parts.next().unwrap_or_default();
-    let from = parts.next().unwrap_or_default();
+    let topic = (!topic.is_empty()).then(|| topic.to_owned());
+    let from = parts.next().unwrap_or_default().to_owned();
+    packed.drain(..(header_end + 1).min(packed.len()));
     Entry::Message(Message {
         id,
-        topic: (!topic.is_empty()).then(|| topic.to_owned()),
-        from: from.to_owned(),
+        topic,
+        from,
         retained: false,
         payload: packed,
     })

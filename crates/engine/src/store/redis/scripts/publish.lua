@@ -172,6 +172,8 @@ for n, d in ipairs(decided) do
       if ttl > 0 then redis.call('PEXPIRE', key, ttl) end
       redis.call('SADD', prefix .. ':retained', topic)
     end
+    -- %d: concatenation would print an id past 14 digits as 1e+14.
+    local id_text = string.format('%d', seq)
     local packed = nil
     for i, id in ipairs(ids) do
       local box = inbox[id]
@@ -179,38 +181,40 @@ for n, d in ipairs(decided) do
         -- config::COMMANDS_MAX
         redis.call('XADD', prefix .. ':node:' .. id .. ':commands', 'MAXLEN', 100, '*',
           'i', seq, 't', '', 'f', sender, 'p', payload, 'k', mode)
-      elseif box[4] and mode ~= 'command' then
-        packed = packed or (string.format('%d', seq) .. ' ' .. topic .. ' ' .. sender .. '\n' .. payload)
+      else
         if drops[i] > 0 then
           -- Drop the oldest unread to make room: counted, never silent.
           redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', drops[i])
-          redis.call('XADD', box[1], 'MAXLEN', box[3], '*', 'm', packed)
+        end
+        if box[4] and mode ~= 'command' then
+          packed = packed or (id_text .. ' ' .. topic .. ' ' .. sender .. '\n' .. payload)
+          if drops[i] > 0 then
+            redis.call('XADD', box[1], 'MAXLEN', box[3], '*', 'm', packed)
+          else
+            redis.call('XADD', box[1], '*', 'm', packed)
+          end
         else
-          redis.call('XADD', box[1], '*', 'm', packed)
+          -- A node of an older version: the fields it knows.
+          local xadd = {box[1]}
+          if drops[i] > 0 then
+            xadd[#xadd + 1] = 'MAXLEN'
+            xadd[#xadd + 1] = box[3]
+          end
+          for _, v in ipairs({'*', 'i', seq}) do xadd[#xadd + 1] = v end
+          if topic ~= '' then
+            xadd[#xadd + 1] = 't'
+            xadd[#xadd + 1] = topic
+          end
+          for _, v in ipairs({'f', sender, 'p', payload}) do xadd[#xadd + 1] = v end
+          if mode == 'command' then
+            xadd[#xadd + 1] = 'k'
+            xadd[#xadd + 1] = mode
+          end
+          redis.call('XADD', unpack(xadd))
         end
-      else
-        -- A node of an older version: its fields (and its drops, counted).
-        local xadd = {box[1]}
-        if drops[i] > 0 then
-          redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', drops[i])
-          xadd[#xadd + 1] = 'MAXLEN'
-          xadd[#xadd + 1] = box[3]
-        end
-        for _, v in ipairs({'*', 'i', seq}) do xadd[#xadd + 1] = v end
-        if topic ~= '' then
-          xadd[#xadd + 1] = 't'
-          xadd[#xadd + 1] = topic
-        end
-        for _, v in ipairs({'f', sender, 'p', payload}) do xadd[#xadd + 1] = v end
-        if mode == 'command' then
-          xadd[#xadd + 1] = 'k'
-          xadd[#xadd + 1] = mode
-        end
-        redis.call('XADD', unpack(xadd))
       end
     end
-    -- %d: concatenation would print an id past 14 digits as 1e+14.
-    out[#out + 1] = string.format('%d', seq)
+    out[#out + 1] = id_text
     out[#out + 1] = #ids
   end
 end
