@@ -670,7 +670,10 @@ async fn a_batch_publishes_in_order_or_is_refused_whole() {
     .await;
     assert_eq!(code, 400, "{answer}");
     assert!(
-        answer["error"].as_str().unwrap().contains("at most 1000"),
+        answer["error"]
+            .as_str()
+            .unwrap()
+            .contains("messages has 1001 entries: a batch holds at most 1000"),
         "{answer}"
     );
     let (code, body) = post_body(a.port, "/v1/publish/batch", b"[1, 2]").await;

@@ -17,12 +17,13 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use leasehold_engine::sync::locked;
 use leasehold_engine::{Delivery, Event, Inbox, Message};
-use serde_json::{json, Value};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
 use crate::config::{MAILBOX_LOG_BYTES, MAILBOX_LOG_ITEMS};
@@ -66,22 +67,41 @@ impl Item {
         }
     }
 
-    /// The item as JSON, its payload as [`crate::payload::set`] puts it.
+    /// The item as JSON (see its `Serialize`).
     pub fn to_json(&self) -> Value {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// The item as the API's JSON: an object whose keys come in alphabetical
+/// order (as they did when it was built as a `serde_json` map), its payload
+/// as [`crate::payload::entry`] writes it. Written straight to text for the
+/// event stream, with no map in between. Nothing in it can fail to
+/// serialize: every key is a string.
+impl Serialize for Item {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
             Item::Message(m) => {
-                let mut v = json!({
-                    "id": m.id,
-                    "topic": m.topic,
-                    "from": m.from,
-                    "retained": m.retained,
-                });
-                crate::payload::set(&mut v, &m.payload);
-                v
+                let mut map = s.serialize_map(Some(5))?;
+                map.serialize_entry("from", &m.from)?;
+                map.serialize_entry("id", &m.id)?;
+                crate::payload::entry(&mut map, &m.payload)?;
+                map.serialize_entry("retained", &m.retained)?;
+                map.serialize_entry("topic", &m.topic)?;
+                map.end()
             }
-            Item::Recovered => json!({}),
-            Item::Lag { backlog } => json!({ "backlog": backlog }),
-            Item::Dropped { count, total } => json!({ "count": count, "total": total }),
+            Item::Recovered => s.serialize_map(Some(0))?.end(),
+            Item::Lag { backlog } => {
+                let mut map = s.serialize_map(Some(1))?;
+                map.serialize_entry("backlog", backlog)?;
+                map.end()
+            }
+            Item::Dropped { count, total } => {
+                let mut map = s.serialize_map(Some(2))?;
+                map.serialize_entry("count", count)?;
+                map.serialize_entry("total", total)?;
+                map.end()
+            }
         }
     }
 }
@@ -94,15 +114,16 @@ pub struct Cursor(pub u64);
 /// What one read returns.
 #[derive(Debug, Default)]
 pub struct Read {
-    /// `(sequence number, item)`, in order.
-    pub items: Vec<(u64, Item)>,
+    /// `(sequence number, item)`, in order; shared with the log, so that
+    /// every client's read of a message is no copy of it.
+    pub items: Vec<(u64, Arc<Item>)>,
     /// Items that left the log before this client read them.
     pub missed: u64,
 }
 
 struct Log {
     /// `(sequence number, item)`; numbers are consecutive.
-    items: VecDeque<(u64, Item)>,
+    items: VecDeque<(u64, Arc<Item>)>,
     bytes: usize,
     /// The number the next item gets; the first is 1.
     next: u64,
@@ -111,7 +132,7 @@ struct Log {
 impl Log {
     fn push(&mut self, item: Item) {
         self.bytes += item.size();
-        self.items.push_back((self.next, item));
+        self.items.push_back((self.next, Arc::new(item)));
         self.next += 1;
         while self.items.len() > MAILBOX_LOG_ITEMS
             || (self.bytes > MAILBOX_LOG_BYTES && self.items.len() > 1)
@@ -127,11 +148,14 @@ impl Log {
     fn after(&self, after: u64, max: usize, max_bytes: usize) -> Read {
         let first = self.items.front().map_or(self.next, |(seq, _)| *seq);
         let missed = first.saturating_sub(after + 1);
+        // Numbers are consecutive: the first item after `after` is found
+        // by its number, not by a walk over the log.
+        let skip = usize::try_from((after + 1).saturating_sub(first)).unwrap_or(usize::MAX);
         let mut bytes = 0;
         let items = self
             .items
             .iter()
-            .filter(|(seq, _)| *seq > after)
+            .skip(skip)
             .take(max)
             .take_while(|(_, item)| {
                 let fits = bytes == 0 || bytes + item.size() <= max_bytes;
@@ -209,11 +233,22 @@ impl Mailbox {
     }
 
     fn push(&self, item: Item) {
+        self.push_all([item]);
+    }
+
+    /// Logs `items` under one lock and announces them once, so that a read
+    /// of many wakes the waiting clients once, not per item.
+    fn push_all(&self, items: impl IntoIterator<Item = Item>) {
         // Announced under the lock, so `grew` never goes back when two
         // tasks push at once.
         let mut log = locked(&self.log);
-        log.push(item);
-        self.grew.send_replace(log.next - 1);
+        let before = log.next;
+        for item in items {
+            log.push(item);
+        }
+        if log.next != before {
+            self.grew.send_replace(log.next - 1);
+        }
     }
 
     /// Up to `max` items after `cursor` (and about `max_bytes`, at least
@@ -262,21 +297,21 @@ impl Mailbox {
                     // What is already here comes along, up to `max` items
                     // and half the log's bytes.
                     let mut bytes = 0;
-                    let mut taken = 0;
+                    let mut taken = Vec::new();
                     let mut delivery = Some(first);
                     while let Some(d) = delivery {
                         bytes += match &d {
                             Delivery::Message(m) => m.payload.len(),
                             Delivery::Recovered => 0,
                         };
-                        self.take(d);
-                        taken += 1;
-                        delivery = if taken < max && bytes < MAILBOX_LOG_BYTES / 2 {
+                        taken.push(self.item(d));
+                        delivery = if taken.len() < max && bytes < MAILBOX_LOG_BYTES / 2 {
                             open.try_recv()
                         } else {
                             None
                         };
                     }
+                    self.push_all(taken);
                 }
                 _ = grew.changed() => {}
                 _ = tokio::time::sleep_until(deadline) => return Read::default(),
@@ -284,15 +319,16 @@ impl Mailbox {
         }
     }
 
-    fn take(&self, delivery: Delivery) {
+    /// The item of a delivery taken from the inbox, counted.
+    fn item(&self, delivery: Delivery) -> Item {
         match delivery {
             Delivery::Message(m) => {
                 self.received.fetch_add(1, Ordering::Relaxed);
-                self.push(Item::Message(m));
+                Item::Message(m)
             }
             Delivery::Recovered => {
                 self.recoveries.fetch_add(1, Ordering::Relaxed);
-                self.push(Item::Recovered);
+                Item::Recovered
             }
         }
     }

@@ -4,15 +4,17 @@
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
-use serde_json::{json, Value};
+use serde::ser::SerializeMap;
 
 use crate::invalid::Invalid;
 
-/// Sets `payload` or `payloadBase64` on `v`.
-pub fn set(v: &mut Value, payload: &[u8]) {
+/// Writes `payload` or `payloadBase64` into a JSON object being written
+/// (the object is never built as a map first: the event stream writes one
+/// per message).
+pub fn entry<M: SerializeMap>(map: &mut M, payload: &[u8]) -> Result<(), M::Error> {
     match std::str::from_utf8(payload) {
-        Ok(text) => v["payload"] = json!(text),
-        Err(_) => v["payloadBase64"] = json!(encode(payload)),
+        Ok(text) => map.serialize_entry("payload", text),
+        Err(_) => map.serialize_entry("payloadBase64", &encode(payload)),
     }
 }
 
@@ -100,14 +102,23 @@ mod tests {
         assert_eq!(decode(&wrapped.replace('\n', "\r\n")), Some(bytes));
     }
 
+    /// An object holding only the payload, as [`entry`] writes it.
+    struct Only<'a>(&'a [u8]);
+
+    impl serde::Serialize for Only<'_> {
+        fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            let mut map = s.serialize_map(Some(1))?;
+            entry(&mut map, self.0)?;
+            map.end()
+        }
+    }
+
     #[test]
     fn payloads_travel_as_text_when_utf8_and_as_base64_otherwise() {
-        let mut text = json!({});
-        set(&mut text, "héllo".as_bytes());
-        assert_eq!(text, json!({ "payload": "héllo" }));
-        let mut binary = json!({});
-        set(&mut binary, &[0xff, 0x00]);
-        assert_eq!(binary, json!({ "payloadBase64": "/wA=" }));
+        let text = serde_json::to_value(Only("héllo".as_bytes())).unwrap();
+        assert_eq!(text, serde_json::json!({ "payload": "héllo" }));
+        let binary = serde_json::to_value(Only(&[0xff, 0x00])).unwrap();
+        assert_eq!(binary, serde_json::json!({ "payloadBase64": "/wA=" }));
     }
 
     #[test]
