@@ -91,8 +91,12 @@ end
 
 -- Refuse a bad batch before writing anything (the engine checks first; this
 -- keeps a script error from leaving half a batch written).
+local ttls = {}
 for m = 3, #ARGV, 5 do
-  local ttl = tonumber(ARGV[m + 4])
+  local text = ARGV[m + 4]
+  local ttl = -1
+  if text ~= '-1' then ttl = tonumber(text) end
+  ttls[m] = ttl
   if not ttl or ttl < -1 or ttl > 3153600000000 then -- config::MAX_RETAIN_MS
     return redis.error_reply('ERR retain ttl out of range: ' .. tostring(ARGV[m + 4]))
   end
@@ -101,6 +105,8 @@ end
 -- Pass 1: decide every message (refused, or the inboxes it reaches and
 -- what each must drop for it) before anything is written.
 local decided = {}
+-- Shared by every message that drops nothing (most of them).
+local NO_DROPS = {}
 local accepted = 0
 for m = 3, #ARGV, 5 do
   local mode, target, overflow = ARGV[m], ARGV[m + 1], ARGV[m + 3]
@@ -127,21 +133,20 @@ for m = 3, #ARGV, 5 do
       if inbox[id][2] >= inbox[id][3] then refused = -1; target = id; break end
     end
   end
-  local drops = {}
+  local drops = NO_DROPS
   if refused then
     -- nothing to account
   elseif to_stream then
     accepted = accepted + 1
-    drops[1] = 0
   else
     accepted = accepted + 1
-    for i, id in ipairs(ids) do
-      local box = inbox[id]
+    for i = 1, #ids do
+      local box = inbox[ids[i]]
       if box[2] >= box[3] then
+        if drops == NO_DROPS then drops = {} end
         drops[i] = box[2] - box[3] + 1
         box[2] = box[3]
       else
-        drops[i] = 0
         box[2] = box[2] + 1
       end
     end
@@ -157,9 +162,10 @@ if accepted > 0 then seq = redis.call('INCRBY', seq_key, accepted) - accepted en
 
 -- Pass 2: write.
 local out = {}
+local reached_text = {}
 for n, d in ipairs(decided) do
   local m = 3 + (n - 1) * 5
-  local mode, payload, ttl = ARGV[m], ARGV[m + 2], tonumber(ARGV[m + 4])
+  local mode, payload, ttl = ARGV[m], ARGV[m + 2], ttls[m]
   local refused, target, ids, topic, drops, to_stream = d[1], d[2], d[3], d[4], d[5], d[6]
   if refused then
     out[#out + 1] = refused
@@ -175,20 +181,22 @@ for n, d in ipairs(decided) do
     -- %d: concatenation would print an id past 14 digits as 1e+14.
     local id_text = string.format('%d', seq)
     local packed = nil
-    for i, id in ipairs(ids) do
+    for i = 1, #ids do
+      local id = ids[i]
       local box = inbox[id]
+      local dropped = drops[i] or 0
       if to_stream then
         -- config::COMMANDS_MAX
         redis.call('XADD', prefix .. ':node:' .. id .. ':commands', 'MAXLEN', 100, '*',
           'i', seq, 't', '', 'f', sender, 'p', payload, 'k', mode)
       else
-        if drops[i] > 0 then
+        if dropped > 0 then
           -- Drop the oldest unread to make room: counted, never silent.
-          redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', drops[i])
+          redis.call('HINCRBY', prefix .. ':node:' .. id, 'dropped', dropped)
         end
         if box[4] and mode ~= 'command' then
           packed = packed or (id_text .. ' ' .. topic .. ' ' .. sender .. '\n' .. payload)
-          if drops[i] > 0 then
+          if dropped > 0 then
             redis.call('XADD', box[1], 'MAXLEN', box[3], '*', 'm', packed)
           else
             redis.call('XADD', box[1], '*', 'm', packed)
@@ -196,7 +204,7 @@ for n, d in ipairs(decided) do
         else
           -- A node of an older version: the fields it knows.
           local xadd = {box[1]}
-          if drops[i] > 0 then
+          if dropped > 0 then
             xadd[#xadd + 1] = 'MAXLEN'
             xadd[#xadd + 1] = box[3]
           end
@@ -215,7 +223,9 @@ for n, d in ipairs(decided) do
       end
     end
     out[#out + 1] = id_text
-    out[#out + 1] = #ids
+    local reached = reached_text[ids]
+    if not reached then reached = tostring(#ids); reached_text[ids] = reached end
+    out[#out + 1] = reached
   end
 end
 return table.concat(out, ' ')
