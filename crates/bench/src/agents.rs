@@ -27,8 +27,21 @@ pub async fn start(
     timings: ElectionConfig,
     node_lease_ms: u64,
 ) -> anyhow::Result<Agent> {
+    start_with(url, prefix, name, groups, timings, node_lease_ms, &[]).await
+}
+
+/// [`start`] with more of the agent's options (`--name=value`).
+pub async fn start_with(
+    url: &str,
+    prefix: &str,
+    name: &str,
+    groups: &[String],
+    timings: ElectionConfig,
+    node_lease_ms: u64,
+    options: &[String],
+) -> anyhow::Result<Agent> {
     let port = leasehold_testkit::redis::free_port()?;
-    let args = vec![
+    let mut args = vec![
         "agent".to_owned(),
         format!("--redis-url={url}"),
         format!("--prefix={prefix}"),
@@ -40,6 +53,7 @@ pub async fn start(
         format!("--retry-interval-ms={}", timings.retry_interval_ms),
         format!("--node-lease-ms={node_lease_ms}"),
     ];
+    args.extend_from_slice(options);
     let exe = std::env::current_exe().context("cannot find this binary")?;
     let groups = groups.join(",");
     let launch = Launch {

@@ -30,6 +30,10 @@ async fn start(
         .map_err(anyhow::Error::msg)
 }
 
+/// The subscribers' inbox bound in the throughput steps: past any step's
+/// default count, so that nothing is dropped.
+const BIG_INBOX: u64 = 1_000_000;
+
 /// `in_flight` workers publish `n` messages between them, each one at a time,
 /// so `in_flight` publishes are outstanding at any moment.
 fn spawn_publishers(
@@ -72,7 +76,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         _ => None,
     };
     let prefix = prefix();
-    let big = InboxConfig::with_max_length(1_000_000);
+    let big = InboxConfig::with_max_length(BIG_INBOX);
     let sub = start(url, &prefix, "bench/sub", 30_000, big).await?;
     let publisher = Arc::new(start(url, &prefix, "bench/pub", 30_000, big).await?);
     sub.subscribe("bench.t").await.map_err(anyhow::Error::msg)?;
@@ -335,7 +339,19 @@ async fn agent_path(
     let timings = args.timings()?;
     let groups = [GROUP.to_owned()];
     let a = super::agents::start(url, prefix, "http-pub", &groups, timings, 30_000).await?;
-    let b = super::agents::start(url, prefix, "http-sub", &groups, timings, 30_000).await?;
+    // The same inbox bound as the library's subscriber (BIG_INBOX): at the
+    // agent's default of 10,000 a long step drops messages, and the count
+    // then waits out its deadline.
+    let b = super::agents::start_with(
+        url,
+        prefix,
+        "http-sub",
+        &groups,
+        timings,
+        30_000,
+        &[format!("--inbox-max-length={BIG_INBOX}")],
+    )
+    .await?;
     let (code, body) =
         leasehold_testkit::agent::post(b.port, "/v1/subscriptions?pattern=bench.http").await;
     if code != 200 {
