@@ -189,8 +189,16 @@ async fn a_better_candidate_that_does_not_claim_delays_the_seat_by_the_deference
         add(&server, &mut all, id, priority, cfg).await;
     }
     assert_eq!(settled_leader(&all, Duration::from_secs(3)).await, 0);
-    // A fresh candidacy for h (a priority change claims at once), so it
-    // outlives the leader's lease and the whole deference.
+    // The leader crashes first, so that its lease ends at most a ttl after
+    // h's claim below: a renewal after that claim (a slow machine between
+    // the claim and the crash) would outlast h's candidacy, and b would
+    // find nobody to wait for.
+    let (_, left) = all[0].group().unwrap().leader_lease().unwrap();
+    let start = Instant::now();
+    crash(&mut all[0]);
+    // A fresh candidacy for h (a priority change claims at once): it lasts
+    // ttl + 2 retry intervals from now, past the lease's end and the whole
+    // deference.
     let store = server.store();
     all[2].group().unwrap().set_priority(5).unwrap();
     let mut fresh = false;
@@ -203,10 +211,12 @@ async fn a_better_candidate_that_does_not_claim_delays_the_seat_by_the_deference
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
     assert!(fresh, "the new priority never reached the store");
-    let (_, left) = all[0].group().unwrap().leader_lease().unwrap();
-    let start = Instant::now();
     crash(&mut all[2]);
-    crash(&mut all[0]);
+    assert!(
+        start.elapsed() < left,
+        "h was still running at the lease's end: the set-up took {:?}",
+        start.elapsed()
+    );
     let b = all[1].group().unwrap().clone();
     let mut deferred = None;
     let limit = left + cfg.deference() + cfg.retry_interval() * 3;
