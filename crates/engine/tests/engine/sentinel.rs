@@ -26,6 +26,28 @@ const CFG: ElectionConfig = ElectionConfig {
     retry_interval_ms: 300,
 };
 
+/// `SENTINEL FAILOVER`, asked again until a sentinel takes it on (`OK`, or
+/// `INPROG`: one is under way). A sentinel may refuse it, e.g. with
+/// NOGOODSLAVE while its last look at the replica is too old on a loaded
+/// machine; the test would then wait for a switch nobody started. The
+/// groups are sampled meanwhile.
+async fn force_failover(d: &Deployment, tally: &mut Tally, groups: &[&Group]) {
+    let mut answer = String::new();
+    for _ in 0..50 {
+        answer = d.sentinels[0]
+            .cli(&["SENTINEL", "FAILOVER", testkit::sentinel::MASTER])
+            .unwrap();
+        if answer == "OK" || answer.starts_with("INPROG") {
+            return;
+        }
+        for _ in 0..40 {
+            tally.sample(groups);
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+    panic!("SENTINEL FAILOVER refused 50 times; the last answer: {answer}");
+}
+
 async fn member(url: &str, id: &str) -> (Node, Group) {
     member_with(url, id, CFG).await
 }
@@ -121,9 +143,7 @@ async fn nodes_follow_a_forced_failover() {
         })
         .await;
 
-    d.sentinels[0]
-        .cli(&["SENTINEL", "FAILOVER", testkit::sentinel::MASTER])
-        .unwrap();
+    force_failover(&d, &mut tally, &groups).await;
     let mut new = None;
     tally
         .until(
@@ -420,9 +440,7 @@ async fn a_new_primary_without_the_old_ones_replicas_confirms_no_lease_for_the_g
             || paused.elapsed() > Duration::from_millis(CFG.ttl_ms + 2 * CFG.retry_interval_ms),
         )
         .await;
-    d.sentinels[0]
-        .cli(&["SENTINEL", "FAILOVER", testkit::sentinel::MASTER])
-        .unwrap();
+    force_failover(&d, &mut tally, &groups).await;
     let mut named = None;
     tally
         .until(
