@@ -18,20 +18,9 @@ pub const NAMESPACE: &str = "bench";
 pub type AgentProcess = Agent;
 
 /// Starts `leasehold agent` (this very binary, see `main.rs`) for `groups`
-/// at these timings and waits until its API answers.
+/// at these timings, with more of its options (`--name=value`) if any, and
+/// waits until its API answers.
 pub async fn start(
-    url: &str,
-    prefix: &str,
-    name: &str,
-    groups: &[String],
-    timings: ElectionConfig,
-    node_lease_ms: u64,
-) -> anyhow::Result<Agent> {
-    start_with(url, prefix, name, groups, timings, node_lease_ms, &[]).await
-}
-
-/// [`start`] with more of the agent's options (`--name=value`).
-pub async fn start_with(
     url: &str,
     prefix: &str,
     name: &str,
@@ -119,7 +108,7 @@ pub async fn start_many(
     for i in 0..n {
         let name = format!("agent-{i}");
         let groups = [GROUP.to_owned()];
-        agents.push(start(url, prefix, &name, &groups, timings, node_lease_ms).await?);
+        agents.push(start(url, prefix, &name, &groups, timings, node_lease_ms, &[]).await?);
     }
     Ok(agents)
 }

@@ -133,6 +133,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
             &groups,
             timings,
             lease,
+            &[],
         )
         .await?;
         wait_roles(&holder, "leader", n, settle + Duration::from_secs(30)).await?;
@@ -148,6 +149,7 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
             &groups,
             timings,
             lease,
+            &[],
         )
         .await?;
         wait_roles(&follower, "follower", n, settle + Duration::from_secs(30)).await?;

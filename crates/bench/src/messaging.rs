@@ -338,11 +338,11 @@ async fn agent_path(
 
     let timings = args.timings()?;
     let groups = [GROUP.to_owned()];
-    let a = super::agents::start(url, prefix, "http-pub", &groups, timings, 30_000).await?;
+    let a = super::agents::start(url, prefix, "http-pub", &groups, timings, 30_000, &[]).await?;
     // The same inbox bound as the library's subscriber (BIG_INBOX): at the
     // agent's default of 10,000 a long step drops messages, and the count
     // then waits out its deadline.
-    let b = super::agents::start_with(
+    let b = super::agents::start(
         url,
         prefix,
         "http-sub",
