@@ -6,7 +6,7 @@ use leasehold_testkit as testkit;
 
 use std::time::{Duration, Instant};
 
-use testkit::agent::{args, get, post, run_to_end, Agent, RETRY_MS, TTL_MS};
+use testkit::agent::{args, get, post, run_to_end, Agent, RENEW_MS, RETRY_MS, TTL_MS};
 use testkit::free_port;
 use testkit::proxy::Proxy;
 use testkit::{RedisServer, StoreFixture};
@@ -354,7 +354,27 @@ async fn role_files_follow_the_role_and_say_stopped_at_exit() {
         read(l).starts_with("leader ") && read(1 - l) == "follower\n"
     })
     .await;
-    let term: u64 = read(l).trim()["leader ".len()..].parse().unwrap();
+    // `leader TERM until UNIX_MS`: the instant lies within one ttl.
+    let leader_line = |text: &str| -> Option<(u64, u64)> {
+        let f: Vec<&str> = text.trim_end().split(' ').collect();
+        match f[..] {
+            ["leader", term, "until", ms] => Some((term.parse().ok()?, ms.parse().ok()?)),
+            _ => None,
+        }
+    };
+    let (term, until) = leader_line(&read(l)).unwrap();
+    let now_ms = leasehold_engine::sync::wall_clock_ms();
+    assert!(
+        until > now_ms && until <= now_ms + TTL_MS,
+        "until {until}, now {now_ms}"
+    );
+    // It moves on with every renewal.
+    testkit::eventually(
+        Duration::from_millis(3 * RENEW_MS),
+        "a renewal rewrote the file",
+        || leader_line(&read(l)).is_some_and(|(t, u)| t == term && u > until),
+    )
+    .await;
 
     agents[l].signal(testkit::Signal::SIGTERM);
     assert!(agents[l]
@@ -363,7 +383,7 @@ async fn role_files_follow_the_role_and_say_stopped_at_exit() {
         .is_some());
     assert_eq!(read(l), "stopped\n");
     testkit::eventually(Duration::from_secs(1), "the other file says leader", || {
-        read(1 - l) == format!("leader {}\n", term + 1)
+        leader_line(&read(1 - l)).is_some_and(|(t, _)| t == term + 1)
     })
     .await;
     let _ = std::fs::remove_dir_all(&dir);

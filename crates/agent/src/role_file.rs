@@ -1,25 +1,36 @@
 //! One file per group, for applications that would rather watch a file than
-//! call an API: `DIR/NAME` holds `leader TERM`, `follower`, `candidate`,
-//! `abstaining`, or `stopped` once the agent is stopping (written before
-//! its leases are released). Each write goes to a
+//! call an API: `DIR/NAME` holds `leader TERM until UNIX_MS`, `follower`,
+//! `candidate`, `abstaining`, or `stopped` once the agent is stopping
+//! (written before its leases are released). Each write goes to a
 //! temporary file that is renamed over the old one, so a reader never sees
 //! half a line, and inotify watchers see one event per change.
+//!
+//! `until` is when the agent's local view of the lease ends, in
+//! milliseconds of the Unix clock: a reader on the same machine compares it
+//! with its own clock, so a file that still says `leader` because the agent
+//! is stopped or starved (and cannot rewrite it) reads as stale once the
+//! instant passes. The file is rewritten at every confirmed renewal; a
+//! reader that takes the first word, or splits `leader TERM` on its first
+//! space and parses up to the next, reads it as before.
 
 use std::path::{Path, PathBuf};
 
 use leasehold_daemon::error::FlagError;
 use tokio::task::JoinSet;
 
-use leasehold_engine::{Group, Role};
+use leasehold_engine::{Group, Leadership, Role};
 
 pub(crate) struct RoleFiles {
     dir: PathBuf,
 }
 
-/// What a group's file holds.
-pub fn content(role: &Role, leading: Option<u64>) -> String {
+/// What a group's file holds, with `now_ms` the Unix clock now.
+pub fn content(role: &Role, leading: Option<Leadership>, now_ms: u64) -> String {
     match leading {
-        Some(term) => format!("leader {term}\n"),
+        Some(lease) => {
+            let until = now_ms.saturating_add(lease.remaining().as_millis() as u64);
+            format!("leader {} until {until}\n", lease.term)
+        }
         None => format!("{}\n", crate::api::role_text(role, None)),
     }
 }
@@ -45,18 +56,25 @@ impl RoleFiles {
 
     /// Keeps each group's file current until the returned set is dropped
     /// (which aborts its tasks).
-    /// It follows role changes only: the campaign itself demotes at the
-    /// moment its local lease runs out, so no timer per group is needed
-    /// (an agent may hold thousands).
+    /// It follows role changes and confirmed renewals (a new `until`): the
+    /// campaign itself demotes at the moment its local lease runs out, so
+    /// no timer per group is needed (an agent may hold thousands). A leader
+    /// costs one write and rename per renewal (docs/agent.md has the cost).
     pub fn watch(&self, groups: &[(String, Group)]) -> JoinSet<()> {
         let mut tasks = JoinSet::new();
         for (name, group) in groups {
             let (dir, name, group) = (self.dir.clone(), name.clone(), group.clone());
             tasks.spawn(async move {
                 let mut role = group.role();
+                let mut leadership = group.leadership_changes();
                 let mut written = String::new();
                 loop {
-                    let text = content(&role.borrow_and_update().clone(), group.leader_term());
+                    let _ = leadership.borrow_and_update();
+                    let text = content(
+                        &role.borrow_and_update().clone(),
+                        group.leadership(),
+                        leasehold_engine::sync::wall_clock_ms(),
+                    );
                     if text != written {
                         match write(&dir, &name, &text) {
                             Ok(()) => written = text,
@@ -65,7 +83,11 @@ impl RoleFiles {
                             }
                         }
                     }
-                    if role.changed().await.is_err() {
+                    let changed = tokio::select! {
+                        changed = role.changed() => changed,
+                        changed = leadership.changed() => changed,
+                    };
+                    if changed.is_err() {
                         break;
                     }
                 }
@@ -89,14 +111,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_a_live_local_lease_reads_as_leader() {
-        assert_eq!(content(&Role::Leader { term: 3 }, Some(3)), "leader 3\n");
-        assert_eq!(content(&Role::Leader { term: 3 }, None), "candidate\n");
+    fn only_a_live_local_lease_reads_as_leader_until_its_end() {
+        let lease = Leadership {
+            term: 3,
+            until: tokio::time::Instant::now() + std::time::Duration::from_millis(800),
+        };
+        let now_ms = 1_700_000_000_000;
+        let text = content(&Role::Leader { term: 3 }, Some(lease), now_ms);
+        let until: u64 = text
+            .strip_prefix("leader 3 until ")
+            .and_then(|ms| ms.trim_end().parse().ok())
+            .unwrap_or_else(|| panic!("{text:?}"));
+        // The time left, read a moment after the lease was made.
+        assert!((now_ms + 700..=now_ms + 800).contains(&until), "{text:?}");
+        // An old reader that took the term after "leader " up to the next
+        // space still gets it.
+        assert_eq!(text["leader ".len()..].split(' ').next(), Some("3"));
+        assert_eq!(
+            content(&Role::Leader { term: 3 }, None, now_ms),
+            "candidate\n"
+        );
         let follower = Role::Follower {
             leader: "ns/a".into(),
             term: 3,
         };
-        assert_eq!(content(&follower, None), "follower\n");
-        assert_eq!(content(&Role::Abstaining, None), "abstaining\n");
+        assert_eq!(content(&follower, None, now_ms), "follower\n");
+        assert_eq!(content(&Role::Abstaining, None, now_ms), "abstaining\n");
     }
 }

@@ -42,7 +42,7 @@ pub mod test_hooks;
 pub use config::{
     ConfigError, ElectionConfig, InboxConfig, NodeConfig, DEFAULT_PRIORITY, MAX_PRIORITY,
 };
-pub use election::{Group, Role};
+pub use election::{Group, Leadership, Role};
 pub use error::{Error, SuccessorRefusal};
 pub use events::{Event, LostReason, Observer, Operation};
 pub use inbox::topic::TopicError;

@@ -1,8 +1,10 @@
 //! Leadership as the API reports it: `/v1/status`, a group's leader, and
 //! step-down. Every answer comes from the group's local lease view
-//! ([`Group::leader_term`]), the same check the library gives embedded
+//! ([`Group::leadership`]), the same check the library gives embedded
 //! users: an agent whose lease ran out locally says so at once, even before
-//! its campaign task has noticed.
+//! its campaign task has noticed, and a leader's view says how many
+//! milliseconds it has left, so an application can bound a critical
+//! section by them.
 
 use std::collections::BTreeMap;
 
@@ -28,6 +30,15 @@ pub struct GroupView {
     pub term: Option<u64>,
     /// The leader's node id, when one is known.
     pub leader: Option<String>,
+    /// While this pod leads: how long its local view of the lease still
+    /// holds, in milliseconds, as of the answer. Work that must not outlive
+    /// the lease ends within this (less the time the answer took to read).
+    #[serde(
+        rename = "leaseRemainingMs",
+        default,
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub lease_remaining_ms: Option<u64>,
     /// The priority this pod campaigns with (0: it never leads).
     #[serde(default = "default_priority")]
     pub priority: u32,
@@ -91,6 +102,7 @@ pub fn view(group: &str, role: &Role, leading: Option<u64>, me: &str) -> GroupVi
         role: role_text(role, leading).to_owned(),
         term,
         leader,
+        lease_remaining_ms: None,
         priority: default_priority(),
         deferring: None,
         problem: None,
@@ -111,7 +123,9 @@ pub(crate) fn role_text(role: &Role, leading: Option<u64>) -> &'static str {
 
 fn group_view(state: &AgentState, group: &Group) -> GroupView {
     let role = group.role().borrow().clone();
-    let mut v = view(group.name(), &role, group.leader_term(), &state.node_id);
+    let lease = group.leadership();
+    let mut v = view(group.name(), &role, lease.map(|l| l.term), &state.node_id);
+    v.lease_remaining_ms = lease.map(|l| l.remaining().as_millis() as u64);
     v.priority = group.priority();
     v.problem = group.problem();
     v.deferring = group

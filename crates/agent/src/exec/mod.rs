@@ -22,12 +22,20 @@
 //!
 //! The command runs under a guard process ([`guard`]) tied to the agent's
 //! life, so a crashed agent cannot leave any part of the command's tree
-//! running while a successor starts its own. When the agent is PID 1 of its
+//! running while a successor starts its own. The guard also holds the
+//! lease's deadline ([`deadline`]): the agent sends it the end of its local
+//! view at the start and after every confirmed renewal, and the guard stops
+//! the command by that instant on its own when no renewal extends it, so an
+//! agent that is stopped or starved while its command runs on cannot leave
+//! the command running past the lease. An agent that comes back to find its
+//! command ended that way starts it again only under a lease whose claim or
+//! renewal it sent after it came back. When the agent is PID 1 of its
 //! namespace, it also reaps orphans ([`reaper`]). The agent, a Kubernetes
 //! sidecar, builds on Unix; the death signal and the subreaper are Linux's.
 // unsafe_code is denied workspace-wide; `pre_exec` (code between fork and exec) needs it.
 #![allow(unsafe_code)]
 
+mod deadline;
 pub mod guard;
 mod procfs;
 pub mod reaper;
@@ -42,8 +50,11 @@ use tokio::task::JoinHandle;
 
 use leasehold_daemon::error::FlagError;
 use leasehold_engine::config::ElectionConfig;
-use leasehold_engine::Group;
+use leasehold_engine::{Group, Leadership};
 use nix::sys::signal::Signal;
+use tokio::time::Instant;
+
+use deadline::{Deadline, EXPIRED};
 
 /// Between role changes, the local lease is re-checked this often, so the
 /// command stops within this much of the lease lapsing locally.
@@ -175,16 +186,22 @@ pub(crate) struct Run {
 impl Run {
     /// Starts the command under its guard: this same binary, run as
     /// `exec-guard`, in a process group of its own (a terminal's Ctrl-C
-    /// reaches the agent, which stops the command in order).
-    fn spawn(&self, term: u64) -> std::io::Result<Child> {
+    /// reaches the agent, which stops the command in order). The guard's
+    /// standard input is a socket that already holds the deadline of
+    /// `lease`, so the guard never runs the command without one.
+    fn spawn(&self, lease: Leadership) -> std::io::Result<Running> {
+        let (link, guard_end) = std::os::unix::net::UnixStream::pair()?;
+        let first = Deadline::at(lease.until.into_std(), self.grace());
+        std::io::Write::write_all(&mut &link, first.line().as_bytes())?;
+        link.set_nonblocking(true)?;
         let mut cmd = Command::new(guard_program());
         cmd.arg(guard::SUBCOMMAND)
             .arg("--")
             .args(&self.command)
             .env("LEASEHOLD_GROUP", &self.name)
-            .env("LEASEHOLD_TERM", term.to_string())
+            .env("LEASEHOLD_TERM", lease.term.to_string())
             .env("LEASEHOLD_NODE_ID", &self.node_id)
-            .stdin(Stdio::null())
+            .stdin(Stdio::from(std::os::fd::OwnedFd::from(guard_end)))
             .process_group(0);
         // SAFETY: prctl, getppid and kill are async-signal-safe and touch no
         // memory of the parent. The death signal is tied to the thread that
@@ -204,13 +221,27 @@ impl Run {
         }
         let mut own = self.own.lock();
         let child = cmd.spawn()?;
-        own.extend(child.id());
-        Ok(child)
+        let pid = child.id();
+        own.extend(pid);
+        Ok(Running {
+            child,
+            pid,
+            own: self.own.clone(),
+            link,
+            sent: lease,
+        })
     }
 
     /// The grace period under the timings in force now.
     fn grace(&self) -> Duration {
         grace_under(self.grace, &self.group.timings())
+    }
+
+    /// Whether `lease` was confirmed by a claim or renewal sent at or after
+    /// `since` (its end is that send plus the ttl).
+    fn sent_since(&self, lease: &Leadership, since: Option<Instant>) -> bool {
+        let ttl = Duration::from_millis(self.group.timings().ttl_ms);
+        since.is_none_or(|since| lease.until >= since + ttl)
     }
 }
 
@@ -256,11 +287,10 @@ async fn terminate(child: &mut Child, grace: Duration) {
 /// command is stopped, SIGKILL included, before the lease can expire in
 /// Redis and pass to another node, and a healthy renewal never dips below
 /// that (see [`grace_room`]).
-fn may_run(group: &Group, grace: Duration) -> Option<u64> {
+fn may_run(group: &Group, grace: Duration) -> Option<Leadership> {
     group
-        .leader_lease()
-        .filter(|(_, left)| *left > grace + RECHECK)
-        .map(|(term, _)| term)
+        .leadership()
+        .filter(|lease| lease.remaining() > grace + RECHECK)
 }
 
 /// Says once per change of timings that the grace period was shortened.
@@ -297,6 +327,35 @@ struct Running {
     child: Child,
     pid: Option<u32>,
     own: reaper::OwnChildren,
+    /// The agent's end of the guard's socket: deadlines out, the guard's
+    /// report in.
+    link: std::os::unix::net::UnixStream,
+    /// The lease whose deadline the guard holds.
+    sent: Leadership,
+}
+
+impl Running {
+    /// Hands the guard the deadline of a renewed lease. A write the socket
+    /// cannot take now is dropped: the guard then acts on the deadline it
+    /// has, which is earlier, never later.
+    fn extend(&mut self, lease: Leadership, grace: Duration) {
+        if lease == self.sent {
+            return;
+        }
+        let line = Deadline::at(lease.until.into_std(), grace).line();
+        match std::io::Write::write(&mut &self.link, line.as_bytes()) {
+            Ok(n) if n == line.len() => self.sent = lease,
+            Ok(_) | Err(_) => {
+                tracing::debug!("the exec guard's socket took no new deadline");
+            }
+        }
+    }
+
+    /// Whether the guard said it ended the command at the deadline.
+    fn expired(&self) -> bool {
+        let mut buf = [0u8; 64];
+        matches!(std::io::Read::read(&mut &self.link, &mut buf), Ok(n) if buf[..n].starts_with(EXPIRED))
+    }
 }
 
 impl Drop for Running {
@@ -318,11 +377,18 @@ async fn supervise(
     let mut notice = GraceNotice::default();
     // A term handed over by a step-down is not run again.
     let mut handed_over: Option<u64> = None;
+    // When the agent found that the guard had ended the command at the
+    // deadline: the command runs again only under a lease sent since.
+    let mut came_back: Option<Instant> = None;
     loop {
-        let term = loop {
+        let lease = loop {
             notice.check(&run);
             match may_run(&run.group, run.grace()) {
-                Some(term) if Some(term) != handed_over => break term,
+                Some(lease)
+                    if Some(lease.term) != handed_over && run.sent_since(&lease, came_back) =>
+                {
+                    break lease
+                }
                 _ => {}
             }
             tokio::select! {
@@ -337,49 +403,51 @@ async fn supervise(
                 _ = tokio::time::sleep(RECHECK) => {}
             }
         };
-        let child = run.spawn(term).map_err(|source| ExecError::Start {
+        let term = lease.term;
+        let mut running = run.spawn(lease).map_err(|source| ExecError::Start {
             program: run.command[0].clone(),
             source,
         })?;
-        let pid = child.id();
-        let mut running = Running {
-            child,
-            pid,
-            own: run.own.clone(),
-        };
-        let child = &mut running.child;
-        tracing::info!(group = %run.name, term, guard = ?pid, "leading: command started");
+        tracing::info!(group = %run.name, term, guard = ?running.pid, "leading: command started");
         loop {
             tokio::select! {
-                status = child.wait() => {
+                status = running.child.wait() => {
                     let status = status.map_err(ExecError::Wait)?;
+                    if running.expired() {
+                        tracing::warn!(group = %run.name, term, "the guard ended the command at the lease's deadline: no renewal reached it in time (was the agent stopped or starved?); it runs again only under a lease confirmed from now on");
+                        came_back = Some(Instant::now());
+                        break;
+                    }
                     return Ok(exit_code(status));
                 }
                 request = control.recv() => match request {
                     Some(Control::HandOver(done)) => {
-                        terminate(child, run.grace()).await;
+                        terminate(&mut running.child, run.grace()).await;
                         tracing::info!(group = %run.name, term, "stepping down: command stopped");
                         handed_over = Some(term);
                         let _ = done.send(());
                         break;
                     }
                     Some(Control::Stop) | None => {
-                        terminate(child, run.grace()).await;
+                        terminate(&mut running.child, run.grace()).await;
                         tracing::info!(group = %run.name, "agent stopping: command stopped");
                         return Ok(0);
                     }
                 },
                 changed = role.changed() => if changed.is_err() {
-                    terminate(child, run.grace()).await;
+                    terminate(&mut running.child, run.grace()).await;
                     return Ok(0);
                 },
                 _ = tokio::time::sleep(RECHECK) => {}
             }
             notice.check(&run);
-            if may_run(&run.group, run.grace()) != Some(term) {
-                tracing::warn!(group = %run.name, term, "leadership lost or about to run out: stopping the command");
-                terminate(child, run.grace()).await;
-                break;
+            match may_run(&run.group, run.grace()) {
+                Some(lease) if lease.term == term => running.extend(lease, run.grace()),
+                _ => {
+                    tracing::warn!(group = %run.name, term, "leadership lost or about to run out: stopping the command");
+                    terminate(&mut running.child, run.grace()).await;
+                    break;
+                }
             }
         }
     }

@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use super::role::{Bid, LocalLease, Role};
+use super::role::{Bid, Leadership, LocalLease, Role};
 use super::rules::{
     after_claim, after_hint, after_renew, candidacy_due, hint_followers, next_step, AfterClaim,
     AfterHint, AfterRenew, ClaimContext, RenewContext, Standing, Step,
@@ -49,6 +49,9 @@ pub(crate) struct Campaign {
     pub shared: Arc<Incarnation>,
     pub role: watch::Sender<Role>,
     pub lease: Arc<Mutex<LocalLease>>,
+    /// The same view for those who follow every confirmed renewal (role
+    /// files, exec mode's guard): it changes at each one, the role does not.
+    pub leadership: watch::Sender<Option<Leadership>>,
     /// The priority this node campaigns with, and why it defers.
     pub bid: Arc<Bid>,
     /// Wake-ups from the store's listener (see `wake`).
@@ -124,6 +127,12 @@ impl Campaign {
             held,
             timings: self.config,
         };
+        let view = leading.map(|(term, until)| Leadership { term, until });
+        self.leadership.send_if_modified(|current| {
+            let changed = *current != view;
+            *current = view;
+            changed
+        });
         if let Some((term, _)) = leading {
             self.set_role(Role::Leader { term });
         }

@@ -30,7 +30,7 @@ use crate::Error;
 use campaign::{Campaign, Command};
 use role::Bid;
 pub(crate) use role::LocalLease;
-pub use role::Role;
+pub use role::{Leadership, Role};
 
 /// A handle on one joined group: watch the role, or ask right now whether
 /// this node leads.
@@ -39,6 +39,7 @@ pub struct Group {
     name: String,
     role: watch::Receiver<Role>,
     lease: Arc<Mutex<LocalLease>>,
+    leadership: watch::Receiver<Option<Leadership>>,
     bid: Arc<Bid>,
     hints: Arc<wake::HintSlot>,
 }
@@ -77,11 +78,29 @@ impl Group {
     /// leads. For work that must end *before* the lease could pass to another
     /// node: stop once the time left is shorter than the work takes to stop.
     pub fn leader_lease(&self) -> Option<(u64, std::time::Duration)> {
+        self.leadership().map(|l| (l.term, l.remaining()))
+    }
+
+    /// The term and the instant the local lease view ends, if this node
+    /// leads: for work that must end by a point in time rather than poll
+    /// [`Group::leader_term`] (a critical section bounded by `until`, a
+    /// deadline handed to another process).
+    pub fn leadership(&self) -> Option<Leadership> {
         let lease = *crate::sync::locked(&self.lease);
-        let now = Instant::now();
         lease
             .leading
-            .and_then(|(term, valid_until)| (now < valid_until).then(|| (term, valid_until - now)))
+            .map(|(term, until)| Leadership { term, until })
+            .filter(|l| Instant::now() < l.until)
+    }
+
+    /// A receiver that changes at every confirmed claim or renewal (a new
+    /// `until`) and when the local view ends early (a demotion); `changed()`
+    /// fails once the node left the group. A view whose `until` passed with
+    /// no renewal is ended by the campaign's demotion, which may come a
+    /// moment later: compare `until` with now, or call
+    /// [`Group::leadership`].
+    pub fn leadership_changes(&self) -> watch::Receiver<Option<Leadership>> {
+        self.leadership.clone()
     }
 
     pub fn is_leader(&self) -> bool {
@@ -190,6 +209,7 @@ impl Campaigns {
         let address = self.shared.store.group(name);
         let hints = self.wake.add(name);
         let (role_tx, role_rx) = watch::channel(Role::Candidate);
+        let (leadership_tx, leadership_rx) = watch::channel(None);
         let lease = Arc::new(Mutex::new(LocalLease {
             leading: None,
             held: None,
@@ -204,6 +224,7 @@ impl Campaigns {
             shared: self.shared.clone(),
             role: role_tx,
             lease: lease.clone(),
+            leadership: leadership_tx,
             bid: bid.clone(),
             hints: hints.clone(),
             wake_healthy: self.wake.healthy(),
@@ -215,6 +236,7 @@ impl Campaigns {
             name: name.to_owned(),
             role: role_rx,
             lease,
+            leadership: leadership_rx,
             bid,
             hints,
         };

@@ -23,6 +23,27 @@ pub enum Role {
     Abstaining,
 }
 
+/// This node's leadership of a group by its local view of the lease: the
+/// term, and the instant that view ends. Only a confirmed claim or renewal
+/// moves `until`, to that call's send time plus the ttl it asked for; the
+/// store started the lease no earlier than the send, so it cannot end there
+/// before `until`. Work that must not outlive the lease ends by `until`
+/// (exec mode's guard enforces it on a command from outside the agent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Leadership {
+    /// The fencing token: it only increases.
+    pub term: u64,
+    /// When the local view of the lease ends, on the monotonic clock.
+    pub until: Instant,
+}
+
+impl Leadership {
+    /// How long the local view still holds: zero once it ended.
+    pub fn remaining(&self) -> std::time::Duration {
+        self.until.saturating_duration_since(Instant::now())
+    }
+}
+
 /// The local view of a held lease, shared with [`Group::leader_term`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct LocalLease {
