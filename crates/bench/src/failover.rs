@@ -17,7 +17,7 @@ use super::agents::{wait_agreed, AgentProcess, GROUP, NAMESPACE};
 use super::args::BenchArgs;
 use super::local::{name, LocalStore};
 use super::report::progress;
-use super::report::Series;
+use super::report::{Row, Series};
 
 const AGENTS: usize = 3;
 
@@ -205,7 +205,7 @@ pub async fn run(
     url: &str,
     local: Option<&mut LocalStore>,
     args: &BenchArgs,
-) -> anyhow::Result<Vec<Series>> {
+) -> anyhow::Result<(Vec<Series>, Vec<Row>)> {
     let store_name = name(url);
     let timings = args.timings()?;
     let prefix = super::report::prefix();
@@ -298,5 +298,7 @@ pub async fn run(
         a.signal(Signal::SIGTERM);
         let _ = super::agents::ended(&mut a, Duration::from_secs(5)).await;
     }
-    Ok(out)
+    let (exec, rows) = super::exec_stall::run(url, &prefix, &bench.store, args).await?;
+    out.extend(exec);
+    Ok((out, rows))
 }

@@ -9,7 +9,8 @@
 //!
 //! Scenarios (`--scenario`): `failover` (agent processes: SIGKILL, SIGTERM
 //! and step-down of the leader, the sweep of a dead node, Redis stalled for
-//! less and more than a ttl), `cost` (Redis calls and CPU of holding and
+//! less and more than a ttl, and the leading agent stopped for 3 ttl in
+//! exec mode: its command's end against the lease's end), `cost` (Redis calls and CPU of holding and
 //! following 1, 100 and 10,000 groups at rest), `messaging`
 //! (publish-to-delivery latency beside a bare stream ping-pong, throughput,
 //! fan-out; on Redis after BullMQ's Relay measured the same way by
@@ -34,6 +35,7 @@ mod args;
 mod commandstats;
 mod controller;
 mod cost;
+mod exec_stall;
 mod failover;
 mod local;
 mod messaging;
@@ -72,18 +74,50 @@ enum Process {
     Agent(Box<leasehold_agent::AgentArgs>),
     #[command(hide = true)]
     Controller(Box<leasehold_kube::run::ControllerArgs>),
+    /// The guard of an exec-mode command (the exec trials' agents run
+    /// this binary as `exec-guard`, as the product's agent runs its own).
+    #[command(name = leasehold_agent::exec_guard::SUBCOMMAND, hide = true)]
+    ExecGuard {
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
-#[tokio::main]
-async fn main() -> std::process::ExitCode {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
-    let result = match cli.process {
+    // The guard waits for signals blocked on its one thread: it runs before
+    // any runtime thread exists that a signal could land on.
+    let process = match cli.process {
+        Some(Process::ExecGuard { command }) => {
+            return std::process::ExitCode::from(leasehold_agent::exec_guard::run(&command))
+        }
+        process => process,
+    };
+    match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime.block_on(run_process(process, cli.args)),
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// The bench itself, or one of the product's processes it measures.
+async fn run_process(process: Option<Process>, args: BenchArgs) -> std::process::ExitCode {
+    let result = match process {
         None => {
             leasehold_daemon::init_logging("warn");
-            run(cli.args).await
+            run(args).await
         }
-        // No exec mode here (no exec-guard subcommand): the bench's agents
-        // run no command.
+        Some(Process::ExecGuard { command }) => {
+            // `main` runs the guard before any runtime exists; here only
+            // by mistake.
+            eprintln!("error: exec-guard {command:?} must run before the runtime");
+            return std::process::ExitCode::FAILURE;
+        }
         Some(Process::Agent(args)) => {
             leasehold_daemon::init_logging("info");
             match leasehold_agent::run(*args).await {
@@ -150,7 +184,9 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     let mut series = Vec::new();
     let mut rows = Vec::new();
     if all || args.scenario == Scenario::Failover {
-        series.extend(failover::run(&url, local.as_mut(), &args).await?);
+        let (takeovers, exec) = failover::run(&url, local.as_mut(), &args).await?;
+        series.extend(takeovers);
+        rows.extend(exec);
     }
     if all || args.scenario == Scenario::Cost {
         rows.extend(cost::run(&url, &args).await?);

@@ -409,6 +409,10 @@ async fn supervise(
             source,
         })?;
         tracing::info!(group = %run.name, term, guard = ?running.pid, "leading: command started");
+        // Each renewal reaches the guard as soon as it is confirmed, not at
+        // the next re-check.
+        let mut renewals = run.group.leadership_changes();
+        renewals.mark_unchanged();
         loop {
             tokio::select! {
                 status = running.child.wait() => {
@@ -435,6 +439,10 @@ async fn supervise(
                     }
                 },
                 changed = role.changed() => if changed.is_err() {
+                    terminate(&mut running.child, run.grace()).await;
+                    return Ok(0);
+                },
+                changed = renewals.changed() => if changed.is_err() {
                     terminate(&mut running.child, run.grace()).await;
                     return Ok(0);
                 },
