@@ -295,6 +295,42 @@ async fn redis_briefly_unavailable_demotes_then_reclaims(server: own) {
 }
 
 on_both_stores! {
+/// `Group::leadership` gives the term with the instant the local view ends
+/// (within a ttl of now), its watch moves at every confirmed renewal, and
+/// once renewals stop the view ends at that instant and the watch says so.
+async fn leadership_ends_at_its_instant_and_moves_with_each_renewal(server: own) {
+    let cfg = fast();
+    let n = node(&server, "test/lead").await;
+    let g = n.join(GROUP, cfg).unwrap();
+    eventually(Duration::from_secs(3), "leads", || g.is_leader()).await;
+    let first = g.leadership().expect("leads");
+    let now = tokio::time::Instant::now();
+    assert!(first.until > now && first.until <= now + cfg.ttl(), "{first:?}");
+    assert_eq!(g.leader_term(), Some(first.term));
+    let mut renewals = g.leadership_changes();
+    renewals.mark_unchanged();
+    tokio::time::timeout(cfg.renew_interval() + 2 * cfg.retry_interval(), renewals.changed())
+        .await
+        .expect("a renewal within a renew interval")
+        .unwrap();
+    let renewed = (*renewals.borrow_and_update()).expect("still leads");
+    assert_eq!(renewed.term, first.term);
+    assert!(renewed.until > first.until, "{renewed:?} after {first:?}");
+    server.pause();
+    let last = g.leadership().expect("still leads just after the pause");
+    tokio::time::sleep_until(last.until + Duration::from_millis(1)).await;
+    assert_eq!(g.leadership(), None, "the view outlived its instant");
+    assert_eq!(last.remaining(), Duration::ZERO);
+    eventually(2 * cfg.retry_interval(), "the watch says the view ended", || {
+        renewals.borrow_and_update().is_none()
+    })
+    .await;
+    server.resume();
+    drop(n);
+}
+}
+
+on_both_stores! {
 /// A leader counts as leader only while its local view of the lease is valid:
 /// with renewals hanging (Redis paused) and a retry interval longer than the
 /// ttl, it stops leading when its local lease runs out, before Redis's expiry.
