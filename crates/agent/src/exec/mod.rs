@@ -237,12 +237,19 @@ impl Run {
         grace_under(self.grace, &self.group.timings())
     }
 
-    /// Whether `lease` was confirmed by a claim or renewal sent at or after
-    /// `since` (its end is that send plus the ttl).
     fn sent_since(&self, lease: &Leadership, since: Option<Instant>) -> bool {
-        let ttl = Duration::from_millis(self.group.timings().ttl_ms);
-        since.is_none_or(|since| lease.until >= since + ttl)
+        sent_since(
+            lease,
+            Duration::from_millis(self.group.timings().ttl_ms),
+            since,
+        )
     }
+}
+
+/// Whether `lease` was confirmed by a claim or renewal sent at or after
+/// `since` (always, without one): its end is that send plus the ttl.
+fn sent_since(lease: &Leadership, ttl: Duration, since: Option<Instant>) -> bool {
+    since.is_none_or(|since| lease.until >= since + ttl)
 }
 
 /// The agent's own executable, for the guard. `/proc/self/exe` names the
@@ -491,6 +498,24 @@ mod tests {
             grace_under(five_s, &timings(2_000, 1_500, 500)),
             Duration::ZERO
         );
+    }
+
+    #[test]
+    fn after_the_guard_ended_the_command_only_a_lease_sent_since_runs_it() {
+        let ttl = Duration::from_millis(1000);
+        let came_back = Instant::now();
+        let lease = |sent: Instant| Leadership {
+            term: 7,
+            until: sent + ttl,
+        };
+        assert!(sent_since(&lease(came_back - ttl), ttl, None));
+        // A renewal confirmed before the agent came back, though its
+        // lease still holds: not enough.
+        let before = came_back - Duration::from_millis(100);
+        assert!(!sent_since(&lease(before), ttl, Some(came_back)));
+        assert!(sent_since(&lease(came_back), ttl, Some(came_back)));
+        let after = came_back + Duration::from_millis(300);
+        assert!(sent_since(&lease(after), ttl, Some(came_back)));
     }
 
     #[test]
