@@ -376,6 +376,50 @@ impl Drop for Running {
     }
 }
 
+/// What the supervisor waits with while no command runs.
+struct Waiting<'a> {
+    run: &'a Run,
+    control: &'a mut mpsc::UnboundedReceiver<Control>,
+    role: &'a mut tokio::sync::watch::Receiver<leasehold_engine::Role>,
+    notice: &'a mut GraceNotice,
+}
+
+impl Waiting<'_> {
+    /// The lease to run the command under, once there is one: this node
+    /// leads with room for the grace period, under a term not handed over,
+    /// and (after the guard ended the command at a deadline) under a lease
+    /// sent since `came_back`. `None` once the agent stops.
+    async fn lease_to_run(
+        self,
+        handed_over: &mut Option<u64>,
+        came_back: Option<Instant>,
+    ) -> Option<Leadership> {
+        let run = self.run;
+        loop {
+            self.notice.check(run);
+            match may_run(&run.group, run.grace()) {
+                Some(lease)
+                    if Some(lease.term) != *handed_over && run.sent_since(&lease, came_back) =>
+                {
+                    return Some(lease)
+                }
+                _ => {}
+            }
+            tokio::select! {
+                request = self.control.recv() => match request {
+                    Some(Control::HandOver(done)) => {
+                        *handed_over = run.group.leader_term().or(*handed_over);
+                        let _ = done.send(());
+                    }
+                    Some(Control::Stop) | None => return None,
+                },
+                changed = self.role.changed() => if changed.is_err() { return None },
+                _ = tokio::time::sleep(RECHECK) => {}
+            }
+        }
+    }
+}
+
 async fn supervise(
     run: Run,
     mut control: mpsc::UnboundedReceiver<Control>,
@@ -388,27 +432,14 @@ async fn supervise(
     // deadline: the command runs again only under a lease sent since.
     let mut came_back: Option<Instant> = None;
     loop {
-        let lease = loop {
-            notice.check(&run);
-            match may_run(&run.group, run.grace()) {
-                Some(lease)
-                    if Some(lease.term) != handed_over && run.sent_since(&lease, came_back) =>
-                {
-                    break lease
-                }
-                _ => {}
-            }
-            tokio::select! {
-                request = control.recv() => match request {
-                    Some(Control::HandOver(done)) => {
-                        handed_over = run.group.leader_term().or(handed_over);
-                        let _ = done.send(());
-                    }
-                    Some(Control::Stop) | None => return Ok(0),
-                },
-                changed = role.changed() => if changed.is_err() { return Ok(0) },
-                _ = tokio::time::sleep(RECHECK) => {}
-            }
+        let waiting = Waiting {
+            run: &run,
+            control: &mut control,
+            role: &mut role,
+            notice: &mut notice,
+        };
+        let Some(lease) = waiting.lease_to_run(&mut handed_over, came_back).await else {
+            return Ok(0);
         };
         let term = lease.term;
         let mut running = run.spawn(lease).map_err(|source| ExecError::Start {
