@@ -26,6 +26,7 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, CustomResourceExt};
 use leasehold_kube::crd::{LeaderGroup, DEFAULT_ROLE_LABEL};
+use leasehold_kube::test_hooks::STOP_BEFORE_LABEL;
 use serde_json::{json, Value};
 use testkit::agent::Agent;
 use testkit::kube_api::{ApiServer, User, CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT};
@@ -51,6 +52,9 @@ struct LabelState {
     /// Every state with two or more leaders, described.
     two_leaders: Vec<String>,
     changes: usize,
+    /// Each change of a pod's role label a watch event brought, the role
+    /// after it (a relist replaces `roles` and adds nothing here).
+    history: Vec<(String, Option<String>)>,
 }
 
 struct LabelWatch {
@@ -93,10 +97,14 @@ impl LabelWatch {
                     }
                     watcher::Event::Apply(pod) => {
                         let name = pod.metadata.name.clone().unwrap_or_default();
-                        match role_of(&pod) {
-                            Some(role) => s.roles.insert(name, role),
+                        let role = role_of(&pod);
+                        let before = match &role {
+                            Some(role) => s.roles.insert(name.clone(), role.clone()),
                             None => s.roles.remove(&name),
                         };
+                        if before != role {
+                            s.history.push((name, role));
+                        }
                     }
                     watcher::Event::Delete(pod) => {
                         s.roles
@@ -129,6 +137,16 @@ impl LabelWatch {
 
     fn roles(&self) -> BTreeMap<String, String> {
         self.state.lock().unwrap().roles.clone()
+    }
+
+    /// How many role changes have been seen; [`LabelWatch::changes_since`]
+    /// lists those after.
+    fn history_mark(&self) -> usize {
+        self.state.lock().unwrap().history.len()
+    }
+
+    fn changes_since(&self, mark: usize) -> Vec<(String, Option<String>)> {
+        self.state.lock().unwrap().history[mark..].to_vec()
     }
 
     /// Waits for a leader label on a pod other than `not`; returns it.
@@ -173,6 +191,8 @@ struct Controller {
     child: Option<Child>,
     log: PathBuf,
     port: u16,
+    /// The file that arms its test hook, if it was started with one.
+    hook: Option<PathBuf>,
 }
 
 impl Controller {
@@ -182,6 +202,17 @@ impl Controller {
 
     /// [`Controller::start`] with more flags.
     fn start_with(api: &ApiServer, redis: &RedisServer, name: &str, extra: &[&str]) -> Self {
+        Self::start_with_env(api, redis, name, extra, &[])
+    }
+
+    /// [`Controller::start_with`] with more environment variables.
+    fn start_with_env(
+        api: &ApiServer,
+        redis: &RedisServer,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Self {
         let port = free_port();
         let log = api.dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).unwrap();
@@ -200,6 +231,7 @@ impl Controller {
             .env("POD_NAME", name)
             .env("POD_NAMESPACE", CONTROLLER_NAMESPACE)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(file.try_clone().unwrap())
             .stderr(file)
@@ -210,7 +242,34 @@ impl Controller {
             child: Some(child),
             log,
             port,
+            hook: None,
         }
+    }
+
+    /// [`Controller::start`] with the controller's test hook
+    /// (`leasehold_kube::test_hooks`) pointed at a file of its own, which
+    /// [`Controller::stop_before_label`] writes.
+    fn start_hooked(api: &ApiServer, redis: &RedisServer, name: &str) -> Self {
+        let hook = api.dir.join(format!("{name}.stop-before-label"));
+        let env = [(STOP_BEFORE_LABEL, hook.as_os_str())];
+        let mut controller = Self::start_with_env(api, redis, name, &[], &env);
+        controller.hook = Some(hook);
+        controller
+    }
+
+    /// Arms the hook: the process stops itself (SIGSTOP) after the
+    /// leadership check of its next label patch of `value`, before sending it.
+    fn stop_before_label(&self, value: &str) {
+        std::fs::write(self.hook.as_ref().expect("started hooked"), value).unwrap();
+    }
+
+    /// Waits until the hook has stopped the process; the patch it holds,
+    /// `POD KEY=VALUE`.
+    async fn held_patch(&self, limit: Duration) -> String {
+        testkit::eventually(limit, "the replica stopped itself", || self.stopped()).await;
+        let hook = self.hook.as_ref().expect("started hooked");
+        let held = std::fs::read_to_string(format!("{}.stopped", hook.display())).unwrap();
+        held.trim().to_owned()
     }
 
     async fn active(&self) -> bool {
@@ -244,6 +303,16 @@ impl Controller {
 
     fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Whether the process is stopped (`T` in `/proc/PID/stat`), as by SIGSTOP.
+    fn stopped(&self) -> bool {
+        let pid = self.child.as_ref().expect("running").id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // The state follows the command's name, which is in parentheses.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            == Some("T")
     }
 
     /// Lines of its log where the API server refused it for want of RBAC.
@@ -1091,6 +1160,190 @@ async fn a_refused_label_patch_is_retried_within_seconds() {
         back.elapsed()
     );
     watch.assert_never_two_leaders();
+}
+
+/// A replica stopped between its leadership check and a label patch, for
+/// longer than its lease, while the standby took over and moved the labels
+/// on: woken, it sends the patch it planned from pods that have changed
+/// since. The replica stops itself at that line (the controller's test
+/// hook, armed for the next leader label it gives); the leader moves twice
+/// meanwhile, so the held patch names a pod the successor has taken the
+/// label from. The patch carries the pod's version as the plan read it:
+/// the API server refuses it, no pod is labelled where the successor's
+/// plan has none, and never two leaders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_woken_after_its_lease_ran_out_puts_no_label_back() {
+    let Some(mut bed) = Testbed::start("apiserver: a stale replica woken", 3).await else {
+        return;
+    };
+    let watch = LabelWatch::start(bed.admin.clone());
+    bed.create_web_group().await;
+    for pod in ["web-0", "web-1", "web-2"] {
+        bed.start_agent(pod).await;
+    }
+    let mut replicas: Vec<Controller> = (0..2)
+        .map(|i| Controller::start_hooked(&bed.api, &bed.redis, &format!("leasehold-{i}")))
+        .collect();
+    let (first, _) = watch.next_leader(None, Duration::from_secs(20)).await;
+    eventually_async(Duration::from_secs(5), "three pods labelled", || async {
+        watch.roles().len() == 3
+    })
+    .await;
+
+    // The active replica will stop before the next leader label it gives;
+    // the leader terminates.
+    let active = one_active(&replicas, Duration::from_secs(10)).await;
+    let standby = 1 - active;
+    replicas[active].stop_before_label("leader");
+    bed.agent(&first).signal(Signal::SIGTERM);
+    let held = replicas[active].held_patch(label_bound()).await;
+    let held_pod = held
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    assert_eq!(held, format!("{held_pod} {DEFAULT_ROLE_LABEL}=leader"));
+    println!("replica {active} stopped before its patch {held}");
+
+    // The standby takes over once the stopped replica's lease (1000 ms)
+    // ran out, and labels that pod; then its agent terminates too, and
+    // the standby moves the label on.
+    let (next, took) = watch
+        .next_leader(Some(&first), Duration::from_secs(1) + label_bound())
+        .await;
+    println!("replica {standby} took over: label {first} -> {next} in {took:?}");
+    assert_eq!(
+        next, held_pod,
+        "the standby labelled another pod than the held patch names"
+    );
+    assert!(replicas[standby].active().await);
+    bed.agent(&held_pod).signal(Signal::SIGTERM);
+    let (last, took) = watch.next_leader(Some(&held_pod), label_bound()).await;
+    eventually_async(
+        Duration::from_secs(5),
+        "the held pod unlabelled",
+        || async { !watch.roles().contains_key(&held_pod) },
+    )
+    .await;
+    let settled = watch.roles();
+    println!("label {held_pod} -> {last} in {took:?}; labels {settled:?}");
+
+    // Woken, the stopped replica sends its patch at once.
+    let (mark, seen) = (bed.api.audit_mark(), watch.history_mark());
+    replicas[active].signal(Signal::SIGCONT);
+    eventually_async(Duration::from_secs(5), "the held patch sent", || async {
+        !patches_of(&bed.api, mark, &held_pod).is_empty()
+    })
+    .await;
+    // Room for the successor to see it and undo it, had it landed.
+    tokio::time::sleep(2 * RETRY + Duration::from_secs(1)).await;
+    let answers = patches_of(&bed.api, mark, &held_pod);
+    let changes = watch.changes_since(seen);
+    println!(
+        "after SIGCONT: patches of {held_pod} answered {answers:?}; label changes {changes:?}; labels {:?}",
+        watch.roles()
+    );
+    watch.assert_never_two_leaders();
+    assert!(
+        !changes
+            .iter()
+            .any(|(pod, role)| pod == &held_pod && role.as_deref() == Some("leader")),
+        "the woken replica put the leader label back on {held_pod}: {changes:?}"
+    );
+    assert_eq!(
+        watch.roles(),
+        settled,
+        "labels moved after the replica was woken"
+    );
+    assert_eq!(answers, [409], "the held patch was not refused as stale");
+    assert!(
+        replicas[active]
+            .log()
+            .contains("a pod changed after the plan read it"),
+        "the woken replica does not say its plan was stale"
+    );
+    for r in &replicas {
+        assert_eq!(r.forbidden(), Vec::<String>::new());
+    }
+}
+
+/// A label patch that meets a change its plan did not see (a kubelet's
+/// status update moves the pod's version too) is refused with a conflict;
+/// the active replica plans again from the pod as it now is and labels it
+/// with one more patch, at once: no write lost, no storm of retries. The
+/// replica stops itself before the patch for a moment, well inside its
+/// lease, while the pod's status changes, so the conflict is certain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_label_patch_that_meets_a_status_update_is_planned_again_at_once() {
+    let Some(mut bed) = Testbed::start("apiserver: a label patch in conflict", 2).await else {
+        return;
+    };
+    let watch = LabelWatch::start(bed.admin.clone());
+    bed.create_web_group().await;
+    for pod in ["web-0", "web-1"] {
+        bed.start_agent(pod).await;
+    }
+    let mut controller = Controller::start_hooked(&bed.api, &bed.redis, "leasehold-0");
+    let (first, _) = watch.next_leader(None, Duration::from_secs(20)).await;
+    eventually_async(Duration::from_secs(5), "two pods labelled", || async {
+        watch.roles().len() == 2
+    })
+    .await;
+
+    controller.stop_before_label("leader");
+    bed.agent(&first).signal(Signal::SIGTERM);
+    let held = controller.held_patch(label_bound()).await;
+    let pod = held
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    // What a kubelet does meanwhile: a status update, a new version.
+    let mark = bed.api.audit_mark();
+    bed.pods()
+        .patch_status(
+            &pod,
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": { "message": "probed again" } })),
+        )
+        .await
+        .expect("the pod's status updated");
+    controller.signal(Signal::SIGCONT);
+    // The controller looks again 200 ms after a conflict at the latest
+    // (the watch bringing the change triggers it sooner), two retry
+    // intervals and a second of margin.
+    let bound = Duration::from_millis(200) + 2 * RETRY + Duration::from_secs(1);
+    let (next, took) = watch.next_leader(Some(&first), bound).await;
+    tokio::time::sleep(2 * RETRY).await;
+    let answers = patches_of(&bed.api, mark, &pod);
+    println!("held {held}: labelled {took:?} after SIGCONT; patches of {pod} answered {answers:?}");
+    assert_eq!(next, pod);
+    assert!(
+        answers.first() == Some(&409) && answers.last() == Some(&200) && answers.len() <= 3,
+        "not one conflict and then the label: {answers:?}"
+    );
+    assert!(
+        controller.active().await,
+        "the replica lost its lease while it was stopped"
+    );
+    assert!(controller
+        .log()
+        .contains("a pod changed after the plan read it"));
+    watch.assert_never_two_leaders();
+    assert_eq!(controller.forbidden(), Vec::<String>::new());
+}
+
+/// The answers (status codes) to the controller's patches of pod `pod`
+/// since `mark`, in order.
+fn patches_of(api: &ApiServer, mark: u64, pod: &str) -> Vec<u16> {
+    let user = User::Controller.username();
+    let path = format!("/api/v1/namespaces/{NS}/pods/{pod}");
+    api.audit_since(mark)
+        .into_iter()
+        .filter(|r| r.user.username == user && r.verb == "patch")
+        .filter(|r| r.request_uri.split('?').next() == Some(path.as_str()))
+        .map(|r| r.response_status.map_or(0, |s| s.code))
+        .collect()
 }
 
 /// The controller's own requests since `mark`, as `verb resource` counts.

@@ -59,7 +59,9 @@ impl Write {
 
 impl LabelWrites {
     /// A label write that succeeded (`written_as`: the pod's version after
-    /// it) or whose outcome is unknown (`None`).
+    /// it) or whose outcome is unknown (`None`), sent with `planned_from`
+    /// as its precondition. A write the API server refused, a conflict on
+    /// that version above all, changed nothing and is not recorded.
     pub fn record(
         &mut self,
         pod: &str,
@@ -80,6 +82,12 @@ impl LabelWrites {
 
     /// Lays the writes the cache does not show yet over `view` (the cached
     /// pod `NAMESPACE/POD` at version `cached`), and forgets those it shows.
+    /// The view then stands at the version the newest of them made, where
+    /// that is known: each write was sent with the version it was planned
+    /// from as its precondition, so the pod at that version is the cached
+    /// one with these writes on it, and a patch planned from the view may
+    /// name it. Where it is not known, the view keeps the cached version: a
+    /// patch at it is refused if the write did happen, and is right if not.
     pub fn overlay(&mut self, pod: &str, cached: Option<&str>, view: &mut PodView) {
         let Some(writes) = self.writes.get_mut(pod) else {
             return;
@@ -90,6 +98,9 @@ impl LabelWrites {
                 Some(v) => view.labels.insert(w.key.clone(), v.clone()),
                 None => view.labels.remove(&w.key),
             };
+        }
+        if let Some(made) = writes.iter().rev().find_map(|w| w.written_as.clone()) {
+            view.version = Some(made);
         }
         if writes.is_empty() {
             self.writes.remove(pod);
@@ -169,6 +180,36 @@ mod tests {
         let mut v = view(None);
         writes.overlay("shop/web-0", Some("230"), &mut v);
         assert_eq!(role(&v), None);
+    }
+
+    #[test]
+    fn a_view_stands_at_the_version_the_newest_known_write_made() {
+        let mut writes = LabelWrites::default();
+        let cached = |writes: &mut LabelWrites, at: &str| {
+            let mut v = view(None);
+            v.version = Some(at.into());
+            writes.overlay("shop/web-0", Some(at), &mut v);
+            v.version
+        };
+        assert_eq!(cached(&mut writes, "203"), Some("203".into()), "no write");
+        writes.record(
+            "shop/web-0",
+            KEY,
+            Some("leader"),
+            Some("203".into()),
+            Some("210".into()),
+        );
+        // The next patch of the pod, planned while the cache lags, is sent
+        // at the version the write made, not refused for the cache's lag.
+        assert_eq!(cached(&mut writes, "203"), Some("210".into()));
+        // A write of another key with no answer: the view stays at the
+        // last version known to hold both (a patch there is refused if
+        // the second did happen).
+        writes.record("shop/web-0", "other", Some("x"), Some("210".into()), None);
+        assert_eq!(cached(&mut writes, "203"), Some("210".into()));
+        // The cache caught up with both: its own version again.
+        assert_eq!(cached(&mut writes, "212"), Some("212".into()));
+        assert!(writes.is_empty());
     }
 
     #[test]

@@ -20,3 +20,5 @@ pub mod pods;
 pub mod reconcile;
 pub mod run;
 pub mod selector;
+#[cfg(feature = "test-hooks")]
+pub mod test_hooks;

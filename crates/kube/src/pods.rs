@@ -23,6 +23,11 @@ pub struct PodView {
     pub ready: Option<bool>,
     /// The pod's IP, known with its readiness (`status.podIP`).
     pub ip: Option<String>,
+    /// The resourceVersion these labels are the pod's at: the cache's, or
+    /// the one this controller's own label write made, while the cache does
+    /// not show it yet. A label patch is sent with it as its precondition,
+    /// so a patch planned from a pod that has changed since is refused.
+    pub version: Option<String>,
 }
 
 impl PodView {

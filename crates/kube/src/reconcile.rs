@@ -4,7 +4,10 @@
 //! that holds the controllers' own lease writes: it checks the lease when
 //! the reconcile starts, and again right before every label patch, slice
 //! write and the status write (the Kubernetes writes a stale replica could
-//! get wrong); the slice is fenced by its term besides.
+//! get wrong). A replica can still stop between a check and its write for
+//! longer than its lease, so the writes are fenced besides: the slice by
+//! its term, each label patch by the pod's resourceVersion as the plan
+//! read it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -141,6 +144,7 @@ fn pod_view(pod: &PartialObjectMeta<Pod>) -> PodView {
             .map_or(0, |t| t.0.as_millisecond().max(0) as u64),
         ready: None,
         ip: None,
+        version: pod.metadata.resource_version.clone(),
     }
 }
 
@@ -287,9 +291,18 @@ pub async fn reconcile(
         Err(e) => Err(e),
     };
     apply_to_redis(&plan, &redis_group, ctx).await?;
-    if !apply_labels(&plan.labels, &namespace, ctx).await? {
+    match apply_labels(&plan.labels, &world.pods, &namespace, ctx).await {
+        Ok(true) => {}
         // No longer the active replica: the rest is the new one's to write.
-        return Ok(Action::requeue(ctx.resync));
+        Ok(false) => return Ok(Action::requeue(ctx.resync)),
+        Err(e) if stale(&e) => {
+            // What the plan read is behind the pod: the rest of it may be
+            // too. The watch brings the change, which triggers the group
+            // again at once; the requeue is the net under it.
+            tracing::info!(error = %e, "a pod changed after the plan read it; planning again");
+            return Ok(Action::requeue(STALE_AGAIN));
+        }
+        Err(e) => return Err(e),
     }
     send_commands(&plan, &redis_group, ctx).await;
     record_events(&plan, &group, ctx).await;
@@ -318,8 +331,9 @@ pub async fn reconcile(
     Ok(Action::requeue(again))
 }
 
-/// How soon a group whose slice is further on than this replica's read of
-/// the store is looked at again.
+/// How soon a group is looked at again when what this replica read is
+/// behind: its slice further on than its read of the store, or a pod
+/// changed after the plan read it (a label patch refused with a conflict).
 const STALE_AGAIN: Duration = Duration::from_millis(200);
 
 /// The leader Service's slice, first of the writes (it is what a client
@@ -455,7 +469,7 @@ pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, Recon
     let pods = cached_pods(namespace, ctx, |_, _| true)?;
     let others = other_groups(group, namespace, ctx);
     let changes = role_labels_to_remove(group, &pods, &others);
-    if !apply_labels(&changes, namespace, ctx).await? {
+    if !apply_labels(&changes, &pods, namespace, ctx).await? {
         return Err(ReconcileError::NotActive);
     }
     if !changes.is_empty() {
@@ -681,49 +695,60 @@ async fn send_commands(plan: &Plan, redis_group: &str, ctx: &Context) {
     }
 }
 
-/// The label changes in their order, stopping at the first failure or as
-/// soon as this replica no longer leads (then it returns false).
+/// The merge patch of one role label: other labels are never touched, and
+/// `null` removes the key. `version` is the pod's resourceVersion as the
+/// plan read it: the API server applies the patch only to that version and
+/// answers 409 Conflict otherwise, so a patch planned from a pod that has
+/// changed since (by a successor replica, most of all, while this one was
+/// stopped between its leadership check and the write) changes nothing.
+pub fn label_patch(change: &LabelChange, version: Option<&str>) -> serde_json::Value {
+    let mut patch = json!({ "metadata": { "labels": { &change.key: &change.value } } });
+    if let Some(version) = version {
+        patch["metadata"]["resourceVersion"] = json!(version);
+    }
+    patch
+}
+
+/// The label changes in their order, each at the version of its pod in
+/// `pods` (what the plan read), stopping at the first failure or as soon as
+/// this replica no longer leads (then it returns false).
 async fn apply_labels(
     changes: &[LabelChange],
+    pods: &[PodView],
     namespace: &str,
     ctx: &Context,
 ) -> Result<bool, ReconcileError> {
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
+    let versions: HashMap<&str, Option<&str>> = if changes.is_empty() {
+        HashMap::new()
+    } else {
+        pods.iter()
+            .map(|p| (p.name.as_str(), p.version.as_deref()))
+            .collect()
+    };
     for change in changes {
         if !ctx.leadership.is_leader() {
             return Ok(false);
         }
-        // A merge patch of one label: other labels are never touched, and
-        // `null` removes the key.
-        let patch = json!({ "metadata": { "labels": { &change.key: &change.value } } });
-        let planned_from = cached_version(namespace, &change.pod, ctx);
+        #[cfg(feature = "test-hooks")]
+        crate::test_hooks::before_label_patch(&change.pod, &change.key, change.value.as_deref());
+        let planned_from = versions.get(change.pod.as_str()).copied().flatten();
+        let patch = label_patch(change, planned_from);
         let result = pods_api
             .patch(&change.pod, &PatchParams::default(), &Patch::Merge(&patch))
             .await;
-        // Laid over the cache until the watch brings it: a write that was
-        // applied (with the version it made), and a leader label that
-        // perhaps was (no answer): the next plan then takes it away before
-        // giving it elsewhere. Any other write without an answer is taken
-        // as not applied, so the next plan sends it again. A refusal
-        // changed nothing.
         if let Ok(pod) = &result {
             // The answer is the whole pod: its IP and readiness at this
             // version come free.
             ctx.pod_statuses
                 .record(&format!("{namespace}/{}", change.pod), Known::of(pod));
         }
-        let written_as = match &result {
-            Ok(pod) => Some(pod.metadata.resource_version.clone()),
-            Err(kube::Error::Api(_)) => None,
-            Err(_) if change.value.as_deref() == Some(LEADER) => Some(None),
-            Err(_) => None,
-        };
-        if let Some(written_as) = written_as {
+        if let Some(written_as) = written_as(&result, change.value.as_deref()) {
             locked(&ctx.label_writes).record(
                 &format!("{namespace}/{}", change.pod),
                 &change.key,
                 change.value.as_deref(),
-                planned_from,
+                planned_from.map(str::to_owned),
                 written_as,
             );
         }
@@ -734,6 +759,23 @@ async fn apply_labels(
         ctx.metrics.label_patched();
     }
     Ok(true)
+}
+
+/// What a label patch's answer leaves to lay over the cache until the
+/// watch brings it (see `label_writes`): a write that was applied, with the
+/// version it made (`Some(Some(_))`), and a leader label that perhaps was,
+/// having no answer (`Some(None)`): the next plan then takes it away before
+/// giving it elsewhere. `None` for a write that changed nothing: one the
+/// API server refused (a conflict above all: the pod had moved on), or any
+/// other without an answer, taken as not applied so the next plan sends it
+/// again.
+fn written_as(result: &Result<Pod, kube::Error>, value: Option<&str>) -> Option<Option<String>> {
+    match result {
+        Ok(pod) => Some(pod.metadata.resource_version.clone()),
+        Err(kube::Error::Api(_)) => None,
+        Err(_) if value == Some(LEADER) => Some(None),
+        Err(_) => None,
+    }
 }
 
 async fn record_events(plan: &Plan, group: &LeaderGroup, ctx: &Context) {
@@ -780,6 +822,17 @@ pub fn refused(error: &ReconcileError) -> bool {
         error,
         ReconcileError::LabelPod { source: kube::Error::Api(status), .. }
             if matches!(status.code, 403 | 422)
+    )
+}
+
+/// Whether a label patch was refused because its pod changed after the
+/// plan read it (409 Conflict on the version it was sent with): the plan is
+/// behind, not wrong, and is made again from the cache. Not an error: under
+/// churn (a kubelet's status updates move the version too) it happens.
+pub fn stale(error: &ReconcileError) -> bool {
+    matches!(
+        error,
+        ReconcileError::LabelPod { source: kube::Error::Api(status), .. } if status.code == 409
     )
 }
 
@@ -903,5 +956,67 @@ mod tests {
         assert!(!refused(&label_error(409)));
         assert!(!refused(&label_error(404)));
         assert!(!refused(&ReconcileError::NoNamespace));
+    }
+
+    #[test]
+    fn a_conflict_is_a_stale_plan_and_nothing_else_is() {
+        assert!(stale(&label_error(409)));
+        for code in [403, 404, 422, 500] {
+            assert!(!stale(&label_error(code)), "{code}");
+        }
+        assert!(!stale(&ReconcileError::Status(kube::Error::Api(Box::new(
+            kube::core::Status {
+                code: 409,
+                ..Default::default()
+            }
+        )))));
+    }
+
+    #[test]
+    fn a_refused_patch_leaves_nothing_over_the_cache_an_unanswered_leader_label_does() {
+        let mut pod = Pod::default();
+        pod.metadata.resource_version = Some("211".into());
+        let api = |code| {
+            Err(kube::Error::Api(Box::new(kube::core::Status {
+                code,
+                ..Default::default()
+            })))
+        };
+        let cut = || Err(kube::Error::ReadEvents(std::io::Error::other("cut")));
+        assert_eq!(written_as(&Ok(pod), Some(LEADER)), Some(Some("211".into())));
+        for value in [Some(LEADER), Some("follower"), None] {
+            for code in [409, 403, 422, 404] {
+                assert_eq!(written_as(&api(code), value), None, "{code} {value:?}");
+            }
+        }
+        assert_eq!(written_as(&cut(), Some(LEADER)), Some(None));
+        assert_eq!(written_as(&cut(), Some("follower")), None);
+        assert_eq!(written_as(&cut(), None), None);
+    }
+
+    #[test]
+    fn a_label_patch_names_the_version_the_plan_read() {
+        let change = |value: Option<&str>| LabelChange {
+            pod: "web-0".into(),
+            key: "leasehold.dev/role".into(),
+            value: value.map(str::to_owned),
+        };
+        assert_eq!(
+            label_patch(&change(Some("leader")), Some("210")),
+            json!({ "metadata": {
+                "labels": { "leasehold.dev/role": "leader" },
+                "resourceVersion": "210" } })
+        );
+        assert_eq!(
+            label_patch(&change(None), Some("7")),
+            json!({ "metadata": {
+                "labels": { "leasehold.dev/role": null },
+                "resourceVersion": "7" } })
+        );
+        // A pod the cache has no version of: nothing to fence with.
+        assert_eq!(
+            label_patch(&change(Some("follower")), None),
+            json!({ "metadata": { "labels": { "leasehold.dev/role": "follower" } } })
+        );
     }
 }
