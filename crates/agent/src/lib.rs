@@ -48,6 +48,7 @@ pub use mailbox::Item;
 /// The exec guard, run by the `leasehold` binary as its hidden
 /// `exec-guard` subcommand (see `exec::guard`).
 pub mod exec_guard {
+    pub use crate::exec::deadline::LEAD as KILL_LEAD;
     pub use crate::exec::guard::{run, SUBCOMMAND};
 }
 

@@ -9,9 +9,10 @@
 //! milliseconds of the Unix clock: a reader on the same machine compares it
 //! with its own clock, so a file that still says `leader` because the agent
 //! is stopped or starved (and cannot rewrite it) reads as stale once the
-//! instant passes. The file is rewritten at every confirmed renewal; a
-//! reader that takes the first word, or splits `leader TERM` on its first
-//! space and parses up to the next, reads it as before.
+//! instant passes. The file is rewritten at every confirmed renewal. A
+//! reader that takes the term as the second word reads it as it read
+//! `leader TERM`; one that took the rest of the line must change
+//! (docs/agent.md says how).
 
 use std::path::{Path, PathBuf};
 

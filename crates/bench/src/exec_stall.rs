@@ -9,7 +9,9 @@
 //! - the stop, just before SIGSTOP;
 //! - the local view's end: `until` in the stopped agent's role file (the
 //!   agent cannot rewrite it while stopped), which is its last confirmed
-//!   renewal's send + ttl;
+//!   renewal's send + ttl. Another task of the agent hands the guard the
+//!   same renewal; a stop that falls between the two (a few microseconds
+//!   in a renew interval) would show a margin one renewal too small;
 //! - the store's end: the lease's expiry as the store reports it then
 //!   (`now + PTTL`; the store runs on this machine, on the same clock);
 //! - when the command got SIGTERM (it writes the time), and when its
@@ -30,9 +32,8 @@ use super::report::{progress, Row, Series};
 const GROUP: &str = "bench-exec";
 const AGENTS: usize = 3;
 
-/// The guard's SIGKILL comes this long before the deadline (the agent's
-/// `exec/deadline.rs`).
-const LEAD_MS: u64 = 20;
+/// The guard's SIGKILL comes this long before the deadline.
+const LEAD_MS: u64 = leasehold_agent::exec_guard::KILL_LEAD.as_millis() as u64;
 
 fn wall_ns() -> i128 {
     std::time::SystemTime::now()
@@ -180,8 +181,8 @@ pub async fn run(
     args: &BenchArgs,
 ) -> anyhow::Result<(Vec<Series>, Vec<Row>)> {
     let timings = args.timings()?;
-    // The issue's own grace period, where the timings leave room for it
-    // (the agent refuses one longer than ttl - renew - retry - 40 ms).
+    // 250 ms, where the timings leave room for it (the agent refuses a
+    // grace period longer than ttl - renew - retry - 40 ms).
     let grace_ms = timings
         .ttl_ms
         .saturating_sub(timings.renew_interval_ms + timings.retry_interval_ms + 40)

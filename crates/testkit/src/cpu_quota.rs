@@ -1,8 +1,10 @@
-//! A CPU quota for one process, as a container's CPU limit throttles it: a
-//! cgroup of its own with the `cpu` controller's quota, the process moved
-//! into it and back out, the cgroup removed when dropped. Only the process
-//! named moves: its children (exec mode's guard) stay where they are, as a
-//! sidecar's limit leaves the application container's processes alone.
+//! A CPU quota for one process: a cgroup of its own with the `cpu`
+//! controller's quota, the process moved into it and back out, the cgroup
+//! removed when dropped. Only the process named moves, not its children
+//! (exec mode's guard and command): the agent alone starved, as when its
+//! runtime is wedged or it alone loses the CPU. A container's CPU limit
+//! holds every process of the container, guard included; what exec mode
+//! promises then is in docs/agent.md.
 //!
 //! Works on cgroup v2 (`cpu.max`) and on v1's `cpu` hierarchy
 //! (`cpu.cfs_quota_us`), as root; [`CpuQuota::create`] says why not
@@ -110,9 +112,15 @@ impl CpuQuota {
 }
 
 impl Drop for CpuQuota {
+    /// Moves every process out, those it was given and any born inside
+    /// since (a throttled agent's new guard), so the cgroup can go.
     fn drop(&mut self) {
         for (pid, from) in std::mem::take(&mut self.moved) {
             let _ = std::fs::write(from.join("cgroup.procs"), pid.to_string());
+        }
+        let born = std::fs::read_to_string(self.dir.join("cgroup.procs")).unwrap_or_default();
+        for pid in born.lines() {
+            let _ = std::fs::write(self.root.join("cgroup.procs"), pid);
         }
         let _ = std::fs::remove_dir(&self.dir);
     }

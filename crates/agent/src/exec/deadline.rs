@@ -14,9 +14,10 @@
 use std::time::Duration;
 
 /// How long before the deadline the guard SIGKILLs the command's tree, so
-/// the kill has landed by the deadline itself. The agent's own check stops
-/// the command with the same lead (`RECHECK`), so whichever acts first, the
-/// command's end is the same instant.
+/// the kill has landed by the deadline itself. The agent's own check sends
+/// SIGTERM at the same threshold, seen every `RECHECK`, so its SIGTERM
+/// comes with the guard's or up to a re-check later; the guard's SIGKILL
+/// bounds the command's end either way.
 pub const LEAD: Duration = Duration::from_millis(20);
 
 /// The guard's one report, sent before it exits: it ended the command

@@ -146,7 +146,16 @@ fn watch(pgid: Pid, signal_fd: &SignalFd, link: &mut Link, mut deadline: Deadlin
     // on its way out, and a later deadline does not call it back.
     let mut terminated = false;
     loop {
-        let wait = match deadline.act(monotonic_ns(), terminated) {
+        let act = deadline.act(monotonic_ns(), terminated);
+        if !matches!(act, Act::Wait(_)) {
+            // A renewal written just as the last deadline ran out is read
+            // before acting on that one.
+            if let Some(newer) = link.waiting() {
+                deadline = newer;
+                continue;
+            }
+        }
+        let wait = match act {
             Act::Wait(wait) => wait,
             Act::Terminate => {
                 eprintln!("leasehold exec-guard: the lease's deadline is near with no renewal from the agent: SIGTERM to the command");
@@ -223,6 +232,22 @@ impl Link<'_> {
                     return None;
                 }
             }
+        }
+    }
+
+    /// A deadline the agent has written and the guard not read yet, if any
+    /// (the end of input is left to the next wait to find).
+    fn waiting(&mut self) -> Option<Deadline> {
+        let mut fds = [PollFd::new(self.fd, PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::ZERO) {
+            Ok(1..)
+                if fds[0]
+                    .revents()
+                    .is_some_and(|r| r.contains(PollFlags::POLLIN)) =>
+            {
+                self.read().flatten()
+            }
+            _ => None,
         }
     }
 

@@ -35,7 +35,7 @@
 // unsafe_code is denied workspace-wide; `pre_exec` (code between fork and exec) needs it.
 #![allow(unsafe_code)]
 
-mod deadline;
+pub(crate) mod deadline;
 pub mod guard;
 mod procfs;
 pub mod reaper;
@@ -229,6 +229,7 @@ impl Run {
             own: self.own.clone(),
             link,
             sent: lease,
+            pending: Vec::new(),
         })
     }
 
@@ -337,8 +338,11 @@ struct Running {
     /// The agent's end of the guard's socket: deadlines out, the guard's
     /// report in.
     link: std::os::unix::net::UnixStream,
-    /// The lease whose deadline the guard holds.
+    /// The lease whose deadline the guard holds, or will once `pending`
+    /// is through.
     sent: Leadership,
+    /// What the socket has not taken yet of the deadlines written.
+    pending: Vec<u8>,
 }
 
 impl Running {
@@ -346,14 +350,23 @@ impl Running {
     /// cannot take now is dropped: the guard then acts on the deadline it
     /// has, which is earlier, never later.
     fn extend(&mut self, lease: Leadership, grace: Duration) {
-        if lease == self.sent {
-            return;
+        if lease != self.sent {
+            let line = Deadline::at(lease.until.into_std(), grace).line();
+            self.pending.extend_from_slice(line.as_bytes());
+            self.sent = lease;
         }
-        let line = Deadline::at(lease.until.into_std(), grace).line();
-        match std::io::Write::write(&mut &self.link, line.as_bytes()) {
-            Ok(n) if n == line.len() => self.sent = lease,
-            Ok(_) | Err(_) => {
-                tracing::debug!("the exec guard's socket took no new deadline");
+        // A line goes out whole or in parts over several calls, never
+        // with a gap, so the guard never reads half of one glued to the
+        // next.
+        while !self.pending.is_empty() {
+            match std::io::Write::write(&mut &self.link, &self.pending) {
+                Ok(0) | Err(_) => {
+                    tracing::debug!("the exec guard's socket takes no more now");
+                    break;
+                }
+                Ok(n) => {
+                    self.pending.drain(..n);
+                }
             }
         }
     }
@@ -397,7 +410,10 @@ impl Waiting<'_> {
         let run = self.run;
         loop {
             self.notice.check(run);
-            match may_run(&run.group, run.grace()) {
+            // The guard refuses to start a command inside the grace period
+            // of its deadline: a start needs a re-check's worth more room
+            // than running on does, for the fork and exec on the way.
+            match may_run(&run.group, run.grace() + RECHECK) {
                 Some(lease)
                     if Some(lease.term) != *handed_over && run.sent_since(&lease, came_back) =>
                 {
@@ -492,6 +508,11 @@ async fn supervise(
                 _ => {
                     tracing::warn!(group = %run.name, term, "leadership lost or about to run out: stopping the command");
                     terminate(&mut running.child, run.grace()).await;
+                    // An agent that was stopped may find the lease gone
+                    // and the guard done before it sees the command's end.
+                    if running.expired() {
+                        came_back = Some(Instant::now());
+                    }
                     break;
                 }
             }
