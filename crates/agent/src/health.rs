@@ -42,20 +42,66 @@ pub enum Check {
     Command(String),
 }
 
+/// Why a `--health-url` is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum UrlError {
+    #[error("--health-url {text:?} is not a URL: {source}")]
+    NotAUrl {
+        text: String,
+        #[source]
+        source: hyper::http::uri::InvalidUri,
+    },
+    #[error(
+        "--health-url {text:?} must be an http:// URL (the check is of this pod's own application)"
+    )]
+    NotHttp { text: String },
+    #[error("--health-url {text:?} names no host")]
+    NoHost { text: String },
+}
+
+/// Why a check failed. Its text is the reason `/v1/status`, the logs and
+/// the member's `unhealthy` in the store give.
+#[derive(Debug, thiserror::Error)]
+pub enum Unhealthy {
+    #[error("no answer within {} ms", .0.as_millis())]
+    Timeout(Duration),
+    #[error("could not run the health command: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// The command's exit code and the first line it wrote to stderr.
+    #[error("the health command exited with {code}{}", .said.as_deref().map_or(String::new(), |s| format!(": {s}")))]
+    Exited { code: i32, said: Option<String> },
+    #[error("the health command was killed by a signal")]
+    Killed,
+    #[error("GET {url}: {source}")]
+    Request {
+        url: String,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("GET {url} answered {status}")]
+    Status {
+        url: String,
+        status: hyper::StatusCode,
+    },
+}
+
 impl Check {
     /// A `--health-url`: `http://HOST:PORT/PATH`. Plain HTTP only: the check
     /// is of the pod's own application, on its loopback or pod address.
-    pub fn url(text: &str) -> Result<Self, String> {
-        let uri: hyper::Uri = text
-            .parse()
-            .map_err(|e| format!("--health-url {text:?} is not a URL: {e}"))?;
+    pub fn url(text: &str) -> Result<Self, UrlError> {
+        let uri: hyper::Uri = text.parse().map_err(|source| UrlError::NotAUrl {
+            text: text.to_owned(),
+            source,
+        })?;
         if uri.scheme_str() != Some("http") {
-            return Err(format!(
-                "--health-url {text:?} must be an http:// URL (the check is of this pod's own application)"
-            ));
+            return Err(UrlError::NotHttp {
+                text: text.to_owned(),
+            });
         }
         let Some(authority) = uri.authority() else {
-            return Err(format!("--health-url {text:?} names no host"));
+            return Err(UrlError::NoHost {
+                text: text.to_owned(),
+            });
         };
         let authority = if authority.port_u16().is_some() {
             authority.to_string()
@@ -96,14 +142,14 @@ pub struct HealthView {
 }
 
 /// Runs one check.
-pub async fn check(check: &Check, timeout: Duration) -> Result<(), String> {
+pub async fn check(check: &Check, timeout: Duration) -> Result<(), Unhealthy> {
     match tokio::time::timeout(timeout, run(check)).await {
         Ok(result) => result,
-        Err(_) => Err(format!("no answer within {} ms", timeout.as_millis())),
+        Err(_) => Err(Unhealthy::Timeout(timeout)),
     }
 }
 
-async fn run(check: &Check) -> Result<(), String> {
+async fn run(check: &Check) -> Result<(), Unhealthy> {
     match check {
         Check::Url { authority, path } => get(authority, path).await,
         Check::Command(line) => {
@@ -114,45 +160,50 @@ async fn run(check: &Check) -> Result<(), String> {
                 .kill_on_drop(true)
                 .output()
                 .await
-                .map_err(|e| format!("could not run the health command: {e}"))?;
+                .map_err(Unhealthy::Spawn)?;
             if out.status.success() {
                 return Ok(());
             }
             let said = String::from_utf8_lossy(&out.stderr);
             let said = said.lines().next().unwrap_or("").trim();
-            Err(match (out.status.code(), said.is_empty()) {
-                (Some(code), true) => format!("the health command exited with {code}"),
-                (Some(code), false) => format!("the health command exited with {code}: {said}"),
-                (None, _) => "the health command was killed by a signal".to_owned(),
+            Err(match out.status.code() {
+                Some(code) => Unhealthy::Exited {
+                    code,
+                    said: (!said.is_empty()).then(|| said.to_owned()),
+                },
+                None => Unhealthy::Killed,
             })
         }
     }
 }
 
 /// One GET over a connection of its own.
-async fn get(authority: &str, path: &str) -> Result<(), String> {
+async fn get(authority: &str, path: &str) -> Result<(), Unhealthy> {
+    let url = format!("http://{authority}{path}");
+    let failed = |source: Box<dyn std::error::Error + Send + Sync>| Unhealthy::Request {
+        url: url.clone(),
+        source,
+    };
     let stream = tokio::net::TcpStream::connect(authority)
         .await
-        .map_err(|e| format!("GET http://{authority}{path}: {e}"))?;
+        .map_err(|e| failed(e.into()))?;
     let (mut sender, connection) =
         hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
             .await
-            .map_err(|e| format!("GET http://{authority}{path}: {e}"))?;
+            .map_err(|e| failed(e.into()))?;
     let connection = tokio::spawn(connection);
     let request = hyper::Request::get(path)
         .header(hyper::header::HOST, authority)
         .header(hyper::header::USER_AGENT, "leasehold-agent")
         .body(Empty::<Bytes>::new())
-        .map_err(|e| format!("GET http://{authority}{path}: {e}"))?;
+        .map_err(|e| failed(e.into()))?;
     let answer = sender.send_request(request).await;
     connection.abort();
-    let status = answer
-        .map_err(|e| format!("GET http://{authority}{path}: {e}"))?
-        .status();
+    let status = answer.map_err(|e| failed(e.into()))?.status();
     if (200..400).contains(&status.as_u16()) {
         Ok(())
     } else {
-        Err(format!("GET http://{authority}{path} answered {status}"))
+        Err(Unhealthy::Status { url, status })
     }
 }
 
@@ -196,7 +247,7 @@ pub(crate) async fn watch(
                     view.healthy = false;
                     view.failures += 1;
                     view.failed += 1;
-                    view.reason = Some(reason.clone());
+                    view.reason = Some(reason.to_string());
                 }
             }
             view.failures
@@ -242,21 +293,22 @@ mod tests {
     #[test]
     fn a_health_url_is_plain_http_with_a_host() {
         assert_eq!(
-            Check::url("http://127.0.0.1:8080/ready?full=1"),
-            Ok(Check::Url {
+            Check::url("http://127.0.0.1:8080/ready?full=1").unwrap(),
+            Check::Url {
                 authority: "127.0.0.1:8080".into(),
                 path: "/ready?full=1".into()
-            })
+            }
         );
         assert_eq!(
-            Check::url("http://localhost"),
-            Ok(Check::Url {
+            Check::url("http://localhost").unwrap(),
+            Check::Url {
                 authority: "localhost:80".into(),
                 path: "/".into()
-            })
+            }
         );
         for bad in ["https://x/ready", "/ready", "not a url"] {
-            assert!(Check::url(bad).is_err(), "{bad}");
+            let e = Check::url(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("--health-url {bad:?} ")), "{e}");
         }
     }
 
@@ -283,34 +335,36 @@ mod tests {
         let url = answering(&["200 OK", "302 Found", "503 Service Unavailable"]).await;
         let check_url = Check::url(&url).unwrap();
         let second = Duration::from_secs(5);
-        assert_eq!(check(&check_url, second).await, Ok(()));
-        assert_eq!(check(&check_url, second).await, Ok(()));
-        let e = check(&check_url, second).await.unwrap_err();
+        assert!(matches!(check(&check_url, second).await, Ok(())));
+        assert!(matches!(check(&check_url, second).await, Ok(())));
+        let e = check(&check_url, second).await.unwrap_err().to_string();
         assert_eq!(e, format!("GET {url} answered 503 Service Unavailable"));
         // Nobody listens any more.
-        let e = check(&check_url, second).await.unwrap_err();
+        let e = check(&check_url, second).await.unwrap_err().to_string();
         assert!(e.starts_with(&format!("GET {url}: ")), "{e}");
     }
 
     #[tokio::test]
     async fn a_command_passes_on_exit_0_and_says_why_it_failed() {
-        assert_eq!(
+        assert!(matches!(
             check(&Check::Command("true".into()), Duration::from_secs(5)).await,
             Ok(())
-        );
+        ));
         let e = check(
             &Check::Command("echo broken >&2; exit 3".into()),
             Duration::from_secs(5),
         )
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert_eq!(e, "the health command exited with 3: broken");
         let e = check(
             &Check::Command("sleep 5".into()),
             Duration::from_millis(100),
         )
         .await
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert_eq!(e, "no answer within 100 ms");
     }
 }

@@ -223,9 +223,8 @@ impl Settings {
     /// `--health-url` or `--health-command`, with its timeout and count.
     fn health(args: &AgentArgs) -> Result<Option<health::HealthSettings>, FlagError> {
         let check = match (&args.health_url, &args.health_command) {
-            (Some(url), _) => {
-                health::Check::url(url).map_err(|e| FlagError::worded("--health-url", e))?
-            }
+            (Some(url), _) => health::Check::url(url)
+                .map_err(|e| FlagError::worded("--health-url", e.to_string()))?,
             (None, Some(line)) if !line.trim().is_empty() => health::Check::Command(line.clone()),
             (None, Some(_)) => {
                 return Err(FlagError::worded(

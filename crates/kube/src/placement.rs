@@ -285,31 +285,57 @@ fn hand_over(seat: &Seat<'_>, updated: Option<&str>, preferred: &[&Member]) -> O
     None
 }
 
+/// Why a handover asked for by the step-down-to annotation is refused (the
+/// leader leads on). Its text goes into the Handover condition and the
+/// `HandoverRefused` event.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("no leader to hand over to pod {pod:?}")]
+    NoLeader { pod: String },
+    #[error("pod {pod:?} already leads")]
+    AlreadyLeads { pod: String },
+    #[error(
+        "pod {pod:?} is not a live member of the group (it runs no agent that campaigns for it)"
+    )]
+    NotAMember { pod: String },
+    #[error("pod {pod:?} does not take the lead: {reason}")]
+    Unhealthy { pod: String, reason: String },
+    #[error("pod {pod:?} campaigns with priority 0: it never leads")]
+    NeverLeads { pod: String },
+}
+
 /// Rule: a new value of the step-down-to annotation names a pod of the
 /// group's namespace; the leader is asked to hand over to it when it is a
 /// live member that may lead, and otherwise the request is refused with
 /// the reason (the leader leads on).
-pub fn requested(seat: &Seat<'_>, pod: &str) -> Result<Handover, String> {
+pub fn requested(seat: &Seat<'_>, pod: &str) -> Result<Handover, Refusal> {
+    let no_leader = || Refusal::NoLeader {
+        pod: pod.to_owned(),
+    };
     let Some(holder) = seat.holder else {
-        return Err(format!("no leader to hand over to pod {pod:?}"));
+        return Err(no_leader());
     };
     let node = format!("{}/{pod}", seat.namespace);
     if node == holder {
-        return Err(format!("pod {pod:?} already leads"));
+        return Err(Refusal::AlreadyLeads {
+            pod: pod.to_owned(),
+        });
     }
     let Some(member) = seat.members.iter().find(|m| m.node == node) else {
-        return Err(format!(
-            "pod {pod:?} is not a live member of the group (it runs no agent that campaigns for it)"
-        ));
+        return Err(Refusal::NotAMember {
+            pod: pod.to_owned(),
+        });
     };
     if let Some(reason) = &member.unhealthy {
-        return Err(format!("pod {pod:?} does not take the lead: {reason}"));
+        return Err(Refusal::Unhealthy {
+            pod: pod.to_owned(),
+            reason: reason.clone(),
+        });
     }
     if member.priority <= 0 {
-        return Err(format!(
-            "pod {pod:?} campaigns with priority 0: it never leads"
-        ));
+        return Err(Refusal::NeverLeads {
+            pod: pod.to_owned(),
+        });
     }
-    seat.ask(member, reasons::REQUESTED)
-        .ok_or_else(|| format!("no leader to hand over to pod {pod:?}"))
+    seat.ask(member, reasons::REQUESTED).ok_or_else(no_leader)
 }

@@ -1017,7 +1017,12 @@ fn step_down_to_on_annotation(
                 ),
                 warning: true,
             });
-            let condition = condition(types::HANDOVER, false, reasons::SUCCESSOR_REFUSED, why);
+            let condition = condition(
+                types::HANDOVER,
+                false,
+                reasons::SUCCESSOR_REFUSED,
+                why.to_string(),
+            );
             (None, annotation, Some(condition))
         }
     }
