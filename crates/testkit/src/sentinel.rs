@@ -31,11 +31,17 @@ pub async fn slowly(limit: Duration, what: &str, mut check: impl FnMut() -> bool
     }
 }
 
-/// Commands that make every server a quick and willing replica and primary.
+/// The one setting the Sentinel tests take away from Redis's defaults:
+/// `repl-diskless-sync-delay 0` instead of 5 s. After a failover every
+/// other server needs a full sync from the new primary, and a lease claim
+/// waits (`WAIT`) for every connected replica, including one still in its
+/// full sync: with the default delay no claim is confirmed for the delay
+/// and the transfer after it, about 16 s in all, which is longer than the
+/// time to a new leader these tests bound. That wait is a known fault of
+/// the engine, not of these tests, which are about terms and sentinels:
+/// they sync at once until claims stop waiting on a syncing replica.
 pub fn tune(server: &RedisServer) {
-    // Sync at once (the default waits 5 s for more replicas to join).
     server.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
-    server.cli(&["CONFIG", "SET", "repl-timeout", "5"]);
 }
 
 impl Deployment {

@@ -208,10 +208,10 @@ impl StoreServer {
         match self {
             Self::Redis(primary) => {
                 let replica = RedisServer::start();
-                // Sync at once (the default waits 5 s for more replicas).
-                primary.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
                 replica.cli(&["REPLICAOF", "127.0.0.1", &link.port.to_string()]);
-                eventually(Duration::from_secs(10), "the replica is in sync", || {
+                // Redis's defaults: the first full sync waits 5 s
+                // (`repl-diskless-sync-delay`) for more replicas to join.
+                eventually(Duration::from_secs(20), "the replica is in sync", || {
                     primary
                         .cli(&["INFO", "replication"])
                         .contains("connected_slaves:1")
