@@ -16,6 +16,7 @@
 //! four minutes, most of it starting the node and building its images.
 
 use leasehold_testkit as testkit;
+use testkit::wall_ns;
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -681,13 +682,6 @@ impl Drop for Client {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn wall_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
 }
 
 /// The README's leader endpoint: the chart upgraded with it, a

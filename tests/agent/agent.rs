@@ -7,8 +7,9 @@ use leasehold_testkit as testkit;
 use std::time::{Duration, Instant};
 
 use testkit::agent::{args, get, post, run_to_end, Agent, RENEW_MS, RETRY_MS, TTL_MS};
-use testkit::free_port;
+use testkit::procfs;
 use testkit::proxy::Proxy;
+use testkit::{free_port, wall_ns};
 use testkit::{RedisServer, StoreFixture};
 
 const GROUP: &str = "jobs";
@@ -446,30 +447,6 @@ fn logging_script(log: &std::path::Path, on_term: &str) -> String {
     )
 }
 
-fn now_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
-}
-
-/// Whether `pid` still runs (a zombie, killed but not yet reaped by
-/// whichever process adopted it, does not count).
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|stat| {
-            let state = stat
-                .rsplit_once(')')?
-                .1
-                .split_whitespace()
-                .next()?
-                .to_owned();
-            Some(state != "Z" && state != "X")
-        })
-        .unwrap_or(false)
-}
-
 async fn wait_for_line(
     log: &std::path::Path,
     what: &str,
@@ -537,11 +514,11 @@ async fn exec_mode_runs_the_command_only_while_leading_and_never_twice() {
             .any(|l| l.what == "stop" && l.node == "t/a"),
         "the step-down answered before the command stopped"
     );
-    assert!(!alive(first.pid.unwrap()));
+    assert!(!procfs::alive(first.pid.unwrap()));
     wait_for_line(&log, "start", "t/b", 1, Duration::from_secs(2)).await;
 
     // 2. b loses Redis: its command stops before the lease can expire there.
-    let cut = now_ns();
+    let cut = wall_ns();
     proxy.pause();
     let stop_b = wait_for_line(&log, "stop", "t/b", 1, Duration::from_secs(5)).await;
     let stopped_after = Duration::from_nanos((stop_b.at_ns - cut) as u64);
@@ -560,10 +537,10 @@ async fn exec_mode_runs_the_command_only_while_leading_and_never_twice() {
     testkit::eventually(
         Duration::from_millis(4 * RETRY_MS),
         "a's command died with it",
-        || !alive(second.pid.unwrap()),
+        || !procfs::alive(second.pid.unwrap()),
     )
     .await;
-    let a_gone = now_ns();
+    let a_gone = wall_ns();
     let third = wait_for_line(&log, "start", "t/b", 2, Duration::from_secs(10)).await;
     assert!(
         third.at_ns > a_gone,
@@ -684,14 +661,14 @@ async fn nothing_of_the_commands_tree_outlives_a_killed_agent() {
     )
     .await;
     let (child, daemon) = (pid_in(&child).unwrap(), pid_in(&daemon).unwrap());
-    assert!(alive(child) && alive(daemon));
+    assert!(procfs::alive(child) && procfs::alive(daemon));
 
     agent.signal(testkit::Signal::SIGKILL);
     assert!(agent.exited_within(Duration::from_secs(1)).await.is_some());
     testkit::eventually(
         Duration::from_millis(4 * RETRY_MS),
         "the command's tree died with the agent",
-        || !alive(child) && !alive(daemon),
+        || !procfs::alive(child) && !procfs::alive(daemon),
     )
     .await;
     let _ = std::fs::remove_dir_all(&dir);

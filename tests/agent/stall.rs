@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use testkit::agent::{args, get, Agent, RETRY_MS, TTL_MS};
 use testkit::cpu_quota::CpuQuota;
 use testkit::fenced::FencedSink;
-use testkit::{free_port, RedisServer, Signal};
+use testkit::{free_port, wall_ns, RedisServer, Signal};
 
 const GROUP: &str = "jobs";
 const GRACE_MS: u64 = 250;
@@ -45,13 +45,6 @@ fn read_work(log: &Path) -> Vec<Work> {
         .collect();
     lines.sort_by_key(|w| w.at_ns);
     lines
-}
-
-fn now_ns() -> u128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos()
 }
 
 /// The agents of one stall test: each runs `sh` writing a line to `log`
@@ -105,7 +98,7 @@ impl Bed {
         loop {
             let work = read_work(&self.log);
             if let Some(last) = work.last() {
-                if now_ns().saturating_sub(last.at_ns) < 200_000_000 {
+                if wall_ns().saturating_sub(last.at_ns) < 200_000_000 {
                     let i = self.agents.iter().position(|a| a.id == last.node).unwrap();
                     return (i, last.term);
                 }
@@ -215,7 +208,7 @@ async fn a_stopped_agent_s_command_ends_before_its_lease_and_never_overlaps_the_
         let (l, term) = bed.writer().await;
         let left = lease_remaining_ms(&bed.agents[l]).await;
         let node = bed.agents[l].id.clone();
-        let stopped_ns = now_ns();
+        let stopped_ns = wall_ns();
         bed.agents[l].signal(Signal::SIGSTOP);
         tokio::time::sleep(STALL).await;
         // The role file still says leader (nobody can rewrite it), and
@@ -227,7 +220,7 @@ async fn a_stopped_agent_s_command_ends_before_its_lease_and_never_overlaps_the_
             .and_then(|ms| ms.parse().ok())
             .unwrap_or_else(|| panic!("role file of a stopped leader: {file:?}"));
         assert!(
-            until_ms * 1_000_000 < now_ns(),
+            until_ms * 1_000_000 < wall_ns(),
             "the role file's instant has not passed after {STALL:?}: {file:?}"
         );
         bed.agents[l].signal(Signal::SIGCONT);
@@ -283,7 +276,7 @@ async fn a_starved_agent_s_command_ends_before_its_lease_and_never_overlaps_the_
         let (l, term) = bed.writer().await;
         let node = bed.agents[l].id.clone();
         let pid = bed.agents[l].pid();
-        let stopped_ns = now_ns();
+        let stopped_ns = wall_ns();
         quota.throttle(pid).unwrap();
         tokio::time::sleep(STALL).await;
         quota.release(pid).unwrap();

@@ -35,10 +35,9 @@ const AGENTS: usize = 3;
 /// The guard's SIGKILL comes this long before the deadline.
 const LEAD_MS: u64 = leasehold_agent::exec_guard::KILL_LEAD.as_millis() as u64;
 
+/// The Unix clock now, in ns, signed: margins below may be negative.
 fn wall_ns() -> i128 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as i128)
+    leasehold_testkit::wall_ns() as i128
 }
 
 fn ms(ns: i128) -> f64 {
@@ -71,14 +70,6 @@ struct Stalls<'a> {
     store: &'a Store,
     dir: PathBuf,
     agents: Vec<AgentProcess>,
-}
-
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
-        stat.rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X")
-    })
 }
 
 impl Stalls<'_> {
@@ -127,7 +118,7 @@ impl Stalls<'_> {
         let store_end = i128::from(state.now_ms + state.lease_pttl_ms.unwrap_or(0)) * 1_000_000;
         let local_end = self.local_end(l, term)?;
         let gone = loop {
-            if !alive(pid) {
+            if !leasehold_testkit::procfs::alive(pid) {
                 break wall_ns();
             }
             if started.elapsed() > limit {

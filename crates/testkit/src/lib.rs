@@ -181,6 +181,14 @@ pub async fn node(server: &impl StoreFixture, id: &str) -> Node {
         .expect("node")
 }
 
+/// The Unix clock now in nanoseconds: the time a command's shell `date
+/// +%s%N` writes, for comparing with it.
+pub fn wall_ns() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos())
+}
+
 /// Waits until `check` holds, or panics with `what` after `limit`.
 pub async fn eventually(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();

@@ -1,9 +1,18 @@
-//! What `/proc` says of a process the bench or a test runs: its CPU time
-//! so far and its memory, read by the `procfs` crate.
+//! What `/proc` says of a process the bench or a test runs: whether it
+//! still runs, its CPU time so far and its memory, read by the `procfs`
+//! crate.
 
 use std::time::Duration;
 
 use procfs::process::Process;
+
+/// Whether `pid` still runs: a zombie, killed but not yet reaped by
+/// whichever process adopted it, does not count.
+pub fn alive(pid: u32) -> bool {
+    Process::new(pid as i32)
+        .and_then(|p| p.stat())
+        .is_ok_and(|stat| stat.state != 'Z' && stat.state != 'X')
+}
 
 /// User plus system CPU time process `pid` has used so far.
 pub fn cpu_time(pid: u32) -> Option<Duration> {
