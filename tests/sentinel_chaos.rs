@@ -434,7 +434,6 @@ async fn failovers_never_give_a_term_two_holders() {
             }
             let new_port = d.servers[new.expect("named")].port.to_string();
             d.servers[old].restart_on_own_data_with(&["--replicaof", "127.0.0.1", &new_port]);
-            testkit::sentinel::tune(&d.servers[old]);
         }
         // The window without a leader that the failover caused.
         let before = r.last_leader;

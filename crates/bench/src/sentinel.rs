@@ -46,12 +46,6 @@ fn cli(server: &LocalRedis, args: &[&str]) -> anyhow::Result<String> {
     server.cli(args)
 }
 
-/// Quick syncs, as a restarted server needs.
-fn tune(server: &LocalRedis) -> anyhow::Result<()> {
-    cli(server, &["CONFIG", "SET", "repl-diskless-sync-delay", "0"])?;
-    Ok(())
-}
-
 async fn until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> anyhow::Result<()> {
     let start = Instant::now();
     while !check() {
@@ -66,15 +60,14 @@ async fn until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> 
 impl Deployment {
     async fn start() -> anyhow::Result<Self> {
         let primary = LocalRedis::start()?;
+        // On Redis's own replication settings: the first full sync waits
+        // 5 s (`repl-diskless-sync-delay`), as in production.
         let replica = LocalRedis::start()?;
-        for s in [&primary, &replica] {
-            tune(s)?;
-        }
         cli(
             &replica,
             &["REPLICAOF", "127.0.0.1", &primary.port.to_string()],
         )?;
-        until(Duration::from_secs(10), "the replica in sync", || {
+        until(Duration::from_secs(30), "the replica in sync", || {
             cli(&replica, &["INFO", "replication"])
                 .is_ok_and(|i| i.contains("master_link_status:up"))
         })
@@ -220,7 +213,6 @@ async fn trial(
     if kind == Kind::Killed {
         let port = d.servers[new].port.to_string();
         d.servers[old].restart_on_own_data(&["--replicaof", "127.0.0.1", &port])?;
-        tune(&d.servers[old])?;
         d.min_replicas(min_replicas)?;
     }
     let attached = one_leader_on(agents, &d.servers[new], prefix, Duration::from_secs(60))

@@ -1,9 +1,11 @@
-//! A TCP proxy between a node and Redis that a test can pause (bytes stop
-//! flowing both ways while connections stay open, like a paused process or a
-//! black-holed network) and resume, cut (every open connection is closed;
-//! new ones are let through), or slow down (each chunk is held back for a
-//! while in both directions). It lets one node lose Redis while the others
-//! keep it.
+//! A TCP proxy between a node and its store that a test can pause (bytes
+//! stop flowing both ways while connections stay open, like a paused
+//! process or a black-holed network) and resume, make one-way (requests
+//! reach the store, replies are held back until the link is mended: a
+//! broken NAT or conntrack entry, as TCP sees it), cut (every open
+//! connection is closed; new ones are let through), or slow down (each
+//! chunk is held back for a while in both directions). It lets one node
+//! lose its store while the others keep it.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -15,6 +17,8 @@ use tokio::sync::watch;
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Mode {
     paused: bool,
+    /// Replies (store to client) held back; requests flow.
+    one_way: bool,
     delay: Duration,
     /// Bumped by `cut`: connections opened under an older value close.
     cuts: u64,
@@ -52,8 +56,8 @@ impl Proxy {
                     let (sr, sw) = server.into_split();
                     // Either direction ending (or a cut) closes both.
                     tokio::select! {
-                        _ = pump(cr, sw, rx.clone(), born) => {}
-                        _ = pump(sr, cw, rx, born) => {}
+                        _ = pump(cr, sw, rx.clone(), born, Direction::Requests) => {}
+                        _ = pump(sr, cw, rx, born, Direction::Replies) => {}
                     }
                 });
             }
@@ -85,6 +89,16 @@ impl Proxy {
         self.mode.send_modify(|m| m.paused = false);
     }
 
+    /// Requests go on reaching the store; its replies are held back (in
+    /// order, none lost) until [`Proxy::two_way`].
+    pub fn one_way(&self) {
+        self.mode.send_modify(|m| m.one_way = true);
+    }
+
+    pub fn two_way(&self) {
+        self.mode.send_modify(|m| m.one_way = false);
+    }
+
     /// Closes every open connection (the node sees a reset and reconnects).
     pub fn cut(&self) {
         self.mode.send_modify(|m| m.cuts += 1);
@@ -102,21 +116,29 @@ impl Drop for Proxy {
     }
 }
 
+#[derive(Clone, Copy, PartialEq)]
+enum Direction {
+    Requests,
+    Replies,
+}
+
 async fn pump(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     mut mode: watch::Receiver<Mode>,
     born: u64,
+    direction: Direction,
 ) {
     let mut buf = vec![0u8; 16 * 1024];
     // Waits while paused; false once this connection was cut.
-    async fn flowing(mode: &mut watch::Receiver<Mode>, born: u64) -> bool {
+    async fn flowing(mode: &mut watch::Receiver<Mode>, born: u64, direction: Direction) -> bool {
         loop {
             let m = *mode.borrow();
             if m.cuts != born {
                 return false;
             }
-            if !m.paused {
+            let held = m.paused || (m.one_way && direction == Direction::Replies);
+            if !held {
                 return true;
             }
             if mode.changed().await.is_err() {
@@ -126,7 +148,7 @@ async fn pump(
     }
     loop {
         // While paused, read nothing: bytes wait in the kernel buffers.
-        if !flowing(&mut mode, born).await {
+        if !flowing(&mut mode, born, direction).await {
             return;
         }
         let n = tokio::select! {
@@ -141,7 +163,7 @@ async fn pump(
             tokio::time::sleep(delay).await;
         }
         // Bytes read just before a pause are held back until resume.
-        if !flowing(&mut mode, born).await {
+        if !flowing(&mut mode, born, direction).await {
             return;
         }
         if to.write_all(&buf[..n]).await.is_err() {

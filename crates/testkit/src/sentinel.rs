@@ -31,38 +31,25 @@ pub async fn slowly(limit: Duration, what: &str, mut check: impl FnMut() -> bool
     }
 }
 
-/// The one setting the Sentinel tests take away from Redis's defaults:
-/// `repl-diskless-sync-delay 0` instead of 5 s. After a failover every
-/// other server needs a full sync from the new primary, and a lease claim
-/// waits (`WAIT`) for every connected replica, including one still in its
-/// full sync: with the default delay no claim is confirmed for the delay
-/// and the transfer after it, about 16 s in all, which is longer than the
-/// time to a new leader these tests bound. That wait is a known fault of
-/// the engine, not of these tests, which are about terms and sentinels:
-/// they sync at once until claims stop waiting on a syncing replica.
-pub fn tune(server: &RedisServer) {
-    server.cli(&["CONFIG", "SET", "repl-diskless-sync-delay", "0"]);
-}
-
 impl Deployment {
     /// A primary with `replicas` replicas and three sentinels that find a
     /// silent primary down after `down_after_ms`; returns once every
     /// sentinel knows every replica and the other sentinels.
     pub async fn start(replicas: usize, down_after_ms: u64) -> Self {
+        // Redis's own replication settings: a replica's first full sync
+        // waits for `repl-diskless-sync-delay` (5 s) for others to join.
         let primary = RedisServer::start();
-        tune(&primary);
         let mut servers = vec![primary];
         let mut links = vec![None];
         for _ in 0..replicas {
             let replica = RedisServer::start();
-            tune(&replica);
             let link = Proxy::start(servers[0].port).await;
             replica.cli(&["REPLICAOF", "127.0.0.1", &link.port.to_string()]);
             servers.push(replica);
             links.push(Some(link));
         }
         let connected = format!("connected_slaves:{replicas}");
-        slowly(Duration::from_secs(10), "the replicas are in sync", || {
+        slowly(Duration::from_secs(30), "the replicas are in sync", || {
             servers[0]
                 .cli(&["INFO", "replication"])
                 .contains(&connected)

@@ -211,10 +211,12 @@ impl StoreServer {
                 replica.cli(&["REPLICAOF", "127.0.0.1", &link.port.to_string()]);
                 // Redis's defaults: the first full sync waits 5 s
                 // (`repl-diskless-sync-delay`) for more replicas to join.
+                // In sync as the primary sees it (`state=online`): only then
+                // does a lease write wait for it.
                 eventually(Duration::from_secs(20), "the replica is in sync", || {
                     primary
                         .cli(&["INFO", "replication"])
-                        .contains("connected_slaves:1")
+                        .contains("state=online")
                         && replica
                             .cli(&["INFO", "replication"])
                             .contains("master_link_status:up")

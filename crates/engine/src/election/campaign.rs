@@ -12,6 +12,10 @@
 //! 3. Followers claim on their retry tick, and earlier when the lease is
 //!    released (pub/sub) or due to expire (from the PTTL of their last claim,
 //!    or from the last renewal's hint).
+//! 4. A node whose calls have gone unanswered for half a ttl sends no claim,
+//!    only a probe, until the store answers: an unanswered claim may still
+//!    land and keep its own lease standing, and a node that cannot hear the
+//!    store must not hold the seat.
 //!
 //! What each reply means is decided in `rules.rs`, without I/O; this task
 //! sends the calls, keeps the state and reports.
@@ -23,8 +27,8 @@ use tokio::time::Instant;
 
 use super::role::{Bid, Leadership, LocalLease, Role};
 use super::rules::{
-    after_claim, after_hint, after_renew, candidacy_due, hint_followers, next_step, AfterClaim,
-    AfterHint, AfterRenew, ClaimContext, RenewContext, Standing, Step,
+    after_claim, after_hint, after_renew, candidacy_due, hint_followers, next_step, retry_after,
+    AfterClaim, AfterHint, AfterRenew, ClaimContext, Hearing, RenewContext, Standing, Step,
 };
 use super::wake::{Hint, HintSlot};
 use crate::config::ElectionConfig;
@@ -84,6 +88,12 @@ struct State {
     /// starts short and grows to the retry interval, so a Redis that comes
     /// back is noticed within milliseconds, not a whole retry interval.
     errors: u32,
+    /// Whether the store answers (a node that cannot hear it probes
+    /// instead of claiming: `rules::Hearing`).
+    hearing: Hearing,
+    /// Whether the last call was a probe (for the log: one line when it
+    /// starts, one when the store answers).
+    probing: bool,
 }
 
 impl Campaign {
@@ -163,6 +173,8 @@ impl Campaign {
             next_claim: now,
             seen_term: 0,
             errors: 0,
+            hearing: Hearing::new(now),
+            probing: false,
         };
         let mut displaced = self.shared.displaced.subscribe();
         loop {
@@ -253,11 +265,15 @@ impl Campaign {
     }
 
     async fn claim(&mut self, st: &mut State) {
+        if !st.hearing.may_claim(Instant::now(), &self.config) {
+            return self.probe(st).await;
+        }
         // The ttl this claim asks for: the local lease view must use it even
         // if the reply brings new timings.
         let asked_ttl = self.config.ttl();
         let sent = Instant::now();
         let reply = self.send_claim(st).await;
+        st.hearing.note(sent, &reply);
         if let Ok(Claim::Won { config, .. } | Claim::Lost { config, .. }) = &reply {
             self.adopt(*config);
         }
@@ -329,8 +345,9 @@ impl Campaign {
 
     async fn send_claim(&self, st: &State) -> Result<Claim, StoreError> {
         self.shared.count_claim();
+        let limit = self.config.call_timeout();
         bounded(
-            self.config.call_timeout(),
+            limit,
             self.shared.store.claim(
                 &self.address,
                 self.node(),
@@ -338,10 +355,37 @@ impl Campaign {
                 self.ttl_ms(),
                 st.seen_term,
                 &self.candidacy(),
-                st.held,
+                limit,
             ),
         )
         .await
+    }
+
+    /// In place of a claim, while the store has not answered for a while
+    /// (`rules::Hearing`): a call that changes nothing, so that this node
+    /// learns when the store hears it again without keeping a lease it
+    /// cannot confirm. Answered, the node claims at once.
+    async fn probe(&mut self, st: &mut State) {
+        if !st.probing {
+            st.probing = true;
+            tracing::warn!(
+                group = %self.group,
+                "the store has not answered for half a ttl: no claim until it answers again, so a lease this node cannot confirm runs out"
+            );
+        }
+        let sent = Instant::now();
+        let reply = bounded(self.config.call_timeout(), self.shared.store.ping()).await;
+        st.hearing.note(sent, &reply);
+        let now = Instant::now();
+        st.next_claim = match &reply {
+            Ok(()) => {
+                st.probing = false;
+                tracing::info!(group = %self.group, "the store answers again: claiming");
+                now
+            }
+            Err(e) => now + retry_after(e, st.errors, &self.config),
+        };
+        st.errors = if reply.is_ok() { 0 } else { st.errors + 1 };
     }
 
     fn follow(&self, leader: String, term: u64, announce: bool) {
@@ -368,6 +412,7 @@ impl Campaign {
             .saturating_duration_since(sent)
             .min(self.config.call_timeout());
         let reply = self.send_renew(term, limit, hint).await;
+        st.hearing.note(sent, &reply);
         if let Ok(Renewal::Renewed { config, .. }) = &reply {
             self.adopt(*config);
         }
@@ -447,6 +492,7 @@ impl Campaign {
                 self.ttl_ms(),
                 &self.candidacy(),
                 hint,
+                limit,
             ),
         )
         .await

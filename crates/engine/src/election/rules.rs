@@ -280,6 +280,73 @@ pub(super) fn error_backoff(errors: u32, config: &ElectionConfig) -> Duration {
     Duration::from_millis(10u64.saturating_mul(1 << errors.min(16))).min(config.retry_interval())
 }
 
+/// What this node has heard from the store: when the last call it
+/// answered was sent, and whether one went unanswered since. A call that
+/// is not answered may still have reached the store (a link that carries
+/// requests but not replies, replies slower than the call's bound): a
+/// claim that lands keeps this node's own lease standing (claim.lua keeps a
+/// lease its claimant still holds) or takes a free seat, and the node never
+/// learns it. So after [`deaf_after`] without an answer the node sends
+/// nothing that could take or keep a lease, only a probe, until the store
+/// answers again; whatever its unanswered claims left standing runs out
+/// within a ttl, and a member that hears the store takes over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Hearing {
+    answered: Instant,
+    unanswered: bool,
+}
+
+/// What a call's reply says of the link: answered (`Some(true)`: the
+/// store replied, even to refuse, or to say the replicas did not confirm),
+/// unknown (`Some(false)`: sent, and no answer came in time, or the
+/// connection failed under it), or nothing sent (`None`: no primary to
+/// send to).
+pub(super) fn heard<T>(reply: &Result<T, StoreError>) -> Option<bool> {
+    match reply {
+        Ok(_) | Err(StoreError::Unconfirmed { .. } | StoreError::Reply(_)) => Some(true),
+        Err(StoreError::Timeout(_) | StoreError::Failed { .. }) => Some(false),
+        Err(StoreError::Topology(_)) => None,
+    }
+}
+
+/// How long a node goes without an answer, after a call went unanswered,
+/// before it stops claiming: half a ttl from the send of the last answered
+/// call. Its unanswered claims then stop before that call's send + ttl / 2,
+/// so a lease they kept standing ends within 1.5 ttl of the moment the
+/// replies stopped, and a live member leads within about that plus a
+/// retry interval (the bound the tests assert is 2 ttl + a retry
+/// interval). A renewal that timed out once is taken back by the next
+/// claim as before, sooner than this at the usual timings.
+pub(super) fn deaf_after(config: &ElectionConfig) -> Duration {
+    config.ttl() / 2
+}
+
+impl Hearing {
+    pub fn new(now: Instant) -> Self {
+        Self {
+            answered: now,
+            unanswered: false,
+        }
+    }
+
+    /// Takes in what the reply to a call sent at `sent` said of the link.
+    pub fn note<T>(&mut self, sent: Instant, reply: &Result<T, StoreError>) {
+        match heard(reply) {
+            Some(true) if sent >= self.answered => {
+                self.answered = sent;
+                self.unanswered = false;
+            }
+            Some(false) => self.unanswered = true,
+            _ => {}
+        }
+    }
+
+    /// Whether a claim may go at `now`; if not, only a probe.
+    pub fn may_claim(&self, now: Instant, config: &ElectionConfig) -> bool {
+        !self.unanswered || now < self.answered + deaf_after(config)
+    }
+}
+
 /// Where the campaign stands between two calls.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Standing {
@@ -802,5 +869,43 @@ mod tests {
             retry_interval_ms: 200,
         };
         assert!(hint_followers(t0, t0 + ms(700), &tight));
+    }
+
+    #[test]
+    fn a_node_that_hears_no_answer_for_half_a_ttl_stops_claiming() {
+        let cfg = config();
+        let t0 = Instant::now();
+        let mut h = Hearing::new(t0);
+        let timeout: Result<(), StoreError> = Err(StoreError::Timeout(ms(200)));
+        let answered: Result<(), StoreError> = Ok(());
+        // Answered calls: claims go on, however long between them (a
+        // follower at rest claims once a ttl).
+        h.note(t0, &answered);
+        assert!(h.may_claim(t0 + ms(5000), &cfg));
+        // A renewal sent at 300 ms goes unanswered: claims go on until half
+        // a ttl after the last answered call's send.
+        h.note(t0 + ms(300), &timeout);
+        assert!(h.may_claim(t0 + ms(499), &cfg));
+        assert!(!h.may_claim(t0 + ms(500), &cfg));
+        // A probe answered: claims again.
+        h.note(t0 + ms(900), &answered);
+        assert!(h.may_claim(t0 + ms(900), &cfg));
+        assert!(h.may_claim(t0 + ms(5000), &cfg));
+        // An answer to an older call does not hide a later silence.
+        h.note(t0 + ms(1000), &timeout);
+        h.note(t0 + ms(800), &answered);
+        assert!(!h.may_claim(t0 + ms(1400), &cfg));
+    }
+
+    #[test]
+    fn what_counts_as_an_answer() {
+        let unconfirmed: Result<(), StoreError> = Err(StoreError::Unconfirmed {
+            acked: 0,
+            wanted: 1,
+        });
+        assert_eq!(heard(&unconfirmed), Some(true));
+        assert_eq!(heard::<()>(&Err(StoreError::Reply("x".into()))), Some(true));
+        assert_eq!(heard::<()>(&Err(StoreError::Timeout(ms(1)))), Some(false));
+        assert_eq!(heard::<()>(&Err(StoreError::Topology("x".into()))), None);
     }
 }

@@ -277,10 +277,9 @@ impl Store {
         }
     }
 
-    /// Claims `group`'s lease. `confirmed` is the term of a lease this
-    /// incarnation held as leader and may still hold in the store (a
-    /// fail-safe demotion): finding it standing, the claim needs only a
-    /// renewal's confirmation.
+    /// Claims `group`'s lease. The caller gives up on the call after
+    /// `within`: a wait for replicas inside the call must answer before
+    /// that.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn claim(
         &self,
@@ -290,17 +289,17 @@ impl Store {
         ttl_ms: u64,
         seen_term: u64,
         candidacy: &Candidacy,
-        confirmed: Option<u64>,
+        within: Duration,
     ) -> Result<Claim, StoreError> {
         on_group!(self, group, s, g => s
-            .claim(g, id, incarnation, ttl_ms, seen_term, candidacy, confirmed)
+            .claim(g, id, incarnation, ttl_ms, seen_term, candidacy, within)
             .await)
     }
 
     /// Compare-and-expire of the lease this incarnation holds under
     /// `term`. With `hint`, a renewal also tells the group's followers how
     /// long the lease now stands ([`Wakeup::Renewed`](wakeup::Wakeup)), so
-    /// that they need not claim to learn it.
+    /// that they need not claim to learn it. `within` as for a claim.
     #[allow(clippy::too_many_arguments)]
     pub(crate) async fn renew(
         &self,
@@ -311,9 +310,10 @@ impl Store {
         ttl_ms: u64,
         candidacy: &Candidacy,
         hint: bool,
+        within: Duration,
     ) -> Result<Renewal, StoreError> {
         on_group!(self, group, s, g => s
-            .renew(g, id, incarnation, term, ttl_ms, candidacy, hint)
+            .renew(g, id, incarnation, term, ttl_ms, candidacy, hint, within)
             .await)
     }
 

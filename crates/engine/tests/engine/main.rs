@@ -9,6 +9,7 @@ extern crate leasehold_testkit;
 mod cluster;
 mod election;
 mod histories;
+mod links;
 mod messaging;
 mod nodes;
 mod postgres;

@@ -406,15 +406,19 @@ async fn a_sentinel_in_the_minority_is_not_believed() {
     b.close().await.unwrap();
 }
 
-/// A promoted replica has no replica of its own at first: the others, and
-/// the old primary, attach to it later, or not at all. A new term that it
-/// alone confirmed would be lost if it failed before they attach, so it is
-/// believed alone only once the grace (`REPLICA_LOSS_GRACE`, 5 s) has
-/// passed since a node first read it. Before, its first reading ("no
-/// replica") was taken as the truth, and a claim on it was confirmed at
-/// once, by nobody but itself.
+/// A promoted replica has no replica in sync at first: the others, and the
+/// old primary, attach to it later, or not at all. It confirms a lease on
+/// its own word, once the hold of a store born again is over (its new
+/// replication id): what it confirms alone and then loses with it is met
+/// by the next promotion as a store born again too (no lease for one ttl,
+/// a new term epoch; `replication::a_promoted_replica_is_a_store_born_again`
+/// shows that holding with no replica waited for at all). Before, claims
+/// on it waited for the old primary's count of replicas for 5 s
+/// (`REPLICA_LOSS_GRACE`), and then for the old primary's full sync once
+/// it rejoined: 15-20 s without a leader after each failover on Redis's
+/// default `repl-diskless-sync-delay` (issue 48).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_primary_without_the_old_ones_replicas_confirms_no_lease_for_the_grace() {
+async fn a_new_primary_with_no_replica_in_sync_confirms_alone_after_the_hold() {
     let d = Deployment::start(1, DOWN_AFTER_MS).await;
     users_a_and_b(&d);
     let mut tally = Tally::default();
@@ -461,12 +465,19 @@ async fn a_new_primary_without_the_old_ones_replicas_confirms_no_lease_for_the_g
             .find(|l| l.starts_with("connected_slaves")),
         Some("connected_slaves:0")
     );
-    // Nobody leads for the grace, less two retry intervals: the nodes read
-    // the new primary's replicas when they first write to it, after it was
-    // named (the sentinels are polled every 50 ms here).
-    let quiet = leasehold_engine::config::REPLICA_LOSS_GRACE - 2 * CFG.retry_interval();
+    // Nobody leads in the hold of the store born again (one ttl from the
+    // first claim on it, which comes after it was named); then one of them
+    // does, within the hold, the nodes' next look at the sentinels
+    // (`SENTINEL_RECHECK` and its timeout) and a retry interval, with two
+    // retry intervals to spare.
+    let hold = Duration::from_millis(CFG.ttl_ms.max(leasehold_engine::TERM_EPOCH_HOLD_MS));
+    let bound = hold
+        + leasehold_engine::config::SENTINEL_RECHECK
+        + leasehold_engine::config::SENTINEL_TIMEOUT
+        + 3 * CFG.retry_interval();
+    let quiet = Duration::from_millis(CFG.ttl_ms) - 2 * CFG.retry_interval();
     let mut led = None;
-    while switched.elapsed() < quiet {
+    while switched.elapsed() < bound {
         tally.sample(&groups);
         if let Some(t) = ga.leader_term().or(gb.leader_term()) {
             led = Some((t, switched.elapsed()));
@@ -474,17 +485,13 @@ async fn a_new_primary_without_the_old_ones_replicas_confirms_no_lease_for_the_g
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    assert_eq!(led, None, "a lease confirmed by the new primary alone");
-    // Then the primary's own word counts, and one of them leads again.
-    tally
-        .until(
-            &groups,
-            leasehold_engine::config::REPLICA_LOSS_GRACE
-                + Duration::from_millis(CFG.ttl_ms + 4 * CFG.retry_interval_ms),
-            "a leader once the grace has passed",
-            || ga.is_leader() || gb.is_leader(),
-        )
-        .await;
+    let (term, after) = led.unwrap_or_else(|| panic!("no leader within {bound:?} of the switch"));
+    eprintln!("a leader under term {term} {after:?} after the switch");
+    assert!(
+        after >= quiet,
+        "a lease {after:?} after the switch, in the hold"
+    );
+    assert!(term > 1, "term {term} after the failover");
     tally.assert_clean();
     d.servers[0].resume();
     a.close().await.unwrap();

@@ -51,7 +51,7 @@ impl PgStore {
         ttl_ms: u64,
         seen_term: u64,
         candidacy: &Candidacy,
-        _confirmed: Option<u64>,
+        _within: std::time::Duration,
     ) -> Result<Claim, StoreError> {
         let session = self.session().await.map_err(failed)?;
         let history = &session.history_key;
@@ -121,6 +121,7 @@ impl PgStore {
         ttl_ms: u64,
         candidacy: &Candidacy,
         _hint: bool,
+        _within: std::time::Duration,
     ) -> Result<Renewal, StoreError> {
         let row = self
             .query_one(

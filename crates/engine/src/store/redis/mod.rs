@@ -241,17 +241,18 @@ impl RedisStore {
 
     /// A claim or renewal (`call`, an invocation of `script`) with the
     /// `WAIT` for the replicas in the same request (see [`ReplicaAcks`]);
-    /// the caller checks the confirmation when the write took a lease.
+    /// the caller checks the confirmation when the write took a lease, and
+    /// gives up on the call after `within`.
     async fn write_lease(
         &self,
-        write: replication::Write,
         script: &redis::Script,
         call: &redis::ScriptInvocation<'_>,
+        within: Duration,
     ) -> Result<(Value, replication::Confirmation), StoreError> {
         let mut primary = self.route.primary().await?;
         let result = self
             .replication
-            .write(&mut primary.conn, primary.generation, write, script, call)
+            .write(&mut primary.conn, primary.generation, script, call, within)
             .await;
         self.noted(result)
     }
@@ -268,7 +269,7 @@ impl RedisStore {
         ttl_ms: u64,
         seen_term: u64,
         candidacy: &Candidacy,
-        confirmed: Option<u64>,
+        within: Duration,
     ) -> Result<Claim, StoreError> {
         let mut call = scripts::CLAIM.prepare_invoke();
         call.key(&group.lease)
@@ -289,31 +290,15 @@ impl RedisStore {
             .arg(candidacy.priority)
             .arg(candidacy.defer_ms)
             .arg(candidacy.problem.as_deref().unwrap_or(""));
-        // Expecting its own confirmed lease, a claim waits as a renewal does.
-        let expected = match confirmed {
-            Some(_) => replication::Write::Renewal,
-            None => replication::Write::Claim,
-        };
-        let (reply, confirmation) = self.write_lease(expected, &scripts::CLAIM, &call).await?;
+        let (reply, confirmation) = self.write_lease(&scripts::CLAIM, &call, within).await?;
         let items = array(reply)?;
         match int_at(&items, 0)? {
             1 => {
-                // Leading only once the replicas have the lease too: a new
-                // term as many as a new term needs; a lease kept that was
-                // confirmed before (`confirmed`: still standing after a
-                // fail-safe demotion) as many as a renewal. A lease kept
-                // that was never confirmed (its claim went unconfirmed) is
-                // a new term still.
-                let term = uint_at(&items, 1)?;
-                let fresh = int_at(&items, 2)? == 1;
-                self.noted(if !fresh && confirmed == Some(term) {
-                    confirmation.check_kept()
-                } else {
-                    confirmation.check()
-                })?;
+                // Leading only once the replicas in sync have the lease too.
+                self.noted(confirmation.check())?;
                 Ok(Claim::Won {
-                    term,
-                    fresh,
+                    term: uint_at(&items, 1)?,
+                    fresh: int_at(&items, 2)? == 1,
                     config: group_config(items.get(3)),
                 })
             }
@@ -340,6 +325,7 @@ impl RedisStore {
         ttl_ms: u64,
         candidacy: &Candidacy,
         hint: bool,
+        within: Duration,
     ) -> Result<Renewal, StoreError> {
         let mut call = scripts::RENEW.prepare_invoke();
         call.key(&group.lease)
@@ -357,23 +343,14 @@ impl RedisStore {
             .arg(if hint { "1" } else { "0" })
             .arg(candidacy.priority)
             .arg(candidacy.problem.as_deref().unwrap_or(""));
-        let (reply, confirmation) = self
-            .write_lease(replication::Write::Renewal, &scripts::RENEW, &call)
-            .await?;
+        let (reply, confirmation) = self.write_lease(&scripts::RENEW, &call, within).await?;
         let items = array(reply)?;
         Ok(match int_at(&items, 0)? {
             1 => {
-                // A lease that moved to a new term (renew.lua) is confirmed
-                // as a new term is.
-                let renewed = uint_at(&items, 2)?;
-                self.noted(if renewed == term {
-                    confirmation.check_kept()
-                } else {
-                    confirmation.check()
-                })?;
+                self.noted(confirmation.check())?;
                 Renewal::Renewed {
                     config: group_config(items.get(1)),
-                    term: renewed,
+                    term: uint_at(&items, 2)?,
                 }
             }
             0 => Renewal::Gone,
