@@ -203,6 +203,105 @@ async fn nodes_follow_a_forced_failover() {
     b.close().await.unwrap();
 }
 
+/// The run (48), on Redis's own replication settings: three nodes
+/// at ttl 1000 / renew 300 / retry 200 ms, one replica, `SENTINEL
+/// FAILOVER`. The group leads again within the hold of the store born
+/// again, the nodes' next look at the sentinels and a retry interval of
+/// the switch, with two retry intervals to spare; and when the old primary
+/// rejoins as a replica (Sentinel converts it some seconds later, then its
+/// full sync waits 5 s, `repl-diskless-sync-delay`), the leader leads on
+/// under its term. Before, every claim waited for the old primary while it
+/// was in its full sync, and on for the call's whole bound: no leader for
+/// the 15-20 s until that sync was over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forced_failover_on_redis_defaults_is_over_within_the_hold() {
+    const CFG: ElectionConfig = ElectionConfig {
+        ttl_ms: 1000,
+        renew_interval_ms: 300,
+        retry_interval_ms: 200,
+    };
+    let d = Deployment::start(1, DOWN_AFTER_MS).await;
+    let mut tally = Tally::default();
+    let mut members = Vec::new();
+    for i in 0..3 {
+        members.push(member_with(&d.url(), &format!("test/n{i}"), CFG).await);
+    }
+    let groups: Vec<&Group> = members.iter().map(|(_, g)| g).collect();
+    tally
+        .until(&groups, Duration::from_secs(10), "a first leader", || {
+            groups.iter().any(|g| g.is_leader())
+        })
+        .await;
+    force_failover(&d, &mut tally, &groups).await;
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(20),
+            "the sentinels name the replica",
+            || d.primary() == Some(1),
+        )
+        .await;
+    let switched = Instant::now();
+    let hold = Duration::from_millis(CFG.ttl_ms.max(leasehold_engine::TERM_EPOCH_HOLD_MS));
+    let bound = hold
+        + leasehold_engine::config::SENTINEL_RECHECK
+        + leasehold_engine::config::SENTINEL_TIMEOUT
+        + 3 * CFG.retry_interval();
+    let led = tally
+        .until(&groups, bound, "a leader after the switch", || {
+            groups
+                .iter()
+                .any(|g| g.leader_term().is_some_and(|t| t > 1))
+        })
+        .await;
+    let (leader, term) = groups
+        .iter()
+        .enumerate()
+        .find_map(|(i, g)| g.leader_term().map(|t| (i, t)))
+        .expect("a leader");
+    eprintln!("a leader {led:?} after the switch (bound {bound:?})");
+    // The old primary rejoins, in a full sync first: the leader leads on.
+    let new_primary = &d.servers[1];
+    let rejoined = tally
+        .until(
+            &groups,
+            Duration::from_secs(60),
+            "the old primary in sync with the new one",
+            || {
+                assert_eq!(
+                    groups[leader].leader_term(),
+                    Some(term),
+                    "the leader lost its lease while the old primary rejoined"
+                );
+                new_primary
+                    .cli(&["INFO", "replication"])
+                    .contains("state=online")
+            },
+        )
+        .await;
+    eprintln!("the old primary in sync {rejoined:?} later");
+    let since = Instant::now();
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(5),
+            "2 ttl with it in sync",
+            || {
+                assert_eq!(
+                    groups[leader].leader_term(),
+                    Some(term),
+                    "the leader lost its lease"
+                );
+                since.elapsed() > Duration::from_millis(2 * CFG.ttl_ms)
+            },
+        )
+        .await;
+    tally.assert_clean();
+    for (node, _) in members {
+        node.close().await.unwrap();
+    }
+}
+
 /// The primary is killed while its replica lags (replication stalled):
 /// the leader's renewals are no longer confirmed, so it stops leading; a
 /// claim made on the old primary meanwhile is not confirmed either. The
