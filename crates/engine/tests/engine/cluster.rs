@@ -295,3 +295,123 @@ async fn a_lossy_slot_failover_never_gives_a_term_two_holders() {
         n.close().await.unwrap();
     }
 }
+
+/// The slot's replica is down for 3 s (a pod's restart takes seconds)
+/// while its primary takes more writes than its backlog holds (1 MB by
+/// default), then restarts on its own directory, as a Redis pod does: it
+/// cannot resume, so it rejoins in a full sync (Redis's defaults: 5 s of
+/// `repl-diskless-sync-delay`, then the transfer). No lease write waits for
+/// it while it syncs: the primary is believed without it once the
+/// replica-loss grace is over (`REPLICA_LOSS_GRACE`, 5 s from the loss), so
+/// the group leads again within that, the count's refresh and a retry
+/// interval of the kill (two more to spare), and the leader leads on through the full sync and after it. Never
+/// two leaders. Before, the replica counted from its reconnection, in its
+/// full sync: no leader until the sync was over, about 8 s after the kill.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_rejoins_the_slot_in_a_full_sync_holds_no_lease_back() {
+    const CFG: ElectionConfig = ElectionConfig {
+        ttl_ms: 1000,
+        renew_interval_ms: 300,
+        retry_interval_ms: 200,
+    };
+    let (mut nodes, _slot, owner_at_start) = cluster_with_a_replica_of_the_slot().await;
+    let url = format!("redis+cluster://127.0.0.1:{}", nodes[owner_at_start].port);
+    let mut tally = testkit::sentinel::Tally::default();
+    let (a, ga) = member(&url, "test/a", CFG).await;
+    let (b, gb) = member(&url, "test/b", CFG).await;
+    let groups = [&ga, &gb];
+    tally
+        .until(&groups, Duration::from_secs(10), "a leader", || {
+            ga.is_leader() || gb.is_leader()
+        })
+        .await;
+    let killed = Instant::now();
+    nodes[3].kill();
+    // 2 MB through the replication stream (a script's effects replicate
+    // as its writes), past the 1 MB backlog.
+    let filled = cli(
+        &nodes[owner_at_start],
+        &[
+            "EVAL",
+            "redis.call('SET', KEYS[1], string.rep('x', 2000000)) return 1",
+            "1",
+            "{lh}:test-filler",
+        ],
+    );
+    assert_eq!(filled, "1");
+    tally
+        .until(&groups, Duration::from_secs(4), "3 s down", || {
+            killed.elapsed() >= Duration::from_secs(3)
+        })
+        .await;
+    nodes[3]
+        .start_on_own_data(&[])
+        .expect("the replica restarts on its directory");
+    let owner_node = &nodes[owner_at_start];
+    // The grace runs from the last count that saw the replica (at most a
+    // refresh before the kill); the count that believes the loss comes at
+    // the first refresh after it; then a claim, within a retry interval;
+    // two more to spare.
+    let bound = leasehold_engine::config::REPLICA_LOSS_GRACE
+        + leasehold_engine::config::REPLICA_COUNT_REFRESH
+        + 3 * CFG.retry_interval();
+    let mut syncing_seen = false;
+    let mut note = |info: &str| {
+        syncing_seen |= info.contains("state=wait_bgsave") || info.contains("state=send_bulk");
+    };
+    // The leader stops leading when the loss is seen (its renewals wait for
+    // the replica that left), and a leader comes back within the bound.
+    tally
+        .until(&groups, bound, "the leader stops", || {
+            note(&cli(owner_node, &["INFO", "replication"]));
+            !ga.is_leader() && !gb.is_leader()
+        })
+        .await;
+    tally
+        .until(
+            &groups,
+            bound.saturating_sub(killed.elapsed()),
+            "a leader again",
+            || {
+                note(&cli(owner_node, &["INFO", "replication"]));
+                ga.is_leader() || gb.is_leader()
+            },
+        )
+        .await;
+    let led = killed.elapsed();
+    eprintln!("a leader again {led:?} after the replica's kill (bound {bound:?})");
+    // The replica rejoins, in its full sync first: the leader leads on.
+    let term = ga.leader_term().or(gb.leader_term()).expect("a leader");
+    tally
+        .until(
+            &groups,
+            Duration::from_secs(60),
+            "the replica in sync again",
+            || {
+                assert_eq!(
+                    ga.leader_term().or(gb.leader_term()),
+                    Some(term),
+                    "the leader lost its lease while the replica rejoined"
+                );
+                let info = cli(owner_node, &["INFO", "replication"]);
+                note(&info);
+                info.contains("state=online")
+            },
+        )
+        .await;
+    assert!(syncing_seen, "the replica's full sync was never seen");
+    let since = Instant::now();
+    tally
+        .until(&groups, Duration::from_secs(5), "2 ttl in sync", || {
+            assert_eq!(
+                ga.leader_term().or(gb.leader_term()),
+                Some(term),
+                "the leader lost its lease when the replica came back"
+            );
+            since.elapsed() > Duration::from_millis(2 * CFG.ttl_ms)
+        })
+        .await;
+    tally.assert_clean();
+    a.close().await.unwrap();
+    b.close().await.unwrap();
+}
