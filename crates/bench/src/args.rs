@@ -19,6 +19,8 @@ pub enum Scenario {
     Idle,
     Replicas,
     Sentinel,
+    Cluster,
+    PostgresFailover,
     Controller,
     All,
 }
@@ -41,8 +43,9 @@ pub struct BenchArgs {
         env = "LEASEHOLD_REDIS_URL"
     )]
     pub redis_url: Option<String>,
-    /// Which store to start when no URL is given. The replicas, Sentinel
-    /// and controller scenarios run on Redis only.
+    /// Which store to start when no URL is given. The replicas, Sentinel,
+    /// cluster and controller scenarios run on Redis only, the
+    /// postgres-failover scenario on PostgreSQL only.
     #[arg(long, value_enum, default_value = "redis")]
     pub store: StoreKind,
     #[arg(long, value_enum, default_value = "all")]
@@ -54,6 +57,11 @@ pub struct BenchArgs {
     /// `min-replicas-to-write` setting of the Sentinel scenario.
     #[arg(long, default_value_t = 5)]
     pub sentinel_trials: usize,
+    /// Trials of each fault of the cluster scenario (graceful, SIGKILL)
+    /// and of the postgres-failover scenario (SIGKILL and promotion). The
+    /// failover scenario's agent takeovers take `--trials`.
+    #[arg(long, default_value_t = 5)]
+    pub failover_trials: usize,
     /// Lease time to live of the takeover and cost scenarios, ms.
     #[arg(long, default_value_t = 1000)]
     pub ttl_ms: u64,

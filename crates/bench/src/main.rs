@@ -20,7 +20,10 @@
 //! its own), `sentinel` (failovers behind three sentinels, graceful and
 //! after a SIGKILL, with and without `min-replicas-to-write 1`: fault to
 //! one leader on the new primary against a bound derived from the
-//! failover and the timings) and `controller` (the controller process against a real API
+//! failover and the timings), `cluster` (failovers of the prefix's slot in
+//! a Redis Cluster, graceful and after a SIGKILL of its primary, measured
+//! the same way), `postgres-failover` (with `--store postgres`: the
+//! primary SIGKILLed and its synchronous standby promoted) and `controller` (the controller process against a real API
 //! server: label latency after a leader change, API requests per change,
 //! memory and CPU with one group and with `--controller-groups`; needs
 //! `scripts/kubernetes/build.sh apiserver`, and `all` skips it, said out
@@ -32,6 +35,7 @@
 
 mod agents;
 mod args;
+mod cluster;
 mod commandstats;
 mod controller;
 mod cost;
@@ -40,6 +44,7 @@ mod failover;
 mod local;
 mod messaging;
 mod peers;
+mod postgres_failover;
 mod renewal_hints;
 mod replicas;
 mod report;
@@ -158,6 +163,12 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
             args.sentinel_trials
         );
     }
+    if args.failover_trials == 0 || args.failover_trials > 100 {
+        bail!(
+            "--failover-trials = {} is out of range: it must be from 1 to 100",
+            args.failover_trials
+        );
+    }
     if args.controller_groups == 0 || args.controller_groups > MAX_CONTROLLER_GROUPS {
         bail!(
             "--controller-groups = {} is out of range: it must be from 1 to {MAX_CONTROLLER_GROUPS}",
@@ -197,15 +208,34 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     if all || args.scenario == Scenario::Idle {
         rows.extend(messaging::idle(&url, &args).await?);
     }
-    let redis_only = [Scenario::Replicas, Scenario::Sentinel, Scenario::Controller];
+    let redis_only = [
+        Scenario::Replicas,
+        Scenario::Sentinel,
+        Scenario::Cluster,
+        Scenario::Controller,
+    ];
     if !redis && redis_only.contains(&args.scenario) {
         bail!("--scenario {:?} runs on Redis only", args.scenario);
+    }
+    let postgres_only = [Scenario::PostgresFailover];
+    if redis && postgres_only.contains(&args.scenario) {
+        bail!(
+            "--scenario {:?} runs on PostgreSQL only (--store postgres)",
+            args.scenario
+        );
     }
     if (all && redis) || args.scenario == Scenario::Replicas {
         rows.extend(replicas::run(&args).await?);
     }
     if (all && redis) || args.scenario == Scenario::Sentinel {
         rows.extend(sentinel::run(&args).await?);
+    }
+    // Not part of `all`: a minute or more each, on servers of their own.
+    if args.scenario == Scenario::Cluster {
+        rows.extend(cluster::run(&args).await?);
+    }
+    if args.scenario == Scenario::PostgresFailover {
+        rows.extend(postgres_failover::run(&args).await?);
     }
     if args.scenario == Scenario::Controller {
         rows.extend(controller::run(&url, &args).await?);

@@ -11,6 +11,7 @@
 //! small waiting helpers with explicit bounds.
 
 pub mod agent;
+pub mod cluster;
 pub mod cpu_quota;
 pub mod fenced;
 pub mod http;

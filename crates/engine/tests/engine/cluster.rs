@@ -8,8 +8,9 @@ use leasehold_testkit as testkit;
 use std::time::{Duration, Instant};
 
 use leasehold_engine::{ElectionConfig, Node, Store};
+use testkit::cluster::{owner, Cluster};
 use testkit::sentinel::slowly;
-use testkit::{free_port, node_config, LocalRedis};
+use testkit::{node_config, LocalRedis};
 
 const GROUP: &str = "test/group";
 
@@ -21,46 +22,8 @@ const CFG: ElectionConfig = ElectionConfig {
     retry_interval_ms: 300,
 };
 
-/// A cluster node and its cluster bus port.
-fn cluster_node() -> (LocalRedis, u16) {
-    let bus_port = free_port();
-    let bus = bus_port.to_string();
-    let node = LocalRedis::start_with_args(&[
-        "--cluster-enabled",
-        "yes",
-        "--cluster-config-file",
-        "nodes.conf",
-        "--cluster-node-timeout",
-        "2000",
-        "--cluster-port",
-        &bus,
-    ])
-    .expect("a cluster node");
-    (node, bus_port)
-}
-
 fn cli(node: &LocalRedis, args: &[&str]) -> String {
     node.cli(args).expect("redis-cli")
-}
-
-/// The node that says it serves `slot` as a primary.
-fn owner(nodes: &[LocalRedis], slot: &str) -> usize {
-    let slot: u64 = slot.parse().expect("a slot number");
-    let serves = |n: &LocalRedis| {
-        // CLUSTER NODES: id addr flags master ping pong epoch link slots...
-        cli(n, &["CLUSTER", "NODES"]).lines().any(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            fields.len() > 8
-                && fields[2].contains("myself")
-                && fields[2].contains("master")
-                && fields[8..].iter().any(|range| {
-                    let (a, b) = range.split_once('-').unwrap_or((range, range));
-                    matches!((a.parse::<u64>(), b.parse::<u64>()),
-                        (Ok(a), Ok(b)) if (a..=b).contains(&slot))
-                })
-        })
-    };
-    nodes.iter().position(serves).unwrap_or(usize::MAX)
 }
 
 /// A node of `id` on the cluster at `url`, in the test group.
@@ -72,65 +35,21 @@ async fn member(url: &str, id: &str, cfg: ElectionConfig) -> (Node, leasehold_en
 }
 
 /// Three primaries and a fourth node replicating the slot of the prefix
-/// `lh`, every node ok and the replica in sync; returns the nodes, the
-/// slot and the index of its owner.
-async fn cluster_with_a_replica_of_the_slot() -> (Vec<LocalRedis>, String, usize) {
-    let (nodes, buses): (Vec<LocalRedis>, Vec<u16>) = (0..4).map(|_| cluster_node()).unzip();
-    let primaries: Vec<String> = nodes[..3]
-        .iter()
-        .map(|n| format!("127.0.0.1:{}", n.port))
-        .collect();
-    let created = std::process::Command::new("redis-cli")
-        .args(["--cluster", "create"])
-        .args(&primaries)
-        .args(["--cluster-yes"])
-        .output()
-        .expect("redis-cli --cluster create");
-    assert!(
-        created.status.success(),
-        "{}",
-        String::from_utf8_lossy(&created.stdout)
-    );
-    let slot = cli(&nodes[0], &["CLUSTER", "KEYSLOT", "{lh}"]);
-    let owner_at_start = owner(&nodes[..3], &slot);
-    // The fourth node replicates the slot's owner.
-    let meet = cli(
-        &nodes[3],
-        &[
-            "CLUSTER",
-            "MEET",
-            "127.0.0.1",
-            &nodes[0].port.to_string(),
-            &buses[0].to_string(),
-        ],
-    );
-    assert_eq!(meet, "OK");
-    let owner_id = cli(&nodes[owner_at_start], &["CLUSTER", "MYID"]);
-    slowly(Duration::from_secs(20), "the fourth node joins", || {
-        cli(&nodes[3], &["CLUSTER", "REPLICATE", &owner_id]) == "OK"
-    })
-    .await;
-    slowly(
-        Duration::from_secs(20),
-        "the cluster is ok and the replica in sync",
-        || {
-            nodes
-                .iter()
-                .all(|n| cli(n, &["CLUSTER", "INFO"]).contains("cluster_state:ok"))
-                && cli(&nodes[3], &["INFO", "replication"]).contains("master_link_status:up")
-        },
-    )
-    .await;
-
-    (nodes, slot, owner_at_start)
+/// `lh`, every node ok and the replica in sync (the testkit's
+/// [`Cluster`]); returns the cluster and the index of the slot's owner.
+async fn cluster_with_a_replica_of_the_slot() -> (Cluster, usize) {
+    let cluster = Cluster::start("lh").await.expect("a cluster");
+    let owner_at_start = cluster.owner(cluster.slot).expect("the slot's owner");
+    (cluster, owner_at_start)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_a_cluster_the_store_lives_in_one_slot_and_follows_a_failover() {
-    let (nodes, slot, owner_at_start) = cluster_with_a_replica_of_the_slot().await;
+    let (cluster, owner_at_start) = cluster_with_a_replica_of_the_slot().await;
+    let (nodes, slot) = (&cluster.nodes, cluster.slot);
     // A seed that does not serve the slot is enough.
     let seed = (owner_at_start + 1) % 3;
-    let url = format!("redis+cluster://127.0.0.1:{}", nodes[seed].port);
+    let url = cluster.url_with_seed(seed);
     let start = |id: &'static str| member(&url, id, CFG);
     let (a, ga) = start("test/a").await;
     // A fresh store on a Redis up for less than a ttl waits out the ttl.
@@ -151,7 +70,7 @@ async fn in_a_cluster_the_store_lives_in_one_slot_and_follows_a_failover() {
     );
     let keys = cli(
         &nodes[owner_at_start],
-        &["CLUSTER", "COUNTKEYSINSLOT", &slot],
+        &["CLUSTER", "COUNTKEYSINSLOT", &slot.to_string()],
     );
     assert!(
         keys.parse::<u64>().unwrap() >= 5,
@@ -171,7 +90,7 @@ async fn in_a_cluster_the_store_lives_in_one_slot_and_follows_a_failover() {
     slowly(
         Duration::from_secs(20),
         "the replica serves the slot",
-        || owner(&nodes, &slot) == 3,
+        || owner(nodes, slot) == Some(3),
     )
     .await;
     // The leader renews on the new owner and keeps its term.
@@ -221,9 +140,11 @@ async fn a_lossy_slot_failover_never_gives_a_term_two_holders() {
         renew_interval_ms: 300,
         retry_interval_ms: 200,
     };
-    let (mut nodes, slot, owner_at_start) = cluster_with_a_replica_of_the_slot().await;
+    let (mut cluster, owner_at_start) = cluster_with_a_replica_of_the_slot().await;
     let seed = (owner_at_start + 1) % 3;
-    let url = format!("redis+cluster://127.0.0.1:{}", nodes[seed].port);
+    let url = cluster.url_with_seed(seed);
+    let slot = cluster.slot;
+    let nodes = &mut cluster.nodes;
     let start = |id: &'static str| member(&url, id, FAST);
     let mut sink = testkit::fenced::FencedSink::default();
     let mut members = vec![start("test/a").await, start("test/b").await];
@@ -269,7 +190,7 @@ async fn a_lossy_slot_failover_never_gives_a_term_two_holders() {
     let mut led_after = None;
     while moved.elapsed() < Duration::from_secs(20) {
         offer(&mut sink, &members);
-        if !took_over && owner(&nodes[3..], &slot) == 0 {
+        if !took_over && owner(&nodes[3..], slot) == Some(0) {
             took_over = true;
         }
         if took_over && !restarted && moved.elapsed() > Duration::from_millis(500) {
@@ -314,8 +235,9 @@ async fn a_replica_that_rejoins_the_slot_in_a_full_sync_holds_no_lease_back() {
         renew_interval_ms: 300,
         retry_interval_ms: 200,
     };
-    let (mut nodes, _slot, owner_at_start) = cluster_with_a_replica_of_the_slot().await;
-    let url = format!("redis+cluster://127.0.0.1:{}", nodes[owner_at_start].port);
+    let (mut cluster, owner_at_start) = cluster_with_a_replica_of_the_slot().await;
+    let url = cluster.url_with_seed(owner_at_start);
+    let nodes = &mut cluster.nodes;
     let mut tally = testkit::sentinel::Tally::default();
     let (a, ga) = member(&url, "test/a", CFG).await;
     let (b, gb) = member(&url, "test/b", CFG).await;
