@@ -42,10 +42,10 @@ pub struct RedisArgs {
     /// Key prefix in Redis, schema in PostgreSQL (the same for the controller and every agent).
     #[arg(long, env = "LEASEHOLD_PREFIX", default_value = DEFAULT_PREFIX)]
     pub prefix: String,
-    /// Replicas a lease claim or renewal must reach before it counts: `all` (every connected replica; nothing to wait for without replicas), a number, or `off`.
+    /// Replicas a lease claim or renewal must reach before it counts: `all` (every replica in sync; nothing to wait for without replicas), a number, or `off`.
     #[arg(long, env = "LEASEHOLD_REDIS_REPLICA_ACKS", default_value = "all", value_parser = parse_replica_acks)]
     pub redis_replica_acks: ReplicaAcks,
-    /// Longest wait for those replicas after one lease write, ms (1 to 10000).
+    /// Longest wait for those replicas after one lease write, ms (1 to 10000); never more than half the call's bound (the retry interval).
     #[arg(long, env = "LEASEHOLD_REDIS_REPLICA_WAIT_MS", default_value_t = REPLICA_WAIT.as_millis() as u64)]
     pub redis_replica_wait_ms: u64,
 }

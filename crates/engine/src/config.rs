@@ -76,16 +76,20 @@ pub const INBOX_BLOCK: Duration = Duration::from_secs(30);
 pub const LAG_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// How long one `WAIT` for the replicas after a lease write may block
-/// (see `store::ReplicaAcks`). Short: while it blocks, the node's other
-/// commands on that connection wait behind it.
+/// (see `store::ReplicaAcks`), and never more than half the call's bound
+/// (the retry interval), so that a wait that runs out is still answered.
+/// Short: while it blocks, the node's other commands on that connection
+/// wait behind it.
 pub const REPLICA_WAIT: Duration = Duration::from_millis(250);
 
-/// How often the number of connected replicas is re-read from the primary.
+/// How often the primary's replicas (in sync, and attached in any state) are
+/// counted again.
 pub const REPLICA_COUNT_REFRESH: Duration = Duration::from_secs(1);
 
 /// With `--redis-replica-acks all`, a primary that reports fewer replicas
-/// than it had is believed only after this long: until then a lease write
-/// waits for as many as before (and so is not confirmed). A primary that a
+/// than it had (in sync, or attached in their full sync) is believed only
+/// after this long: until then a lease write waits for as many as before
+/// (and so is not confirmed). A primary that a
 /// failover deposed but that still takes writes loses its replicas at the
 /// promotion; its word "no replica, nothing to wait for" must not confirm a
 /// lease while its clients have not yet moved to the new primary (behind

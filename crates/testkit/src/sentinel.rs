@@ -48,11 +48,14 @@ impl Deployment {
             servers.push(replica);
             links.push(Some(link));
         }
-        let connected = format!("connected_slaves:{replicas}");
+        // In sync as the primary sees it: only then does a lease write
+        // wait for them.
         slowly(Duration::from_secs(30), "the replicas are in sync", || {
             servers[0]
                 .cli(&["INFO", "replication"])
-                .contains(&connected)
+                .matches("state=online")
+                .count()
+                == replicas
                 && servers[1..].iter().all(|r| {
                     r.cli(&["INFO", "replication"])
                         .contains("master_link_status:up")
@@ -260,5 +263,49 @@ impl Tally {
         assert!(self.samples > 100, "{self:?}");
         assert_eq!(self.two_leaders, 0, "two leaders at once: {self:?}");
         assert_eq!(self.backwards, 0, "a term went backwards: {self:?}");
+    }
+}
+
+/// A leader that must lead on through a change of the store's replicas:
+/// every sample sees its term or, for less than `limit`, no leader at all
+/// (a renewal that a replica just back in sync confirms late demotes it
+/// for a moment, and its next claim takes the same lease back).
+#[derive(Debug)]
+pub struct Steady {
+    term: u64,
+    limit: Duration,
+    gap_since: Option<Instant>,
+    /// The longest moment without a leader seen.
+    pub longest_gap: Duration,
+}
+
+impl Steady {
+    pub fn new(term: u64, limit: Duration) -> Self {
+        Self {
+            term,
+            limit,
+            gap_since: None,
+            longest_gap: Duration::ZERO,
+        }
+    }
+
+    /// One sample of every group: `what` names the moment in a failure.
+    pub fn sample(&mut self, groups: &[&Group], what: &str) {
+        match groups.iter().find_map(|g| g.leader_term()) {
+            Some(term) => {
+                assert_eq!(term, self.term, "{what}: a leader under another term");
+                if let Some(since) = self.gap_since.take() {
+                    self.longest_gap = self.longest_gap.max(since.elapsed());
+                }
+            }
+            None => {
+                let since = *self.gap_since.get_or_insert_with(Instant::now);
+                assert!(
+                    since.elapsed() < self.limit,
+                    "{what}: no leader for {:?}",
+                    since.elapsed()
+                );
+            }
+        }
     }
 }

@@ -91,8 +91,8 @@ struct State {
     /// Whether the store answers (a node that cannot hear it probes
     /// instead of claiming: `rules::Hearing`).
     hearing: Hearing,
-    /// Whether the last call was a probe (for the log: one line when it
-    /// starts, one when the store answers).
+    /// Whether the node is probing (for the log: one line when it starts,
+    /// one when the store answers).
     probing: bool,
 }
 
@@ -370,7 +370,7 @@ impl Campaign {
             st.probing = true;
             tracing::warn!(
                 group = %self.group,
-                "the store has not answered for half a ttl: no claim until it answers again, so a lease this node cannot confirm runs out"
+                "no answer from the store (or only errors) for half a ttl: no claim until it answers a probe, so a lease this node cannot confirm runs out"
             );
         }
         let sent = Instant::now();

@@ -315,8 +315,10 @@ pub(super) fn heard<T>(reply: &Result<T, StoreError>) -> Option<bool> {
 /// so a lease they kept standing ends within 1.5 ttl of the moment the
 /// replies stopped, and a live member leads within about that plus a
 /// retry interval (the bound the tests assert is 2 ttl + a retry
-/// interval). A renewal that timed out once is taken back by the next
-/// claim as before, sooner than this at the usual timings.
+/// interval). A renewal that timed out once is still taken back by a
+/// claim; when the renew interval and a call's bound add up to half a ttl
+/// or more (ttl 1000, renew 300, retry 200 ms), a probe goes first, one
+/// round trip more.
 pub(super) fn deaf_after(config: &ElectionConfig) -> Duration {
     config.ttl() / 2
 }
@@ -891,7 +893,9 @@ mod tests {
         h.note(t0 + ms(900), &answered);
         assert!(h.may_claim(t0 + ms(900), &cfg));
         assert!(h.may_claim(t0 + ms(5000), &cfg));
-        // An answer to an older call does not hide a later silence.
+        // Calls go one at a time: an answer noted after a silence that
+        // came from a call sent before the last answered one changes
+        // nothing.
         h.note(t0 + ms(1000), &timeout);
         h.note(t0 + ms(800), &answered);
         assert!(!h.may_claim(t0 + ms(1400), &cfg));

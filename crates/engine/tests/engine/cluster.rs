@@ -304,17 +304,14 @@ async fn a_replica_that_rejoins_the_slot_in_a_full_sync_holds_no_lease_back() {
     eprintln!("a leader again {led:?} after the replica's kill (bound {bound:?})");
     // The replica rejoins, in its full sync first: the leader leads on.
     let term = ga.leader_term().or(gb.leader_term()).expect("a leader");
+    let mut steady = testkit::sentinel::Steady::new(term, 2 * CFG.retry_interval());
     tally
         .until(
             &groups,
             Duration::from_secs(60),
             "the replica in sync again",
             || {
-                assert_eq!(
-                    ga.leader_term().or(gb.leader_term()),
-                    Some(term),
-                    "the leader lost its lease while the replica rejoined"
-                );
+                steady.sample(&groups, "while the replica rejoined");
                 let info = cli(owner_node, &["INFO", "replication"]);
                 note(&info);
                 info.contains("state=online")
@@ -325,14 +322,14 @@ async fn a_replica_that_rejoins_the_slot_in_a_full_sync_holds_no_lease_back() {
     let since = Instant::now();
     tally
         .until(&groups, Duration::from_secs(5), "2 ttl in sync", || {
-            assert_eq!(
-                ga.leader_term().or(gb.leader_term()),
-                Some(term),
-                "the leader lost its lease when the replica came back"
-            );
+            steady.sample(&groups, "once the replica was back in sync");
             since.elapsed() > Duration::from_millis(2 * CFG.ttl_ms)
         })
         .await;
+    eprintln!(
+        "the longest moment without a leader after that: {:?}",
+        steady.longest_gap
+    );
     tally.assert_clean();
     a.close().await.unwrap();
     b.close().await.unwrap();

@@ -242,6 +242,65 @@ async fn a_primary_that_lost_its_replica_is_believed_only_after_a_grace() {
     a.close().await.unwrap();
 }
 
+/// A replica in its full sync holds no lease write back, but its loss is
+/// believed only after the grace, as a replica in sync's is: Sentinel may
+/// promote a replica while it syncs, and the primary it leaves behind must
+/// not confirm leases alone meanwhile. A leads on a lone primary; a new,
+/// empty replica attaches (its full sync waits 5 s, Redis's
+/// `repl-diskless-sync-delay`) and a leads on; the replica is promoted in
+/// the middle of its sync: a stops leading and stays so for the grace.
+/// Before (e8aa0d1) a stopped leading as soon as the replica attached; with
+/// only replicas in sync counted, a led on after the promotion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_in_its_full_sync_holds_nothing_back_but_its_loss_counts() {
+    let primary = RedisServer::start();
+    let (a, ga) = leader(&primary, "test/a").await;
+    eventually(Duration::from_secs(3), "a leads", || ga.is_leader()).await;
+    let replica = RedisServer::start();
+    replica.cli(&["REPLICAOF", "127.0.0.1", &primary.port.to_string()]);
+    eventually(Duration::from_secs(3), "the replica syncing", || {
+        primary
+            .cli(&["INFO", "replication"])
+            .contains("state=wait_bgsave")
+    })
+    .await;
+    // Two count refreshes with it attached in its sync: a leads on.
+    let attached = Instant::now();
+    while attached.elapsed() < Duration::from_millis(2000) {
+        assert!(ga.is_leader(), "a stopped leading while the replica synced");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert!(
+        primary
+            .cli(&["INFO", "replication"])
+            .contains("state=wait_bgsave"),
+        "the replica's sync is over too soon for this test"
+    );
+    replica.cli(&["REPLICAOF", "NO", "ONE"]);
+    let lost = Instant::now();
+    // The count is re-read once a second; a's next renewal then waits for
+    // a replica that is gone. Two retry intervals of margin.
+    eventually(
+        Duration::from_millis(CFG.renew_interval_ms + 1000 + 3 * CFG.retry_interval_ms),
+        "a stops leading",
+        || !ga.is_leader(),
+    )
+    .await;
+    // The grace runs from the last count that saw the replica, at most a
+    // refresh before it left.
+    let grace = leasehold_engine::config::REPLICA_LOSS_GRACE - Duration::from_millis(1000);
+    while lost.elapsed() < grace {
+        assert!(
+            !ga.is_leader(),
+            "a led again {:?} after the syncing replica left",
+            lost.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    eventually(Duration::from_secs(5), "a leads again", || ga.is_leader()).await;
+    a.close().await.unwrap();
+}
+
 on_both_stores! {
 /// A failover that leaves the old primary a primary (never demoted, as a
 /// Sentinel that has not yet converted it leaves it), and a later one that

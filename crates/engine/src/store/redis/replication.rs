@@ -12,7 +12,10 @@
 //! every claim for that long after each failover, when the old primary
 //! rejoins. It has none of the writes yet, and a promotion of it is a new
 //! replication history, which the claim script meets as a store born again
-//! (docs/redis.md, "Waiting for replicas").
+//! (docs/redis.md, "Waiting for replicas"). Its loss still counts, as the
+//! loss of one in sync does: a primary whose replica (synced or syncing)
+//! went away confirms nothing alone for [`REPLICA_LOSS_GRACE`], since the
+//! replica may have been promoted while this primary still takes writes.
 //!
 //! `WAIT` goes in the same request as the script, on the same connection,
 //! so it covers that write and costs no round trip of its own; had it gone
@@ -68,8 +71,30 @@ struct Replicas {
     online: u64,
     /// The most this primary had in sync, and when it last had that many:
     /// fewer count only after [`REPLICA_LOSS_GRACE`].
-    most: u64,
-    most_at: Instant,
+    most_online: u64,
+    most_online_at: Instant,
+    /// Replicas attached in any state (`connected_slaves`: in sync or in
+    /// their full sync), and the most within the grace, likewise.
+    attached: u64,
+    most_attached: u64,
+    most_attached_at: Instant,
+}
+
+/// One reading of `INFO replication`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Count {
+    online: u64,
+    attached: u64,
+}
+
+/// `(count, when)`: the new count if it is no smaller, or the grace since
+/// the larger one has passed; else the larger one kept.
+fn most_within_grace(most: u64, at: Instant, count: u64, now: Instant) -> (u64, Instant) {
+    if count >= most || now.duration_since(at) >= REPLICA_LOSS_GRACE {
+        (count, now)
+    } else {
+        (most, at)
+    }
 }
 
 impl Replicas {
@@ -79,38 +104,51 @@ impl Replicas {
     /// with it is covered by the store born again after the next promotion
     /// (a new replication history: no lease for one ttl, a new term epoch),
     /// as docs/redis.md says, not by waiting for replicas it does not have.
-    fn first(primary: u64, now: Instant, online: u64) -> Self {
+    fn first(primary: u64, now: Instant, count: Count) -> Self {
         Self {
             primary,
             read_at: now,
-            online,
-            most: online,
-            most_at: now,
+            online: count.online,
+            most_online: count.online,
+            most_online_at: now,
+            attached: count.attached,
+            most_attached: count.attached,
+            most_attached_at: now,
         }
     }
 
     /// The next reading of the same primary.
-    fn then(self, now: Instant, online: u64) -> Self {
-        let (most, most_at) =
-            if online >= self.most || now.duration_since(self.most_at) >= REPLICA_LOSS_GRACE {
-                (online, now)
-            } else {
-                (self.most, self.most_at)
-            };
+    fn then(self, now: Instant, count: Count) -> Self {
+        let (most_online, most_online_at) =
+            most_within_grace(self.most_online, self.most_online_at, count.online, now);
+        let (most_attached, most_attached_at) = most_within_grace(
+            self.most_attached,
+            self.most_attached_at,
+            count.attached,
+            now,
+        );
         Self {
             read_at: now,
-            online,
-            most,
-            most_at,
+            online: count.online,
+            most_online,
+            most_online_at,
+            attached: count.attached,
+            most_attached,
+            most_attached_at,
             ..self
         }
     }
 
-    /// How many replicas a write must reach: as many as are in sync, or as
-    /// many as were within the grace (a primary that a failover deposed
-    /// loses them at the promotion, and must not confirm alone meanwhile).
+    /// How many replicas a write must reach: those in sync, and more while
+    /// the primary lost any within the grace. A primary that a failover
+    /// deposed loses its replicas at the promotion, and nodes may write to
+    /// it for a moment more: it must not confirm alone meanwhile, whether
+    /// the replica it lost was in sync (as many as it had in sync are
+    /// wanted) or still in its full sync (one more than it has in sync for
+    /// each one gone: Sentinel may promote a replica in its full sync).
     fn wanted(&self) -> u64 {
-        self.online.max(self.most)
+        let gone = self.most_attached.saturating_sub(self.attached);
+        self.most_online.max(self.online + gone)
     }
 }
 
@@ -220,12 +258,15 @@ impl Replication {
             .query_async(conn)
             .await;
         let count = match info {
-            Ok(text) => online_replicas(&text),
+            Ok(text) => count_replicas(&text),
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm) => {
                 // A user denied INFO cannot count replicas: say so once a
                 // second at most, and confirm with the primary alone.
                 tracing::warn!("redis user may not run INFO: lease writes are not confirmed by replicas (set the replica count explicitly)");
-                0
+                Count {
+                    online: 0,
+                    attached: 0,
+                }
             }
             Err(e) => return Err(e.into()),
         };
@@ -233,11 +274,12 @@ impl Replication {
             Some(k) => k.then(now, count),
             None => Replicas::first(primary, now, count),
         };
-        if next.wanted() > count {
+        if next.wanted() > count.online {
             tracing::debug!(
-                online = count,
-                before = next.most,
-                "the primary lost replicas in sync: lease writes wait for as many as before for a while"
+                online = count.online,
+                attached = count.attached,
+                wanted = next.wanted(),
+                "the primary lost replicas: lease writes wait for as many as before for a while"
             );
         }
         *crate::sync::locked(&self.known) = Some(next);
@@ -248,7 +290,9 @@ impl Replication {
 /// What `WAIT` said after a lease write.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Confirmation {
+    /// How many replicas `WAIT` asked for.
     pub wanted: u64,
+    /// How many it said have the write.
     pub acked: u64,
 }
 
@@ -266,69 +310,118 @@ impl Confirmation {
     }
 }
 
-/// How many replicas an `INFO replication` answer lists in sync
-/// (`slaveN:...,state=online,...`); `connected_slaves` also counts those
-/// still in their full sync (`wait_bgsave`, `send_bulk`), which acknowledge
-/// nothing yet.
-fn online_replicas(info: &str) -> u64 {
-    info.lines()
-        .filter(|l| {
-            l.trim().strip_prefix("slave").is_some_and(|rest| {
-                rest.split_once(':').is_some_and(|(n, fields)| {
-                    n.bytes().all(|b| b.is_ascii_digit())
-                        && fields.split(',').any(|f| f == "state=online")
-                })
-            })
-        })
-        .count() as u64
+/// What an `INFO replication` answer says of the replicas: how many it
+/// lists in sync (`slaveN:...,state=online,...`), and how many are
+/// attached in any state (`slaveN:` lines; `connected_slaves` counts the
+/// same), the others still in their full sync (`wait_bgsave`,
+/// `send_bulk`), which acknowledge nothing yet.
+fn count_replicas(info: &str) -> Count {
+    let mut count = Count {
+        online: 0,
+        attached: 0,
+    };
+    for line in info.lines() {
+        let Some((n, fields)) = line
+            .trim()
+            .strip_prefix("slave")
+            .and_then(|r| r.split_once(':'))
+        else {
+            continue;
+        };
+        if n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        count.attached += 1;
+        if fields.split(',').any(|f| f == "state=online") {
+            count.online += 1;
+        }
+    }
+    count
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn count(online: u64, attached: u64) -> Count {
+        Count { online, attached }
+    }
+
     #[test]
     fn fewer_replicas_count_only_after_the_grace() {
         let t0 = Instant::now();
-        let r = Replicas::first(1, t0, 2);
+        let r = Replicas::first(1, t0, count(2, 2));
         assert_eq!(r.wanted(), 2);
         // One gone: still two wanted, until the grace has passed since two
         // were last seen.
-        let r = r.then(t0 + Duration::from_secs(1), 1);
+        let r = r.then(t0 + Duration::from_secs(1), count(1, 1));
         assert_eq!(r.wanted(), 2);
-        let r = r.then(t0 + REPLICA_LOSS_GRACE - Duration::from_millis(1), 0);
+        let r = r.then(
+            t0 + REPLICA_LOSS_GRACE - Duration::from_millis(1),
+            count(0, 0),
+        );
         assert_eq!(r.wanted(), 2);
-        let r = r.then(t0 + REPLICA_LOSS_GRACE, 0);
+        let r = r.then(t0 + REPLICA_LOSS_GRACE, count(0, 0));
         assert_eq!(r.wanted(), 0);
         // More count at once.
-        let r = r.then(t0 + REPLICA_LOSS_GRACE + Duration::from_secs(1), 3);
+        let r = r.then(
+            t0 + REPLICA_LOSS_GRACE + Duration::from_secs(1),
+            count(3, 3),
+        );
         assert_eq!(r.wanted(), 3);
+    }
+
+    #[test]
+    fn a_replica_in_its_full_sync_is_not_waited_for_but_its_loss_is_not_believed_at_once() {
+        let t0 = Instant::now();
+        // Attached, syncing: nothing to wait for.
+        let r = Replicas::first(1, t0, count(0, 1));
+        assert_eq!(r.wanted(), 0);
+        // It leaves (promoted by a failover while it synced): the primary
+        // alone confirms nothing for the grace.
+        let r = r.then(t0 + Duration::from_secs(1), count(0, 0));
+        assert_eq!(r.wanted(), 1);
+        let r = r.then(t0 + REPLICA_LOSS_GRACE, count(0, 0));
+        assert_eq!(r.wanted(), 0);
+        // One in sync and one syncing; the syncing one goes: one more than
+        // the one in sync is wanted.
+        let r = Replicas::first(1, t0, count(1, 2)).then(t0 + Duration::from_secs(1), count(1, 1));
+        assert_eq!(r.wanted(), 2);
+        // It finishes its sync instead: both wanted.
+        let r = Replicas::first(1, t0, count(1, 2)).then(t0 + Duration::from_secs(1), count(2, 2));
+        assert_eq!(r.wanted(), 2);
     }
 
     #[test]
     fn a_new_primary_goes_by_its_own_replicas_in_sync() {
         // A promoted replica with none in sync yet confirms alone; the
-        // replica that rejoins counts once its sync is over.
+        // replica that rejoins waits for nothing in its full sync, and
+        // counts once its sync is over.
         let t1 = Instant::now();
-        let new = Replicas::first(2, t1, 0);
+        let new = Replicas::first(2, t1, count(0, 0));
         assert_eq!(new.wanted(), 0);
-        let new = new.then(t1 + Duration::from_secs(1), 1);
+        let new = new.then(t1 + Duration::from_secs(1), count(0, 1));
+        assert_eq!(new.wanted(), 0);
+        let new = new.then(t1 + Duration::from_secs(2), count(1, 1));
         assert_eq!(new.wanted(), 1);
     }
 
     #[test]
-    fn only_replicas_in_sync_are_counted() {
+    fn replicas_are_counted_in_sync_and_attached() {
         let info = "# Replication\r\nrole:master\r\nconnected_slaves:3\r\n\
             slave0:ip=127.0.0.1,port=1,state=online,offset=10,lag=0\r\n\
             slave1:ip=127.0.0.1,port=2,state=wait_bgsave,offset=0,lag=0\r\n\
             slave2:ip=127.0.0.1,port=3,state=send_bulk,offset=0,lag=0\r\n\
             master_failover_state:no-failover\r\n";
-        assert_eq!(online_replicas(info), 1);
-        assert_eq!(online_replicas("# Replication\r\nrole:master\r\n"), 0);
+        assert_eq!(count_replicas(info), count(1, 3));
+        assert_eq!(
+            count_replicas("# Replication\r\nrole:master\r\n"),
+            count(0, 0)
+        );
         // A replica's own INFO names its link, not replicas.
         let replica =
             "role:slave\r\nslave_read_only:1\r\nslave_priority:100\r\nmaster_link_status:up\r\n";
-        assert_eq!(online_replicas(replica), 0);
+        assert_eq!(count_replicas(replica), count(0, 0));
     }
 
     #[test]
