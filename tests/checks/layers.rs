@@ -1,43 +1,91 @@
-//! The crate layers of docs/architecture.md, checked on the manifests: the
+//! The crate layers of docs/architecture.md, checked on the manifests as
+//! cargo reads them (`cargo metadata`, so no way of spelling a dependency
+//! escapes the check): the
 //! engine names no Kubernetes, command-line, HTTP, metrics or libc crate and
 //! no other workspace crate; the agent and the Kubernetes crate never name
 //! each other. (Cargo itself forbids cycles; this holds the rest.)
 
 use std::collections::BTreeSet;
+use std::sync::OnceLock;
 
-/// The dependency lines of the tables of a manifest whose header
-/// `table` accepts, comments left out.
-fn dependency_lines(manifest: &str, table: impl Fn(&str) -> bool) -> Vec<String> {
-    let text = std::fs::read_to_string(manifest).unwrap_or_else(|e| panic!("{manifest}: {e}"));
-    let mut lines = Vec::new();
-    let mut in_deps = false;
-    for line in text.lines().map(str::trim) {
-        if line.starts_with('[') {
-            in_deps = table(line);
-            continue;
-        }
-        if in_deps && line.contains('=') && !line.starts_with('#') {
-            lines.push(line.to_owned());
-        }
-    }
-    lines
+use serde_json::Value;
+
+/// One dependency of a workspace member, as cargo itself reads the
+/// manifest (`cargo metadata`): whatever table spelled it, `[dependencies]`,
+/// `[dependencies.kube]`, `[target.'cfg(unix)'.dependencies]`, a renamed
+/// package. Reading the text instead missed all but the first.
+struct Dependency {
+    /// The package's name, and the name it is renamed to, if any.
+    names: Vec<String>,
+    /// `dev`, `build`, or none (normal: what ships).
+    kind: Option<String>,
+    features: Vec<String>,
 }
 
-/// The dependency names in `lines`.
-fn names(lines: &[String]) -> BTreeSet<String> {
-    lines
+/// `cargo metadata --no-deps` of the workspace, read once.
+fn metadata() -> &'static Value {
+    static METADATA: OnceLock<Value> = OnceLock::new();
+    METADATA.get_or_init(|| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let out = std::process::Command::new(cargo)
+            .args(["metadata", "--format-version", "1", "--no-deps"])
+            .output()
+            .expect("cargo metadata runs");
+        assert!(
+            out.status.success(),
+            "cargo metadata: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).expect("cargo metadata's JSON")
+    })
+}
+
+/// The dependencies of the member whose manifest is `manifest` (a path
+/// from the workspace root).
+fn dependency_list(manifest: &str) -> Vec<Dependency> {
+    let root = metadata()["workspace_root"]
+        .as_str()
+        .expect("workspace_root");
+    let path = std::path::Path::new(root).join(manifest);
+    let package = metadata()["packages"]
+        .as_array()
+        .expect("packages")
         .iter()
-        .filter_map(|line| line.split_once('='))
-        .map(|(name, _)| name.trim().trim_end_matches(".workspace").to_owned())
+        .find(|p| p["manifest_path"].as_str().map(std::path::Path::new) == Some(path.as_path()))
+        .unwrap_or_else(|| panic!("{manifest} is no member of the workspace"));
+    let strings = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    package["dependencies"]
+        .as_array()
+        .expect("dependencies")
+        .iter()
+        .map(|d| Dependency {
+            names: [&d["name"], &d["rename"]]
+                .into_iter()
+                .filter_map(|n| n.as_str().map(str::to_owned))
+                .collect(),
+            kind: d["kind"].as_str().map(str::to_owned),
+            features: strings(&d["features"]),
+        })
         .collect()
 }
 
-/// The dependency names of every `[dependencies]`-like table of a manifest
-/// (normal, target-specific and dev dependencies alike).
+/// The names of `deps`.
+fn names<'a>(deps: impl Iterator<Item = &'a Dependency>) -> BTreeSet<String> {
+    deps.flat_map(|d| d.names.iter().cloned()).collect()
+}
+
+/// The dependency names of a manifest: normal, target-specific, build and
+/// dev dependencies alike.
 fn dependencies(manifest: &str) -> BTreeSet<String> {
-    names(&dependency_lines(manifest, |table| {
-        table.ends_with("dependencies]")
-    }))
+    names(dependency_list(manifest).iter())
 }
 
 fn assert_none_of(manifest: &str, forbidden: &[&str]) {
@@ -85,20 +133,14 @@ fn the_agent_and_the_controller_do_not_depend_on_each_other() {
     );
 }
 
-/// The dependency names of a manifest's normal tables only (`[dependencies]`
-/// and `[target.'...'.dependencies]`): what ships.
+/// The dependency names of a manifest's normal dependencies only (any
+/// target): what ships.
 fn normal_dependencies(manifest: &str) -> BTreeSet<String> {
-    names(&normal_lines(manifest))
-}
-
-/// The lines of a manifest's normal dependency tables.
-fn normal_lines(manifest: &str) -> Vec<String> {
-    // `[workspace.dependencies]` only pins versions for the members.
-    dependency_lines(manifest, |table| {
-        table.ends_with("dependencies]")
-            && !table.ends_with("dev-dependencies]")
-            && !table.starts_with("[workspace")
-    })
+    names(
+        dependency_list(manifest)
+            .iter()
+            .filter(|d| d.kind.is_none()),
+    )
 }
 
 /// `cargo tree -p leasehold -e normal` shows no fixture: the product's
@@ -133,9 +175,10 @@ fn the_product_depends_on_no_test_fixture() {
         .iter()
         .chain(&["crates/testkit/Cargo.toml", "crates/bench/Cargo.toml"])
     {
-        let hooks: Vec<String> = normal_lines(manifest)
+        let hooks: Vec<String> = dependency_list(manifest)
             .into_iter()
-            .filter(|line| line.contains("test-hooks"))
+            .filter(|d| d.kind.is_none() && d.features.iter().any(|f| f == "test-hooks"))
+            .flat_map(|d| d.names)
             .collect();
         assert!(hooks.is_empty(), "{manifest} turns on {hooks:?}");
     }
