@@ -39,13 +39,19 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use leasehold_engine::config::CLUSTER_RECHECK;
-use leasehold_engine::{ElectionConfig, TERM_EPOCH_HOLD_MS};
+use leasehold_engine::ElectionConfig;
 use leasehold_testkit::cluster::{serves, Cluster, NODE_TIMEOUT_MS};
 use leasehold_testkit::LocalRedis;
 
 use super::agents::{agreed, AgentProcess, GROUP, NAMESPACE};
 use super::args::BenchArgs;
+use super::promotion::{born_again_hold, millis, reconnect, until};
 use super::report::{percentile, progress, Row};
+
+/// The scenario's name in its errors.
+const SCENARIO: &str = "cluster";
+/// How often a wait looks at the servers (each look starts processes).
+const LOOK_EVERY: Duration = Duration::from_millis(20);
 
 /// How long the cluster may take to fail over: a kill waits for
 /// `cluster-node-timeout`, the failure reports and the replica's election.
@@ -54,19 +60,6 @@ const FAILOVER_LIMIT: Duration = Duration::from_secs(30);
 /// How long the old owner may take to follow the new one: after a kill,
 /// a full sync that waits 5 s before it starts.
 const SETTLE_LIMIT: Duration = Duration::from_secs(90);
-
-/// Waits until `check` holds, or fails with `what` after `limit`; checks
-/// every 20 ms (each check starts `redis-cli` processes).
-async fn until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> anyhow::Result<()> {
-    let start = Instant::now();
-    while !check() {
-        if start.elapsed() > limit {
-            bail!("cluster: not within {limit:?}: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
-}
 
 /// The group's lease key: in a cluster the prefix is a hash tag.
 fn lease_key(prefix: &str) -> String {
@@ -134,16 +127,6 @@ struct Trial {
     bound: Duration,
 }
 
-/// The bound's parts after the promotion: the next look at the owner (the
-/// call in flight, then the error backoff) and the hold of a store born
-/// again with a retry interval.
-fn after_promotion(timings: &ElectionConfig) -> (Duration, Duration) {
-    let find = timings.call_timeout() + timings.retry_interval();
-    let hold =
-        Duration::from_millis(timings.ttl_ms.max(TERM_EPOCH_HOLD_MS) + timings.retry_interval_ms);
-    (find, hold)
-}
-
 /// One fault of `kind`, from a steady state (one leader on the slot's
 /// owner, its replica in sync) back to one: the old owner in sync as the
 /// new owner's replica, so the next trial starts where this one did.
@@ -173,9 +156,13 @@ async fn trial(
         }
         Kind::Killed => cluster.nodes[old].kill(),
     }
-    until(FAILOVER_LIMIT, "the slot's replica serves it", || {
-        serves(&cluster.nodes[new], slot)
-    })
+    until(
+        SCENARIO,
+        LOOK_EVERY,
+        FAILOVER_LIMIT,
+        "the slot's replica serves it",
+        || serves(&cluster.nodes[new], slot),
+    )
     .await?;
     let promoted = start.elapsed();
     let inherited = lease_on(&cluster.nodes[new], key)?;
@@ -195,23 +182,20 @@ async fn trial(
     let led = start.elapsed();
     // Settle: the old owner in sync as the new owner's replica.
     until(
+        SCENARIO,
+        LOOK_EVERY,
         SETTLE_LIMIT,
         "the old owner in sync as the new owner's replica",
         || cluster.ok() && cluster.replica_of(new) == Some(old) && cluster.in_sync(new),
     )
     .await?;
-    let (find, hold) = after_promotion(timings);
     Ok(Trial {
         kind,
         promoted,
         led,
         kept: term == before,
-        bound: promoted + find + hold,
+        bound: promoted + reconnect(timings) + born_again_hold(timings),
     })
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// One row per kind of trial.
@@ -233,7 +217,7 @@ fn row(kind: Kind, trials: &[Trial], timings: &ElectionConfig) -> Row {
             "the slot's primary SIGKILLed (cluster-node-timeout {NODE_TIMEOUT_MS} ms), restarted on its own directory"
         ),
     };
-    let (find, hold) = after_promotion(timings);
+    let (find, hold) = (reconnect(timings), born_again_hold(timings));
     Row::new(
         format!(
             "Redis Cluster, {what}: fault to one leader on the slot's new owner ({} trials)",
@@ -247,10 +231,10 @@ fn row(kind: Kind, trials: &[Trial], timings: &ElectionConfig) -> Row {
         ),
         format!(
             "p50 {:.0} ms, max {:.0} ms; promoted p50 {:.0} ms, max {:.0} ms; the leader kept its term in {kept} of {}; worst against the bound {:+.0} ms",
-            ms(percentile(&led, 50.0)),
-            ms(led.last().copied().unwrap_or_default()),
-            ms(percentile(&promoted, 50.0)),
-            ms(promoted.last().copied().unwrap_or_default()),
+            millis(percentile(&led, 50.0)),
+            millis(led.last().copied().unwrap_or_default()),
+            millis(percentile(&promoted, 50.0)),
+            millis(promoted.last().copied().unwrap_or_default()),
             of.len(),
             worst * 1000.0
         ),

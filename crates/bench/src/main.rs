@@ -45,6 +45,7 @@ mod local;
 mod messaging;
 mod peers;
 mod postgres_failover;
+mod promotion;
 mod renewal_hints;
 mod replicas;
 mod report;

@@ -49,13 +49,19 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
-use leasehold_engine::{ElectionConfig, TERM_EPOCH_HOLD_MS};
+use leasehold_engine::ElectionConfig;
 use leasehold_testkit::postgres::LocalPostgres;
 use leasehold_testkit::proxy::Proxy;
 
 use super::agents::{agreed, AgentProcess, GROUP, NAMESPACE};
 use super::args::BenchArgs;
+use super::promotion::{born_again_hold, millis, reconnect, until};
 use super::report::{percentile, progress, Row};
+
+/// The scenario's name in its errors.
+const SCENARIO: &str = "postgres failover";
+/// How often a wait looks at the servers (each look starts processes).
+const LOOK_EVERY: Duration = Duration::from_millis(20);
 
 /// How long a standby may take to stream, then to be synchronous.
 const SYNC_LIMIT: Duration = Duration::from_secs(30);
@@ -70,19 +76,6 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
 
 fn psql(server: &LocalPostgres, sql: &str) -> anyhow::Result<String> {
     blocking(|| server.psql(sql))
-}
-
-/// Waits until `check` holds, or fails with `what` after `limit`; checks
-/// every 20 ms (each check starts `psql`).
-async fn until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> anyhow::Result<()> {
-    let start = Instant::now();
-    while !check() {
-        if start.elapsed() > limit {
-            bail!("postgres failover: not within {limit:?}: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    Ok(())
 }
 
 struct Deployment {
@@ -142,17 +135,25 @@ impl Deployment {
             )
             .unwrap_or_default()
         };
-        until(SYNC_LIMIT, "the standby streams", || {
-            replication("state") == "streaming"
-        })
+        until(
+            SCENARIO,
+            LOOK_EVERY,
+            SYNC_LIMIT,
+            "the standby streams",
+            || replication("state") == "streaming",
+        )
         .await?;
         // (ALTER SYSTEM refuses to run in a transaction block: one
         // statement per call.)
         psql(primary, "ALTER SYSTEM SET synchronous_standby_names = '*'")?;
         psql(primary, "SELECT pg_reload_conf()")?;
-        until(SYNC_LIMIT, "the standby is synchronous", || {
-            replication("sync_state") == "sync"
-        })
+        until(
+            SCENARIO,
+            LOOK_EVERY,
+            SYNC_LIMIT,
+            "the standby is synchronous",
+            || replication("sync_state") == "sync",
+        )
         .await
     }
 }
@@ -219,16 +220,6 @@ struct Trial {
     bound: Duration,
 }
 
-/// The bound's parts after the promotion: the reconnection (the call in
-/// flight, then the error backoff) and the hold of a store born again with
-/// a retry interval.
-fn after_promotion(timings: &ElectionConfig) -> (Duration, Duration) {
-    let reconnect = timings.call_timeout() + timings.retry_interval();
-    let hold =
-        Duration::from_millis(timings.ttl_ms.max(TERM_EPOCH_HOLD_MS) + timings.retry_interval_ms);
-    (reconnect, hold)
-}
-
 /// One fault, from a steady state (one leader on the primary, its standby
 /// synchronous) back to one: a fresh synchronous standby of the promoted
 /// server, so the next trial starts where this one did.
@@ -263,17 +254,12 @@ async fn trial(
     d.servers[old] = standby;
     d.primary = new;
     d.synchronous().await?;
-    let (reconnect, hold) = after_promotion(timings);
     Ok(Trial {
         promoted,
         led,
         kept: term == before,
-        bound: promoted + reconnect + hold,
+        bound: promoted + reconnect(timings) + born_again_hold(timings),
     })
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 fn row(trials: &[Trial], timings: &ElectionConfig) -> Row {
@@ -287,7 +273,7 @@ fn row(trials: &[Trial], timings: &ElectionConfig) -> Row {
         .max_by(f64::total_cmp)
         .unwrap_or(0.0);
     let kept = trials.iter().filter(|t| t.kept).count();
-    let (reconnect, hold) = after_promotion(timings);
+    let (reconnect, hold) = (reconnect(timings), born_again_hold(timings));
     Row::new(
         format!(
             "PostgreSQL, the primary SIGKILLed and its synchronous standby promoted: fault to one leader on the promoted server ({} trials)",
@@ -300,10 +286,10 @@ fn row(trials: &[Trial], timings: &ElectionConfig) -> Row {
         ),
         format!(
             "p50 {:.0} ms, max {:.0} ms; promoted p50 {:.0} ms, max {:.0} ms; the leader kept its term in {kept} of {}; worst against the bound {:+.0} ms",
-            ms(percentile(&led, 50.0)),
-            ms(led.last().copied().unwrap_or_default()),
-            ms(percentile(&promoted, 50.0)),
-            ms(promoted.last().copied().unwrap_or_default()),
+            millis(percentile(&led, 50.0)),
+            millis(led.last().copied().unwrap_or_default()),
+            millis(percentile(&promoted, 50.0)),
+            millis(promoted.last().copied().unwrap_or_default()),
             trials.len(),
             worst * 1000.0
         ),

@@ -26,13 +26,18 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context as _};
 use leasehold_engine::config::SENTINEL_RECHECK;
-use leasehold_engine::TERM_EPOCH_HOLD_MS;
 use leasehold_testkit::LocalRedis;
 
 use super::agents::{agreed, AgentProcess, GROUP, NAMESPACE};
 use super::args::BenchArgs;
+use super::promotion::{born_again_hold, millis, until};
 use super::report::Row;
 use super::report::{percentile, progress};
+
+/// The scenario's name in its errors.
+const SCENARIO: &str = "sentinel";
+/// How often a wait looks at the servers (each look starts processes).
+const LOOK_EVERY: Duration = Duration::from_millis(50);
 
 /// Sentinel's `down-after-milliseconds`: the least docs/redis.md allows.
 const DOWN_AFTER_MS: u64 = 2000;
@@ -47,17 +52,6 @@ fn cli(server: &LocalRedis, args: &[&str]) -> anyhow::Result<String> {
     server.cli(args)
 }
 
-async fn until(limit: Duration, what: &str, mut check: impl FnMut() -> bool) -> anyhow::Result<()> {
-    let start = Instant::now();
-    while !check() {
-        if start.elapsed() > limit {
-            bail!("sentinel: not within {limit:?}: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    Ok(())
-}
-
 impl Deployment {
     async fn start() -> anyhow::Result<Self> {
         let primary = LocalRedis::start()?;
@@ -68,15 +62,23 @@ impl Deployment {
             &replica,
             &["REPLICAOF", "127.0.0.1", &primary.port.to_string()],
         )?;
-        until(Duration::from_secs(30), "the replica in sync", || {
-            cli(&replica, &["INFO", "replication"])
-                .is_ok_and(|i| i.contains("master_link_status:up"))
-        })
+        until(
+            SCENARIO,
+            LOOK_EVERY,
+            Duration::from_secs(30),
+            "the replica in sync",
+            || {
+                cli(&replica, &["INFO", "replication"])
+                    .is_ok_and(|i| i.contains("master_link_status:up"))
+            },
+        )
         .await?;
         let sentinels = (0..3)
             .map(|_| LocalRedis::start_sentinel(primary.port, MASTER, 2, DOWN_AFTER_MS))
             .collect::<Result<Vec<_>, _>>()?;
         until(
+            SCENARIO,
+            LOOK_EVERY,
             Duration::from_secs(30),
             "the sentinels know the replica and each other",
             || {
@@ -201,6 +203,8 @@ async fn trial(
     }
     let mut new = None;
     until(
+        SCENARIO,
+        LOOK_EVERY,
         Duration::from_secs(30),
         "the sentinels name a new primary",
         || {
@@ -221,12 +225,18 @@ async fn trial(
         .map(|at| at.duration_since(start));
     let led = start.elapsed();
     // Settle: the old primary follows the new one before the next trial.
-    until(Duration::from_secs(60), "the old primary follows", || {
-        cli(&d.servers[new], &["INFO", "replication"])
-            .is_ok_and(|i| i.contains("connected_slaves:1"))
-            && cli(&d.servers[old], &["INFO", "replication"])
-                .is_ok_and(|i| i.contains("master_link_status:up"))
-    })
+    until(
+        SCENARIO,
+        LOOK_EVERY,
+        Duration::from_secs(60),
+        "the old primary follows",
+        || {
+            cli(&d.servers[new], &["INFO", "replication"])
+                .is_ok_and(|i| i.contains("connected_slaves:1"))
+                && cli(&d.servers[old], &["INFO", "replication"])
+                    .is_ok_and(|i| i.contains("master_link_status:up"))
+        },
+    )
     .await?;
     // The agents find the new primary at their next look at the sentinels
     // (`SENTINEL_RECHECK` at most after it was named); with
@@ -248,16 +258,11 @@ async fn trial(
     })
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
 // A scenario read top to bottom: its steps in the order they run.
 #[allow(clippy::too_many_lines)]
 pub async fn run(args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     let timings = args.timings()?;
-    let hold =
-        Duration::from_millis(timings.ttl_ms.max(TERM_EPOCH_HOLD_MS) + timings.retry_interval_ms);
+    let hold = born_again_hold(&timings);
     let mut rows = Vec::new();
     for min_replicas in [0, 1] {
         progress(&format!(
@@ -319,16 +324,16 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
                 ),
                 format!(
                     "p50 {:.0} ms, max {:.0} ms; named p50 {:.0} ms, max {:.0} ms; a replica online {}; worst against the bound {:+.0} ms",
-                    ms(percentile(&led, 50.0)),
-                    ms(led.last().copied().unwrap_or_default()),
-                    ms(percentile(&named, 50.0)),
-                    ms(named.last().copied().unwrap_or_default()),
+                    millis(percentile(&led, 50.0)),
+                    millis(led.last().copied().unwrap_or_default()),
+                    millis(percentile(&named, 50.0)),
+                    millis(named.last().copied().unwrap_or_default()),
                     if attached.is_empty() {
                         format!("in none of {} trials before the leader", of.len())
                     } else {
                         format!(
                             "p50 {:.0} ms ({} of {} trials before the leader)",
-                            ms(percentile(&attached, 50.0)),
+                            millis(percentile(&attached, 50.0)),
                             attached.len(),
                             of.len()
                         )

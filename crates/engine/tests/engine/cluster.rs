@@ -164,10 +164,6 @@ async fn a_lossy_slot_failover_never_gives_a_term_two_holders() {
     offer(&mut sink, &members);
     cli(
         &nodes[owner_at_start],
-        &["CONFIG", "SET", "repl-timeout", "60"],
-    );
-    cli(
-        &nodes[owner_at_start],
         &["CLIENT", "KILL", "TYPE", "replica"],
     );
     let leader = members

@@ -671,6 +671,7 @@ async fn a_replicated_primary_without_guards_is_reported() {
         settings(store.setting_warnings().await.unwrap()),
         ["min-replicas-to-write", "persistence"]
     );
+    // The settings this test is about, away from Redis's defaults.
     primary.cli(&["CONFIG", "SET", "min-replicas-to-write", "1"]);
     primary.cli(&["CONFIG", "SET", "appendonly", "yes"]);
     assert_eq!(

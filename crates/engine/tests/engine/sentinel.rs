@@ -73,6 +73,9 @@ fn users_a_and_b(d: &Deployment) {
             server.cli(&["ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all"]);
         }
     }
+    // The replica replicates as a, so that shutting b (and the sentinels)
+    // out of the old primary leaves its replication link up: the
+    // partition these tests make.
     d.servers[1].cli(&["CONFIG", "SET", "masteruser", "a"]);
     d.servers[1].cli(&["CONFIG", "SET", "masterauth", "pw"]);
 }
