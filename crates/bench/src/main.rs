@@ -12,7 +12,9 @@
 //! less and more than a ttl, and the leading agent stopped for 3 ttl in
 //! exec mode: its command's end against the lease's end), `cost` (Redis calls and CPU of holding and
 //! following 1, 100 and 10,000 groups at rest), `messaging`
-//! (publish-to-delivery latency beside a bare stream ping-pong, throughput,
+//! (publish-to-delivery latency, judged against the spec's floor, the
+//! engine's publish.lua by `EVALSHA` + `XREAD BLOCK` with no engine, and
+//! shown beside the bare floor, `XADD` + `XREAD BLOCK`; throughput,
 //! fan-out; on Redis after BullMQ's Relay measured the same way by
 //! `bench/peers/run`, unless `--no-peers`), `idle` (what an
 //! idle node costs) and `replicas` (what confirming lease writes with a
