@@ -247,7 +247,7 @@ fn named_primary(d: &Deployment) -> Option<usize> {
 /// cores, two sentinels naming a server that was a replica, the third
 /// another server; Sentinel had no replica left to promote and stayed so).
 /// Returns whether there was a named primary to point at.
-fn point_at_named(d: &Deployment) -> bool {
+fn follow_the_named_primary(d: &Deployment) -> bool {
     let Some(primary) = d.primary() else {
         return false;
     };
@@ -477,7 +477,7 @@ async fn failovers_never_give_a_term_two_holders() {
                 "sentinel chaos: the sentinels name no primary that says so; mending by hand"
             );
             diagnose(&d, fault);
-            split = point_at_named(&d);
+            split = follow_the_named_primary(&d);
             if split {
                 splits += 1;
                 led = r.until_led(Duration::from_secs(30)).await;
@@ -535,7 +535,7 @@ async fn failovers_never_give_a_term_two_holders() {
         if !r.until_or_not(Duration::from_secs(30), || synced(&d)).await {
             eprintln!("sentinel chaos: no replica follows the named primary after 30 s");
             diagnose(&d, fault);
-            if point_at_named(&d) {
+            if follow_the_named_primary(&d) {
                 pointed += 1;
             }
         }
