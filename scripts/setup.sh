@@ -10,10 +10,15 @@
 #   etcd, kube-apiserver, kubectl      scripts/kubernetes/build.sh apiserver (the API-server suite)
 #   kubelet, kube-proxy, ...           scripts/kubernetes/build.sh cluster (the user guide, as root)
 #
+#   root, a cgroup with the cpu controller   checked, not installed (a PID namespace, a CPU quota)
+#   LEASEHOLD_E2E_KUBECONFIG            checked: a real cluster, given by the user
+#
 # A part that cannot be had here (no npm, no root for apt, no network to the
-# package archive) is not fatal outside CI: its reason goes to
-# $LEASEHOLD_SETUP_MISSING, the suites that need it skip, and scripts/test
-# names them in its closing lines. Under CI (CI set) every part must be had.
+# package archive) is not fatal outside CI: "part: why" goes to
+# $LEASEHOLD_SETUP_MISSING (one a line; the parts are those of the testkit's
+# `Part`), scripts/test sets LEASEHOLD_SKIP_<PART> for each, so the tests that
+# need it skip instead of failing, and names them in its closing lines. Under
+# CI (CI set) every part but the e2e cluster must be had.
 # LEASEHOLD_SETUP_SKIP="postgres helm kubernetes" leaves those parts out on purpose.
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -27,6 +32,10 @@ setup_lack() {
     echo "error: $1" >&2
     exit 1
   fi
+  setup_missing_note "$1"
+}
+
+setup_missing_note() {
   echo "setup: $1 (the suites that need it will not run)" >&2
   setup_missing+=("$1")
 }
@@ -128,13 +137,14 @@ setup_kubernetes() {
   local started=$SECONDS bin
   if ! bin="$(bash scripts/kubernetes/build.sh apiserver | tail -n 1)"; then
     setup_lack "kubernetes: scripts/kubernetes/build.sh apiserver failed"
+    setup_lack "cluster: needs the API server's build"
     return 0
   fi
   export LEASEHOLD_KUBE_BIN_DIR="$bin"
   if [ "$(id -u)" -ne 0 ] && [ -z "${CI:-}" ]; then
-    setup_lack "kubernetes: the one-node cluster of the user guide needs root"
+    setup_lack "cluster: the one-node cluster of the user guide needs root"
   elif ! bash scripts/kubernetes/build.sh cluster >/dev/null; then
-    setup_lack "kubernetes: scripts/kubernetes/build.sh cluster failed"
+    setup_lack "cluster: scripts/kubernetes/build.sh cluster failed"
   fi
   echo "== Kubernetes 1.20 binaries in $bin (ready after $((SECONDS - started)) s)" >&2
 }
@@ -150,13 +160,32 @@ setup_promtool() {
     setup_lack "promtool: apt-get install prometheus failed"
 }
 
+# Root and a cgroup's CPU quota cannot be installed, only found.
+setup_root() {
+  [ "$(id -u)" -eq 0 ] || setup_lack "root: the tests run as $(id -un) (a PID namespace needs root)"
+  if [ "$(id -u)" -ne 0 ]; then
+    setup_lack "cgroup: a CPU quota needs root"
+  elif [ ! -f /sys/fs/cgroup/cpu/cpu.cfs_quota_us ] &&
+    ! grep -qw cpu /sys/fs/cgroup/cgroup.subtree_control 2>/dev/null; then
+    setup_lack "cgroup: no cgroup with the cpu controller (v1 /sys/fs/cgroup/cpu, or cpu in v2's cgroup.subtree_control)"
+  fi
+}
+
 setup_redis
+setup_root
 for part in postgres helm promtool kubernetes; do
   if setup_wanted "$part"; then
     "setup_$part"
   else
     setup_lack "$part: left out (LEASEHOLD_SETUP_SKIP)"
+    case "$part" in
+      postgres) setup_lack "pgbouncer: left out with postgres (LEASEHOLD_SETUP_SKIP)" ;;
+      kubernetes) setup_lack "cluster: left out with kubernetes (LEASEHOLD_SETUP_SKIP)" ;;
+    esac
   fi
 done
+# A real cluster is the user's to give, under CI too.
+[ -n "${LEASEHOLD_E2E_KUBECONFIG:-}" ] ||
+  setup_missing_note "e2e: no LEASEHOLD_E2E_KUBECONFIG (a real cluster's kubeconfig; docs/controller.md)"
 LEASEHOLD_SETUP_MISSING="$(printf '%s\n' "${setup_missing[@]}")"
 export LEASEHOLD_SETUP_MISSING

@@ -15,8 +15,16 @@
 //! new history either way), and per agent a TCP proxy to the store that
 //! black-holes, cuts or delays traffic.
 //!
+//! First, that the faults happened: a run in which none did proves nothing,
+//! so it fails (at least one fault per 4 s, and each group led under at
+//! least two terms).
+//!
 //! Checks:
-//! - no stale leader: once a leader under term t has been seen, no agent may
+//! - every leader report is a write under its term to a fenced sink per
+//!   group (`testkit::fenced`), which refuses a term another agent used
+//!   first and a term below the highest it accepted. It may refuse only the
+//!   second kind, and only for a report in flight when the higher term was
+//!   first seen: once a leader under term t has been seen, no agent may
 //!   report leading under a lower term (a process resuming from SIGSTOP
 //!   included: its local lease has run out), and no two agents ever report
 //!   leading under the same term; so terms seen only increase;
@@ -39,6 +47,7 @@ use std::time::{Duration, Instant};
 use leasehold_agent::Status;
 use leasehold_engine::{Node, NodeConfig};
 use testkit::agent::{get, post, Agent};
+use testkit::fenced::FencedSink;
 use testkit::free_port;
 use testkit::proxy::Proxy;
 use testkit::StoreFixture;
@@ -136,10 +145,20 @@ impl Slot {
 /// What the checks remember.
 #[derive(Default)]
 struct Record {
-    /// Per group: term -> (first agent seen leading under it, when received).
-    leaders: HashMap<&'static str, BTreeMap<u64, (String, Instant)>>,
+    /// Per group: every leader report written to the group's sink.
+    sinks: HashMap<&'static str, FencedSink>,
+    /// Per group: term -> when a report under it was first accepted.
+    accepted_at: HashMap<&'static str, BTreeMap<u64, Instant>>,
     leader_reports: u64,
-    stale_checks: u64,
+    /// Stale reports the sinks refused that were in flight when the higher
+    /// term was first seen (allowed).
+    in_flight_refusals: u64,
+    /// Who was first refused in flight under a term the sink never
+    /// accepted (group, term): a second agent there is a term with two
+    /// holders that the sink could not see.
+    in_flight_holders: HashMap<(&'static str, u64), String>,
+    /// Refusals the sinks should never have had to make, each said.
+    violations: Vec<String>,
     /// Windows in which a node may lose messages: node id -> [from, to).
     loss_windows: HashMap<String, Vec<(Instant, Instant)>>,
     /// Store faults: [from, to).
@@ -168,24 +187,36 @@ impl Record {
             }
             let term = view.term.expect("a leader reports its term");
             self.leader_reports += 1;
-            let terms = self.leaders.entry(group).or_default();
-            // A higher term was seen before this request was even sent.
-            self.stale_checks += 1;
-            if let Some((higher, (who, _))) =
-                terms.range(term + 1..).find(|(_, (_, at))| *at < sent)
-            {
-                panic!(
-                    "seed {seed}: {id} reported leading {group} under term {term} after {who} had been seen leading under {higher}"
-                );
+            let sink = self.sinks.entry(group).or_default();
+            let accepted_at = self.accepted_at.entry(group).or_default();
+            if sink.write(id, term) {
+                accepted_at.entry(term).or_insert(received);
+                continue;
             }
-            match terms.get(&term) {
-                Some((who, _)) => assert_eq!(
-                    who, id,
-                    "seed {seed}: {id} and {who} both reported leading {group} under term {term}"
-                ),
-                None => {
-                    terms.insert(term, (id.to_owned(), received));
-                }
+            match sink.holder(term) {
+                Some(first) if first != id => self.violations.push(format!(
+                    "seed {seed}: {id} and {first} both reported leading {group} under term {term}"
+                )),
+                // Below the highest accepted: a stale leader if a higher
+                // term was seen before this request was even sent.
+                _ => match accepted_at.range(term + 1..).find(|(_, at)| **at < sent) {
+                    Some((higher, _)) => self.violations.push(format!(
+                        "seed {seed}: {id} reported leading {group} under term {term} after {} had been seen leading under {higher}",
+                        sink.holder(*higher).unwrap_or_default()
+                    )),
+                    None => {
+                        self.in_flight_refusals += 1;
+                        let first = self
+                            .in_flight_holders
+                            .entry((group, term))
+                            .or_insert_with(|| id.to_owned());
+                        if sink.holder(term).is_none() && first != id {
+                            self.violations.push(format!(
+                                "seed {seed}: {id} and {first} both reported leading {group} under term {term}"
+                            ));
+                        }
+                    }
+                },
             }
         }
         self.received
@@ -505,6 +536,26 @@ async fn agents_keep_their_guarantees_under_random_faults(server: own) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 
+    // The faults happened, before anything is concluded from the run.
+    let injected: u64 = record
+        .faults
+        .iter()
+        .filter(|(kind, _)| **kind != "sweep checks")
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        injected >= seconds / 4,
+        "seed {seed}: {injected} faults in {seconds} s (at least one per 4 s wanted): a run without faults proves nothing"
+    );
+    for group in GROUPS {
+        let terms = record.sinks.get(group).map_or(0, FencedSink::terms);
+        assert!(
+            terms >= 2,
+            "seed {seed}: {group} was led under {terms} term(s) in {seconds} s: no failover happened, so the run proves nothing (faults {:?})",
+            record.faults
+        );
+    }
+
     // The faults stop.
     let quiet = Instant::now();
     if store_paused.is_some() {
@@ -574,6 +625,14 @@ async fn agents_keep_their_guarantees_under_random_faults(server: own) {
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
 
+    // Safety: the sinks refused nothing but reports in flight.
+    assert!(
+        record.violations.is_empty(),
+        "{} refusals the fenced sinks should not have had to make:\n{}",
+        record.violations.len(),
+        record.violations.join("\n")
+    );
+
     // Dead nodes are gone; only the live agents (and the sender) remain.
     let sweep_bound = Duration::from_millis(2 * LEASE_MS + 500);
     let live: Vec<String> = slots
@@ -617,15 +676,25 @@ async fn agents_keep_their_guarantees_under_random_faults(server: own) {
 
     let sent_total: usize = record.sent.values().map(Vec::len).sum();
     let uncertain_total: u64 = record.uncertain.values().sum();
+    let sinks = GROUPS.map(|g| {
+        let sink = &record.sinks[g];
+        format!(
+            "{g}: {} terms, {} writes accepted, refused {} as a term another agent used and {} as below the highest",
+            sink.terms(),
+            sink.accepted,
+            sink.duplicates,
+            sink.stale
+        )
+    });
     eprintln!(
-        "chaos: {:?} of faults {:?}; {} leader reports, {} stale-leader checks, {} terms seen; \
+        "chaos: {:?} of faults {:?}; {} leader reports; sinks {}; {} stale reports refused, all in flight; \
          agreed leader {agreed_after:?} after the faults stopped; {sent_total} messages sent \
          ({uncertain_total} more unanswered), {protected_total} outside loss windows to live agents, all delivered",
         start.elapsed(),
         record.faults,
         record.leader_reports,
-        record.stale_checks,
-        record.leaders.values().map(BTreeMap::len).sum::<usize>(),
+        sinks.join("; "),
+        record.in_flight_refusals,
     );
     for slot in &mut slots {
         if let Some(agent) = &slot.agent {

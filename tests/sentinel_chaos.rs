@@ -18,10 +18,15 @@
 //!
 //! Every 5 ms each agent's report is read through its API, and each
 //! "leader under term t" it reports is offered to a fenced sink
-//! (`support/fenced.rs`), which refuses a term another agent used first
+//! (`testkit::fenced`), which refuses a term another agent used first
 //! (the broken promise) and a term below the highest accepted (a term gone
 //! back). Also counted: samples in which two agents report leading (under
 //! one term, or at all).
+//!
+//! Before any of that is asserted, the faults must have happened: the
+//! failovers wanted (one per 10 s, at least one), a new primary named by
+//! the sentinels after each, and leaders seen under at least two terms. A
+//! run without them proves nothing and fails.
 //!
 //! Short by default (CI: 30 s, and on until it has held three failovers).
 //! `LEASEHOLD_SENTINEL_CHAOS_SECONDS=600` runs ten
@@ -242,7 +247,7 @@ fn named_primary(d: &Deployment) -> Option<usize> {
 /// cores, two sentinels naming a server that was a replica, the third
 /// another server; Sentinel had no replica left to promote and stayed so).
 /// Returns whether there was a named primary to point at.
-fn point_at_named(d: &Deployment) -> bool {
+fn follow_the_named_primary(d: &Deployment) -> bool {
     let Some(primary) = d.primary() else {
         return false;
     };
@@ -340,7 +345,7 @@ async fn failovers_never_give_a_term_two_holders() {
     let began = Instant::now();
     let deadline = began + Duration::from_secs(seconds);
     let cap = began + Duration::from_secs(4 * seconds);
-    let wanted = (seconds / 10) as usize;
+    let wanted = (seconds / 10).max(1) as usize;
     let mut failovers: Vec<(Fault, Duration, Duration, Duration)> = Vec::new();
     let mut dropped = 0;
     let mut pointed = 0;
@@ -472,7 +477,7 @@ async fn failovers_never_give_a_term_two_holders() {
                 "sentinel chaos: the sentinels name no primary that says so; mending by hand"
             );
             diagnose(&d, fault);
-            split = point_at_named(&d);
+            split = follow_the_named_primary(&d);
             if split {
                 splits += 1;
                 led = r.until_led(Duration::from_secs(30)).await;
@@ -530,7 +535,7 @@ async fn failovers_never_give_a_term_two_holders() {
         if !r.until_or_not(Duration::from_secs(30), || synced(&d)).await {
             eprintln!("sentinel chaos: no replica follows the named primary after 30 s");
             diagnose(&d, fault);
-            if point_at_named(&d) {
+            if follow_the_named_primary(&d) {
                 pointed += 1;
             }
         }
@@ -552,13 +557,14 @@ async fn failovers_never_give_a_term_two_holders() {
     named.sort();
     let count = |k: Fault| failovers.iter().filter(|f| f.0 == k).count();
     eprintln!(
-        "sentinel chaos: {n} failovers ({} forced, {} killed, {} lagging, {} lossy) in {ran} s, {dropped} forced failovers Sentinel dropped, replicas pointed by hand after {pointed}, a Sentinel split mended by hand after {splits} (left out of the windows); {} samples; sink accepted {}, refused {} as a term another agent used, {} as below the highest; two leaders at once {} (same term {})",
+        "sentinel chaos: {n} failovers ({} forced, {} killed, {} lagging, {} lossy) in {ran} s, {dropped} forced failovers Sentinel dropped, replicas pointed by hand after {pointed}, a Sentinel split mended by hand after {splits} (left out of the windows); {} samples; sink accepted {} under {} terms, refused {} as a term another agent used, {} as below the highest; two leaders at once {} (same term {})",
         count(Fault::Forced),
         count(Fault::Killed),
         count(Fault::Lagging),
         count(Fault::Lossy),
         r.samples,
         r.sink.accepted,
+        r.sink.terms(),
         r.sink.duplicates,
         r.sink.stale,
         r.two_leaders,
@@ -597,6 +603,17 @@ async fn failovers_never_give_a_term_two_holders() {
             percentile(&w, 0.99)
         );
     }
+    // The faults happened, before anything is concluded from the run.
+    assert!(
+        n >= wanted,
+        "only {n} failovers in {ran} s (wanted {wanted}; the run may go on to {} s for them): a run without failovers proves nothing",
+        4 * seconds
+    );
+    assert!(
+        r.sink.terms() >= 2,
+        "leaders seen under {} term(s) through {n} failovers: no failover moved the lease, so the run proves nothing",
+        r.sink.terms()
+    );
     assert_eq!(r.sink.duplicates, 0, "a term had two holders");
     assert_eq!(r.sink.stale, 0, "a term went back");
     assert_eq!(r.same_term, 0, "two agents led under one term");
@@ -607,10 +624,5 @@ async fn failovers_never_give_a_term_two_holders() {
         over.last().copied().unwrap_or(0.0) <= spare,
         "a failover past its bound by {:+.3} s",
         over.last().copied().unwrap_or(0.0)
-    );
-    assert!(
-        n >= wanted,
-        "only {n} failovers in {ran} s (wanted {wanted}; the run may go on to {} s for them)",
-        4 * seconds
     );
 }

@@ -12,7 +12,8 @@
 //! whose effect is timed.
 //!
 //! Needs root and the binaries of `scripts/kubernetes/build.sh cluster`;
-//! without them it skips, except under `CI`, where it fails. Takes about
+//! without them it fails, unless the cluster is left out on purpose
+//! (`LEASEHOLD_SKIP_CLUSTER`, which scripts/test sets without root). Takes about
 //! four minutes, most of it starting the node and building its images.
 
 use leasehold_testkit as testkit;
@@ -65,7 +66,7 @@ struct Cluster {
 impl Cluster {
     fn up(test: &str) -> Option<Self> {
         if let Some(why) = missing() {
-            testkit::lacks(test, &why);
+            testkit::lacks(test, testkit::Part::Cluster, &why);
             return None;
         }
         let helm = testkit::helm_or_skip(test)?;

@@ -733,6 +733,7 @@ async fn as_pid_one_the_agent_reaps_orphans() {
     if !testkit::root() {
         testkit::lacks(
             "as_pid_one_the_agent_reaps_orphans",
+            testkit::Part::Root,
             "a PID namespace needs root",
         );
         return;

@@ -59,7 +59,11 @@ fn demo_refuses_bad_timings_naming_the_option() {
 #[test]
 fn demo_runs_on_its_own_postgres() {
     if let Some(why) = leasehold_testkit::postgres::missing() {
-        leasehold_testkit::lacks("demo_runs_on_its_own_postgres", &why);
+        leasehold_testkit::lacks(
+            "demo_runs_on_its_own_postgres",
+            leasehold_testkit::Part::Postgres,
+            &why,
+        );
         return;
     }
     demo(

@@ -268,7 +268,7 @@ async fn a_starved_agent_s_command_ends_before_its_lease_and_never_overlaps_the_
     let name = format!("leasehold-stall-{}", std::process::id());
     let mut quota = match CpuQuota::create(&name, 1_000, 1_000_000) {
         Ok(quota) => quota,
-        Err(e) => return testkit::lacks("starved agent", &format!("{e:#}")),
+        Err(e) => return testkit::lacks("starved agent", testkit::Part::Cgroup, &format!("{e:#}")),
     };
     let bed = Bed::start("stall-starve").await;
     let mut taken_over = 0;

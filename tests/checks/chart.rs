@@ -2,9 +2,10 @@
 //! and with each option set, and the rendered YAML checked for the RBAC and
 //! security settings the chart promises.
 //!
-//! `helm` comes from `LEASEHOLD_HELM` or `PATH`. `.ci/run` fetches a pinned
-//! one and sets `CI`; under `CI` a missing helm fails these tests, elsewhere
-//! they say they were skipped. The checks that need no helm always run.
+//! `helm` comes from `LEASEHOLD_HELM` or `PATH` (scripts/setup.sh fetches a
+//! pinned one). A missing helm fails these tests, unless helm is left out on
+//! purpose (`LEASEHOLD_SKIP_HELM`: then they say they were skipped). The
+//! checks that need no helm always run.
 
 use leasehold_testkit as testkit;
 

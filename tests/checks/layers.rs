@@ -22,8 +22,9 @@ struct Dependency {
     features: Vec<String>,
 }
 
-/// `cargo metadata --no-deps` of the workspace, read once.
-fn metadata() -> &'static Value {
+/// `cargo metadata --no-deps` of the workspace, read once (the map's
+/// check reads the crates' directories from it too).
+pub(crate) fn metadata() -> &'static Value {
     static METADATA: OnceLock<Value> = OnceLock::new();
     METADATA.get_or_init(|| {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());

@@ -8,7 +8,8 @@
 //! register is listed there.
 //!
 //! `promtool` comes from Debian's prometheus package (scripts/setup.sh);
-//! under `CI` a missing one fails, elsewhere the test says it was skipped.
+//! a missing one fails the tests that need it, unless promtool is left out
+//! on purpose (`LEASEHOLD_SKIP_PROMTOOL`: then they say they were skipped).
 
 use leasehold_testkit as testkit;
 
@@ -45,13 +46,14 @@ fn metrics_in(query: &str) -> Vec<String> {
     names
 }
 
-/// Whether promtool runs here; says the test was skipped if not (a
-/// failure under `CI`).
+/// Whether promtool runs here; if not, a failure, or a skip when promtool
+/// is left out on purpose (`testkit::lacks`).
 fn promtool_or_skip(test: &str) -> bool {
     let found = Command::new("promtool").arg("--version").output().is_ok();
     if !found {
         testkit::lacks(
             test,
+            testkit::Part::Promtool,
             "no promtool (scripts/setup.sh installs Debian's prometheus package)",
         );
     }

@@ -44,6 +44,11 @@ impl FencedSink {
         true
     }
 
+    /// How many terms it accepted writes under.
+    pub fn terms(&self) -> usize {
+        self.holders.len()
+    }
+
     /// Who first wrote under `term`.
     pub fn holder(&self, term: u64) -> Option<&str> {
         self.holders.get(&term).map(String::as_str)

@@ -1,6 +1,6 @@
 //! The project's throwaway Kubernetes API server ([`crate::kube`])
-//! for a test: skipped, said out loud, when its binaries are missing, and a
-//! failure under CI (`CI` set), as the helm checks are; its directory (logs,
+//! for a test: a failure when its binaries are missing, unless the
+//! `kubernetes` part is left out on purpose ([`crate::lacks`]); its directory (logs,
 //! audit log) is kept when the test fails.
 
 pub use crate::kube::{
@@ -25,7 +25,7 @@ impl std::ops::DerefMut for ApiServer {
 impl ApiServer {
     pub async fn start(test: &str) -> Option<Self> {
         if let Some(why) = crate::kube::missing() {
-            crate::lacks(test, &why);
+            crate::lacks(test, crate::Part::Kubernetes, &why);
             return None;
         }
         let server = LocalApiServer::start().await.expect("kube-apiserver");

@@ -19,6 +19,7 @@ pub mod http;
 pub mod kube;
 #[cfg(feature = "kube")]
 pub mod kube_api;
+pub mod part;
 pub mod pgbouncer;
 pub mod postgres;
 pub mod procfs;
@@ -35,6 +36,7 @@ use std::time::{Duration, Instant};
 use leasehold_engine::{ElectionConfig, Event, Group, Node, NodeConfig, Role, Store};
 use tokio::sync::broadcast;
 
+pub use part::{lacks, skipped, Part};
 pub use redis::LocalRedis;
 
 /// A free port on 127.0.0.1.
@@ -384,12 +386,14 @@ pub fn helm() -> Option<std::path::PathBuf> {
     on_path("helm")
 }
 
-/// The helm binary, or `None` (skipped, said out loud) outside CI.
+/// The helm binary, or `None` when the helm part is left out on purpose
+/// (a failure otherwise: [`lacks`]).
 pub fn helm_or_skip(test: &str) -> Option<std::path::PathBuf> {
     let helm = helm();
     if helm.is_none() {
         lacks(
             test,
+            Part::Helm,
             "no helm (scripts/test fetches a pinned one; or set LEASEHOLD_HELM, or put helm in PATH)",
         );
     }
@@ -443,46 +447,4 @@ pub fn on_path(name: &str) -> Option<std::path::PathBuf> {
 /// Whether the tests run as root.
 pub fn root() -> bool {
     nix::unistd::geteuid().is_root()
-}
-
-/// Says that `test` lacks a part it needs and returns early: fatal under
-/// CI, which must have every part; elsewhere a skip, said out loud.
-pub fn lacks(test: &str, why: &str) {
-    assert!(std::env::var_os("CI").is_none(), "{test}: {why}");
-    skipped(test, why);
-}
-
-/// Says that `test` did not run, and why: on stderr (which cargo shows only
-/// for a failure) and in the file scripts/test names in
-/// `LEASEHOLD_SKIP_LOG`, whose lines close the run, so a skip never reads
-/// as a pass.
-pub fn skipped(what: &str, why: &str) {
-    use std::io::Write;
-    // libtest names each test's thread after the test.
-    // `what` is the test's own name, or a part of it ("lint", for one of
-    // several skips in one test), said after it.
-    let test = match std::thread::current().name() {
-        Some(name) if name == what || name.ends_with(&format!("::{what}")) => name.to_owned(),
-        Some(name) if name != "main" => format!("{name} ({what})"),
-        _ => what.to_owned(),
-    };
-    // The test binary's name, without cargo's hash.
-    let binary = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.file_stem().map(|s| s.to_string_lossy().into_owned()))
-        .map(|stem| {
-            stem.rsplit_once('-')
-                .map_or(stem.clone(), |(name, _)| name.to_owned())
-        })
-        .unwrap_or_default();
-    let test = format!("{binary}::{test}");
-    eprintln!("SKIPPED {test}: {why}");
-    if let Some(path) = std::env::var_os("LEASEHOLD_SKIP_LOG") {
-        // One short append per line: the test binaries run one after
-        // another, and the tests in one binary write whole lines.
-        let line = format!("{test}: {why}\n");
-        if let Ok(mut file) = std::fs::OpenOptions::new().append(true).open(path) {
-            let _ = file.write_all(line.as_bytes());
-        }
-    }
 }

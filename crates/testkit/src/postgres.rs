@@ -57,6 +57,12 @@ pub fn missing() -> Option<String> {
                 .into(),
         );
     };
+    if !bin.join("initdb").is_file() {
+        return Some(format!(
+            "needs initdb and postgres in {} (LEASEHOLD_PG_BIN_DIR; scripts/setup.sh installs Debian's postgresql)",
+            bin.display()
+        ));
+    }
     if crate::root()
         && nix::unistd::User::from_name("postgres")
             .ok()
@@ -490,8 +496,8 @@ impl Drop for LocalPostgres {
 /// The process's shared server: started once, by the first test that asks;
 /// a watchdog stops it and removes its directory when the process is gone
 /// (a static is never dropped).
-fn shared() -> Result<&'static LocalPostgres, String> {
-    static SHARED: OnceLock<Result<LocalPostgres, String>> = OnceLock::new();
+fn shared() -> Result<&'static LocalPostgres, &'static anyhow::Error> {
+    static SHARED: OnceLock<anyhow::Result<LocalPostgres>> = OnceLock::new();
     SHARED
         .get_or_init(|| {
             // Room for as many tests at once as cargo runs (one per core
@@ -499,11 +505,10 @@ fn shared() -> Result<&'static LocalPostgres, String> {
             // connection and a listener.
             let tests = std::thread::available_parallelism().map_or(2, |n| n.get().max(2));
             let connections = format!("max_connections={}", 250 * tests.min(8));
-            let server =
-                LocalPostgres::start_with(&[&connections]).map_err(|e| format!("{e:#}"))?;
+            let server = LocalPostgres::start_with(&[&connections])?;
             let postmaster = server
                 .postmaster()
-                .ok_or("the shared server has no postmaster")?;
+                .context("the shared server has no postmaster")?;
             Command::new("sh")
                 .args([
                     "-c",
@@ -519,11 +524,10 @@ fn shared() -> Result<&'static LocalPostgres, String> {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .map_err(|e| format!("the shared server's watchdog: {e}"))?;
+                .context("the shared server's watchdog")?;
             Ok(server)
         })
         .as_ref()
-        .map_err(Clone::clone)
 }
 
 /// A database for one test: in the process's shared server, or the
@@ -543,7 +547,7 @@ impl PgDatabase {
     /// where a server of its own is one and a half).
     pub fn in_shared() -> anyhow::Result<Self> {
         static NEXT: AtomicU32 = AtomicU32::new(1);
-        let server = shared().map_err(|e| anyhow::anyhow!("the shared server: {e}"))?;
+        let server = shared().map_err(|e| anyhow::anyhow!("the shared server: {e:#}"))?;
         let name = format!("t{}", NEXT.fetch_add(1, Ordering::Relaxed));
         server.psql(&format!("CREATE DATABASE {name}"))?;
         Ok(Self {

@@ -17,7 +17,7 @@ use crate::{eventually, RedisServer, StoreFixture};
 /// name(server) { ... } }` makes the module `name` with the tests `redis`
 /// and `postgres`, each running the body with a mutable `server`, a
 /// [`StoreServer`] of its kind (a PostgreSQL that cannot be had here is a
-/// skip, said out loud; a failure under CI). On PostgreSQL that is a
+/// failure, or a skip when it is left out on purpose: [`crate::lacks`]). On PostgreSQL that is a
 /// database of its own in the test binary's shared server; a body that
 /// stops, kills or replicates its server says so, `async fn name(server:
 /// own)`, and gets a server of its own. The calling crate needs tokio.
@@ -82,13 +82,13 @@ impl StoreFixture for StoreServer {
 
 impl StoreServer {
     /// A Redis server, or a database in the test binary's shared
-    /// PostgreSQL server; or why it cannot be had (a skip; fatal under CI).
+    /// PostgreSQL server; or `None` when PostgreSQL is left out ([`crate::lacks`]).
     pub fn start_or_skip(kind: Kind, test: &str) -> Option<Self> {
         match kind {
             Kind::Redis => Some(Self::Redis(RedisServer::start())),
             Kind::Postgres => {
                 if let Some(why) = crate::postgres::missing() {
-                    crate::lacks(test, &why);
+                    crate::lacks(test, crate::Part::Postgres, &why);
                     return None;
                 }
                 let database = PgDatabase::in_shared().expect("a database in the shared server");
@@ -107,11 +107,11 @@ impl StoreServer {
     }
 
     /// A PostgreSQL server of its own with more settings
-    /// (`synchronous_commit=off`, say), or why it cannot start (a skip;
-    /// fatal under CI).
+    /// (`synchronous_commit=off`, say), or `None` when PostgreSQL is left
+    /// out ([`crate::lacks`]).
     pub fn start_postgres_with(settings: &[&str], test: &str) -> Option<Self> {
         if let Some(why) = crate::postgres::missing() {
-            crate::lacks(test, &why);
+            crate::lacks(test, crate::Part::Postgres, &why);
             return None;
         }
         // Room for a test's hundred nodes, each a process with a command

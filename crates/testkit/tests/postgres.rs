@@ -11,7 +11,7 @@ use testkit::postgres::LocalPostgres;
 
 fn server(test: &str) -> Option<LocalPostgres> {
     if let Some(why) = testkit::postgres::missing() {
-        testkit::lacks(test, &why);
+        testkit::lacks(test, testkit::Part::Postgres, &why);
         return None;
     }
     Some(LocalPostgres::start().expect("postgres starts"))
@@ -72,7 +72,11 @@ fn a_paused_server_answers_nothing_until_resumed() {
 fn shared_databases_are_apart_and_dropped_at_the_end() {
     use testkit::postgres::PgDatabase;
     if let Some(why) = testkit::postgres::missing() {
-        testkit::lacks("shared_databases_are_apart_and_dropped_at_the_end", &why);
+        testkit::lacks(
+            "shared_databases_are_apart_and_dropped_at_the_end",
+            testkit::Part::Postgres,
+            &why,
+        );
         return;
     }
     let a = PgDatabase::in_shared().unwrap();

@@ -14,7 +14,7 @@ use testkit::StoreFixture as _;
 
 fn server(test: &str) -> Option<LocalPostgres> {
     if let Some(why) = testkit::postgres::missing() {
-        testkit::lacks(test, &why);
+        testkit::lacks(test, testkit::Part::Postgres, &why);
         return None;
     }
     Some(LocalPostgres::start().expect("postgres starts"))
@@ -297,13 +297,13 @@ async fn a_pooler_in_transaction_mode_is_refused_at_start_and_session_mode_serve
     use leasehold_engine::Store;
     use testkit::pgbouncer::LocalPgBouncer;
     let test = "a_pooler_in_transaction_mode_is_refused_at_start_and_session_mode_serves";
-    if let Some(why) = testkit::pgbouncer::missing() {
-        testkit::lacks(test, &why);
-        return;
-    }
     let Some(pg) = server(test) else {
         return;
     };
+    if let Some(why) = testkit::pgbouncer::missing() {
+        testkit::lacks(test, testkit::Part::Pgbouncer, &why);
+        return;
+    }
     let transaction = LocalPgBouncer::start(&pg, "transaction").unwrap();
     let store = Store::connect(&transaction.url("postgres"), "lh").unwrap();
     let refusal = store

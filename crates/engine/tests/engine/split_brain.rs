@@ -3,7 +3,9 @@
 //! pauses and per-node network partitions (longer and shorter than the ttl),
 //! while a monitor samples every node's `leader_term()` every millisecond.
 //!
-//! It runs on both stores. Each run prints its seed; `LEASEHOLD_SEED=N` replays one, and
+//! A run must first show that its faults happened (a step that broke
+//! something, and the group led under at least two terms): one without
+//! proves nothing and fails. It runs on both stores. Each run prints its seed; `LEASEHOLD_SEED=N` replays one, and
 //! `LEASEHOLD_SPLIT_BRAIN_STEPS` makes runs longer.
 
 use leasehold_testkit as testkit;
@@ -49,13 +51,20 @@ async fn start(slot: &mut Slot, watched: &Watched, i: usize, config: ElectionCon
     slot.node = Some(node);
 }
 
-/// Samples every millisecond; returns the number of samples, or the first violation.
+/// What the monitor saw: its samples and the terms the group was led under.
+struct Seen {
+    samples: u64,
+    terms: u64,
+}
+
+/// Samples every millisecond; returns what it saw, or the first violation.
 fn monitor(
     watched: Watched,
     stop: Arc<std::sync::atomic::AtomicBool>,
-) -> std::thread::JoinHandle<Result<u64, String>> {
+) -> std::thread::JoinHandle<Result<Seen, String>> {
     std::thread::spawn(move || {
         let mut samples = 0;
+        let mut terms = 0;
         let mut highest = 0;
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             let leaders: Vec<(usize, u64)> = watched
@@ -74,12 +83,15 @@ fn monitor(
                         "slot {i} leads under term {term} after term {highest}"
                     ));
                 }
+                if term > highest {
+                    terms += 1;
+                }
                 highest = term;
             }
             samples += 1;
             std::thread::sleep(Duration::from_millis(1));
         }
-        Ok(samples)
+        Ok(Seen { samples, terms })
     })
 }
 
@@ -110,6 +122,7 @@ async fn run(kind: Kind, seed: u64, steps: usize) {
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let checker = monitor(watched.clone(), stop.clone());
     let mut log = Vec::new();
+    let mut faults = 0;
     for _ in 0..steps {
         let i = rng.usize(..SLOTS);
         let action = rng.u8(..8);
@@ -157,6 +170,12 @@ async fn run(kind: Kind, seed: u64, steps: usize) {
             }
             _ => log.push("idle".into()),
         }
+        if log
+            .last()
+            .is_some_and(|step| step != "idle" && !step.starts_with("restart"))
+        {
+            faults += 1;
+        }
         tokio::time::sleep(Duration::from_millis(rng.u64(0..150))).await;
         if checker.is_finished() {
             break;
@@ -164,10 +183,19 @@ async fn run(kind: Kind, seed: u64, steps: usize) {
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let verdict = checker.join().unwrap();
-    match verdict {
-        Ok(samples) => assert!(samples > 100, "the monitor hardly ran ({samples} samples)"),
-        Err(violation) => panic!("seed {seed}: {violation}\nsteps: {log:?}"),
-    }
+    let seen =
+        verdict.unwrap_or_else(|violation| panic!("seed {seed}: {violation}\nsteps: {log:?}"));
+    // The faults happened, or the run proves nothing.
+    assert!(
+        faults > 0 && seen.terms >= 2,
+        "seed {seed}: {faults} faults, the group led under {} term(s): no failover happened\nsteps: {log:?}",
+        seen.terms
+    );
+    assert!(
+        seen.samples > 100,
+        "the monitor hardly ran ({} samples)",
+        seen.samples
+    );
     // After the faults stop, exactly one leader within ttl + retry + margin.
     for (i, slot) in slots.iter_mut().enumerate() {
         if slot.node.is_none() {

@@ -156,7 +156,11 @@ async fn postgres_tls_checks_the_certificate_as_sslmode_says() {
     use leasehold_engine::ConnectOptions;
     use testkit::postgres::LocalPostgres;
     if let Some(why) = testkit::postgres::missing() {
-        testkit::lacks("postgres_tls_checks_the_certificate_as_sslmode_says", &why);
+        testkit::lacks(
+            "postgres_tls_checks_the_certificate_as_sslmode_says",
+            testkit::Part::Postgres,
+            &why,
+        );
         return;
     }
     let (pg, ca) = LocalPostgres::start_with_tls().expect("postgres with TLS starts");
