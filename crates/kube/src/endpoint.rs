@@ -304,20 +304,22 @@ pub fn slice_write(
         let family = family.unwrap_or("IPv4");
         return SliceWrite::Create { family };
     };
-    let version = c.version.clone();
     if c.rank > desired.rank() {
         return SliceWrite::Stale;
     }
-    let wanted = || held(&slice_body(desired, group, api_version, &c.address_type));
+    let (version, kept) = (c.version.clone(), c.address_type.clone());
+    let wanted = || held(&slice_body(desired, group, api_version, &kept));
     if c.rank == desired.rank() && c.read.as_ref().is_some_and(|read| *read == wanted()) {
-        let family = c.address_type.clone();
-        return SliceWrite::Unchanged { version, family };
+        return SliceWrite::Unchanged {
+            version,
+            family: kept,
+        };
     }
     match family {
-        Some(family) if family != c.address_type => SliceWrite::Recreate { version, family },
+        Some(family) if family != kept => SliceWrite::Recreate { version, family },
         _ => SliceWrite::Update {
             version,
-            family: c.address_type.clone(),
+            family: kept,
         },
     }
 }

@@ -164,10 +164,13 @@ impl EndpointWriter {
     }
 
     /// Makes the group's Service exist as the spec says, while `active`.
-    /// A Service of that name that is not the group's is an error.
+    /// A Service of that name that is not the group's is an error, and this
+    /// group's slice must not stay: it names that Service, and would add
+    /// the leader's address to the Service's own endpoints.
     async fn ensure_service(
         &self,
         client: &kube::Client,
+        slices: &Api<DynamicObject>,
         group: &LeaderGroup,
         service: &LeaderService,
         active: &impl Fn() -> bool,
@@ -186,6 +189,10 @@ impl EndpointWriter {
             match service_write(found.as_ref(), service, group) {
                 ServiceWrite::NotOwned => {
                     locked(&self.services).remove(&key);
+                    let slice = slice_name(&service.name);
+                    if let Err(e) = delete_own_slice(slices, group, &slice).await {
+                        tracing::warn!(service = %service.name, error = %e, "could not remove this group's slice of a Service that is not its own");
+                    }
                     return Err(EndpointError::ServiceNotOwned(service.name.clone()));
                 }
                 ServiceWrite::Keep => {}
@@ -270,29 +277,17 @@ impl EndpointWriter {
         let resource = self.resource(client).await?;
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, resource);
         let checked = self.service_known(group, &desired.service);
+        let service = || self.ensure_service(client, &api, group, &desired.service, &active);
         if !checked {
-            if let Err(e) = self
-                .ensure_service(client, group, &desired.service, &active)
-                .await
-            {
-                self.drop_slice_of_other(&api, group, &desired.service, &e)
-                    .await;
-                return Err(e);
-            }
+            service().await?;
         }
         let outcome = self
             .put(&api, &resource.api_version, group, desired, known, &active)
             .await?;
         if outcome == Outcome::Written && checked {
-            if let Err(e) = self
-                .ensure_service(client, group, &desired.service, &active)
-                .await
-            {
+            service().await.inspect_err(|_| {
                 locked(&self.slices).remove(&key);
-                self.drop_slice_of_other(&api, group, &desired.service, &e)
-                    .await;
-                return Err(e);
-            }
+            })?;
         }
         Ok(outcome)
     }
@@ -404,24 +399,6 @@ impl EndpointWriter {
                 at: Instant::now(),
             },
         );
-    }
-
-    /// When the group's Service turns out not to be its own, this group's
-    /// slice must not stay: it names that Service, and would add the
-    /// leader's address to the Service's own endpoints.
-    async fn drop_slice_of_other(
-        &self,
-        api: &Api<DynamicObject>,
-        group: &LeaderGroup,
-        service: &LeaderService,
-        error: &EndpointError,
-    ) {
-        if !matches!(error, EndpointError::ServiceNotOwned(_)) {
-            return;
-        }
-        if let Err(e) = delete_own_slice(api, group, &slice_name(&service.name)).await {
-            tracing::warn!(service = %service.name, error = %e, "could not remove this group's slice of a Service that is not its own");
-        }
     }
 
     /// Removes the Service and slice a group had under another name (its

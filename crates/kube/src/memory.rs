@@ -54,16 +54,6 @@ pub struct Memory {
     pub label_writes: Mutex<LabelWrites>,
 }
 
-/// What stays, by the key each memory is filed under.
-struct Kept<'a> {
-    group: &'a dyn Fn(&str) -> bool,
-    service: &'a dyn Fn(&str) -> bool,
-    /// `None`: every namespace's.
-    namespaces: Option<&'a BTreeSet<String>>,
-    /// `None`: every pod's.
-    pods: Option<&'a HashSet<String>>,
-}
-
 /// `NAMESPACE/NAME` of the group, and `NAMESPACE/SERVICE` of its Service.
 fn keys_of(group: &LeaderGroup) -> (String, Option<String>) {
     let namespace = group.namespace().unwrap_or_default();
@@ -96,12 +86,12 @@ impl Memory {
     /// and the slice go with the group: owner references).
     pub fn forget(&self, group: &LeaderGroup) {
         let (key, service) = keys_of(group);
-        self.keep(&Kept {
-            group: &|g| g != key,
-            service: &|s| Some(s) != service.as_deref(),
-            namespaces: None,
-            pods: None,
-        });
+        self.keep(
+            &|g| g != key,
+            &|s| Some(s) != service.as_deref(),
+            None,
+            None,
+        );
     }
 
     /// Drops what is remembered of groups, Services, namespaces and pods
@@ -125,23 +115,29 @@ impl Memory {
             };
             pods.iter().map(|p| key(p)).collect()
         });
-        self.keep(&Kept {
-            group: &|g| present.contains(g),
-            service: &|s| services.contains(s),
-            namespaces: Some(&namespaces),
-            pods: pods.as_ref(),
-        });
+        let (group, service) = (
+            |g: &str| present.contains(g),
+            |s: &str| services.contains(s),
+        );
+        self.keep(&group, &service, Some(&namespaces), pods.as_ref());
     }
 
-    /// Every memory, each once: what `kept` does not keep goes.
-    fn keep(&self, kept: &Kept<'_>) {
-        locked(&self.groups).retain(|g, _| (kept.group)(g));
-        self.metrics.retain_groups(kept.group);
-        self.endpoints.retain(kept.service);
-        if let Some(namespaces) = kept.namespaces {
+    /// Every memory, each once: what is not kept, by the key it is filed
+    /// under (`namespaces`, `pods`: `None` keeps all), goes.
+    fn keep(
+        &self,
+        group: &dyn Fn(&str) -> bool,
+        service: &dyn Fn(&str) -> bool,
+        namespaces: Option<&BTreeSet<String>>,
+        pods: Option<&HashSet<String>>,
+    ) {
+        locked(&self.groups).retain(|g, _| group(g));
+        self.metrics.retain_groups(group);
+        self.endpoints.retain(service);
+        if let Some(namespaces) = namespaces {
             self.neighbours.retain(namespaces);
         }
-        if let Some(pods) = kept.pods {
+        if let Some(pods) = pods {
             self.pod_statuses.retain(|p| pods.contains(p));
             locked(&self.label_writes).retain_pods(|p| pods.contains(p));
         }

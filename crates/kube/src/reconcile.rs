@@ -190,11 +190,7 @@ async fn pod_status(namespace: &str, pod: &str, ctx: &Context) -> Option<Known> 
         }
         Ok(None) => {
             ctx.memory.pod_statuses.forget(&key);
-            Some(Known {
-                version: None,
-                ip: None,
-                ready: false,
-            })
+            Some(Known::default())
         }
         Err(e) => {
             tracing::debug!(%pod, error = %e, "could not read the pod's IP and readiness");

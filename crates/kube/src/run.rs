@@ -43,9 +43,8 @@ use leasehold_engine::{Node, NodeOptions};
 pub const CONTROLLER_GROUP: &str = "leasehold-controller";
 
 /// Reconciles running at once, so that a resync of 1,000 groups does not
-/// start 1,000 reconciles, each with its copies of pods and groups (4 GiB
-/// in the bench's 1,000-group step when they copied whole namespaces). A reconcile is mostly waiting on Redis
-/// and the API server, so a few at once keep both cores busy.
+/// hold 1,000 reconciles' copies of pods and groups at once. A reconcile
+/// mostly waits on Redis and the API server: a few keep both cores busy.
 const RECONCILE_CONCURRENCY: u16 = 8;
 
 /// How long sweeps stay in memory for reporting on the groups they touched.
