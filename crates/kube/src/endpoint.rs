@@ -12,9 +12,8 @@
 //! not noticed it lost its lease yet) cannot both win: the one that read
 //! the older version gets a conflict and decides again from the newer.
 //!
-//! This module decides, purely, what the slice and the Service should be
-//! given what was read of them; `endpoint_writer` reads and writes around
-//! it, as `reconcile` does around `plan`.
+//! This module decides what the slice and the Service should be, given what
+//! was read of them; `endpoint_writer` reads and writes, as `reconcile` for `plan`.
 
 use k8s_openapi::api::core::v1::Service;
 use kube::{Resource, ResourceExt};
@@ -267,8 +266,7 @@ pub fn held(slice: &Value) -> Value {
 /// What to do with the slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SliceWrite {
-    /// It is further on than this view (another replica, or a later
-    /// reconcile, wrote a newer term): nothing.
+    /// It is further on than this view (a newer term was written): nothing.
     Stale,
     /// As read, it holds what is desired already: nothing.
     Unchanged {

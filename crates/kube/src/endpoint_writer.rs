@@ -1,8 +1,6 @@
-//! The writer of the leader endpoint (see `endpoint`, which decides): the
-//! EndpointSlice API found by discovery, the Service made sure of, the
-//! slice read, written at its resourceVersion and read again after a
-//! conflict, and what this replica last wrote, so that a resync at rest
-//! writes nothing and a leader change is one update with no read before it.
+//! The writer of the leader endpoint (`endpoint` decides), with what it
+//! last wrote: a resync at rest writes nothing, and a leader change is one
+//! update with no read before it.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -83,6 +81,11 @@ async fn read_slice(
     }))
 }
 
+/// What this replica wrote is filed under `NAMESPACE/SERVICE`.
+fn key(group: &LeaderGroup, service: &str) -> String {
+    format!("{}/{service}", group.namespace().unwrap_or_default())
+}
+
 /// What a write came to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Outcome {
@@ -104,7 +107,7 @@ const RECHECK: Duration = Duration::from_secs(300);
 /// What this replica last wrote into a slice, for which group (its uid:
 /// a group deleted and made anew under the same name starts afresh).
 #[derive(Debug, Clone)]
-struct Written {
+pub(crate) struct Written {
     group_uid: Option<String>,
     resource_version: Option<String>,
     address_type: String,
@@ -112,9 +115,7 @@ struct Written {
     at: Instant,
 }
 
-/// The writer of the leader Services and their slices, with what it
-/// wrote (so a resync at rest writes nothing, and a leader change is one
-/// update with no read before it).
+/// The writer of the leader Services and their slices, with what it wrote.
 #[derive(Default)]
 pub struct EndpointWriter {
     /// Whether the controller may write them (`--leader-endpoints`).
@@ -122,10 +123,10 @@ pub struct EndpointWriter {
     /// The EndpointSlice API the server serves, found on first use.
     resource: tokio::sync::OnceCell<ApiResource>,
     /// By `NAMESPACE/SERVICE`.
-    slices: Mutex<HashMap<String, Written>>,
+    pub(crate) slices: Mutex<HashMap<String, Written>>,
     /// Services found to be this group's, with the group's uid and the
     /// spec they were found with, by `NAMESPACE/SERVICE`.
-    services: Mutex<HashMap<String, (String, LeaderService)>>,
+    pub(crate) services: Mutex<HashMap<String, (String, LeaderService)>>,
 }
 
 impl EndpointWriter {
@@ -150,10 +151,7 @@ impl EndpointWriter {
                     .map_err(|e| match e {
                         kube::Error::Discovery(_) => EndpointError::NoSliceApi,
                         e if not_found(&e) => EndpointError::NoSliceApi,
-                        e => EndpointError::Api {
-                            what: "discovering the EndpointSlice API",
-                            source: e,
-                        },
+                        e => api_error("discovering the EndpointSlice API")(e),
                     })?;
                 group
                     .recommended_kind("EndpointSlice")
@@ -198,13 +196,9 @@ impl EndpointWriter {
                 ServiceWrite::Keep => {}
                 _ if !active() => return Ok(()),
                 ServiceWrite::Patch(patch) => {
-                    api.patch(
-                        &service.name,
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await
-                    .map_err(api_error("updating the Service's ports"))?;
+                    let (params, patch) = (PatchParams::default(), Patch::Merge(&patch));
+                    let patched = api.patch(&service.name, &params, &patch).await;
+                    patched.map_err(api_error("updating the Service's ports"))?;
                 }
                 ServiceWrite::Create(body) => {
                     let body: Service = serde_json::from_value(body).expect("a Service body");
@@ -215,34 +209,23 @@ impl EndpointWriter {
                     }
                 }
             }
-            self.remember_service(key, uid, service);
+            locked(&self.services).insert(key, (uid, service.clone()));
             return Ok(());
         }
         Err(EndpointError::Contended)
     }
 
-    pub(crate) fn remember_service(&self, key: String, group_uid: String, service: &LeaderService) {
-        locked(&self.services).insert(key, (group_uid, service.clone()));
-    }
-
-    /// Whether anything is remembered of Service `NAMESPACE/SERVICE`.
-    pub fn remembers(&self, key: &str) -> bool {
-        locked(&self.slices).contains_key(key) || locked(&self.services).contains_key(key)
-    }
-
     fn service_known(&self, group: &LeaderGroup, service: &LeaderService) -> bool {
-        let key = format!("{}/{}", group.namespace().unwrap_or_default(), service.name);
         locked(&self.services)
-            .get(&key)
+            .get(&key(group, &service.name))
             .is_some_and(|(uid, known)| {
                 Some(uid.as_str()) == group.metadata.uid.as_deref() && known == service
             })
     }
 
-    /// What this replica wrote into the group's slice, if it is still to
-    /// be trusted: for this group, checked within [`RECHECK`], with its
-    /// Service known to be the group's.
-    /// Past [`RECHECK`], the slice and the Service are looked at again.
+    /// What this replica wrote into the group's slice, if it is still to be
+    /// trusted: for this group, with its Service known to be the group's,
+    /// and within [`RECHECK`] (past it, both are looked at again).
     fn written(&self, key: &str, group: &LeaderGroup, service: &LeaderService) -> Option<Written> {
         let known = locked(&self.slices).get(key).cloned()?;
         if known.at.elapsed() >= RECHECK {
@@ -303,11 +286,7 @@ impl EndpointWriter {
         known: Option<Written>,
         active: &impl Fn() -> bool,
     ) -> Result<Outcome, EndpointError> {
-        let key = format!(
-            "{}/{}",
-            group.namespace().unwrap_or_default(),
-            desired.service.name
-        );
+        let key = &key(group, &desired.service.name);
         let name = desired.slice_name();
         let mut current = known.map(|w| Current {
             rank: w.endpoint.rank(),
@@ -328,12 +307,12 @@ impl EndpointWriter {
             read = true;
             let answer = match slice_write(current.as_ref(), desired, group, api_version) {
                 SliceWrite::Stale => {
-                    locked(&self.slices).remove(&key);
+                    locked(&self.slices).remove(key);
                     return Ok(Outcome::Stale);
                 }
                 SliceWrite::Unchanged { version, family } => {
                     // A look after RECHECK, or another replica's write.
-                    self.remember(&key, group, version, &family, desired);
+                    self.remember(key, group, version, &family, desired);
                     return Ok(Outcome::Unchanged);
                 }
                 _ if !active() => return Ok(Outcome::NotActive),
@@ -364,16 +343,16 @@ impl EndpointWriter {
                 Ok(written) => {
                     let value = serde_json::to_value(&written).unwrap_or_default();
                     let family = value["addressType"].as_str().unwrap_or("IPv4");
-                    self.remember(&key, group, written.resource_version(), family, desired);
+                    self.remember(key, group, written.resource_version(), family, desired);
                     return Ok(Outcome::Written);
                 }
                 Err(e) if conflict(&e) || not_found(&e) => {
                     // Another writer got there first (409), or the slice
                     // went (404): read it and decide again.
-                    locked(&self.slices).remove(&key);
+                    locked(&self.slices).remove(key);
                 }
                 Err(e) => {
-                    locked(&self.slices).remove(&key);
+                    locked(&self.slices).remove(key);
                     return Err(api_error("writing the EndpointSlice")(e));
                 }
             }

@@ -1,10 +1,9 @@
 //! What the controller remembers between reconciles, of its groups and of
 //! what they read (their Services, namespaces and pods), and the one way any
-//! of it is forgotten ([`Memory::keep`]): a deleted group's memory goes with
-//! its Delete ([`Memory::forget`]), and what the deletion watch missed (a
-//! deletion made while it relisted arrives as no event at all) at the next
-//! look at the caches ([`Memory::keep_only`]). A memory added here is
-//! forgotten by both, or by neither.
+//! of it is forgotten: a deleted group's at its Delete ([`Memory::forget`]),
+//! what the deletion watch missed (a deletion made while it relisted comes
+//! as no event) at the next look at the caches ([`Memory::keep_only`]). Both
+//! go through one `keep`, which names every memory once.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -63,8 +62,7 @@ fn keys_of(group: &LeaderGroup) -> (String, Option<String>) {
 }
 
 impl Memory {
-    /// `leader_endpoints`: whether the endpoint writer may write
-    /// (`--leader-endpoints`).
+    /// `leader_endpoints`: the endpoint writer may write (the flag).
     pub fn new(metrics: Arc<ControllerMetrics>, leader_endpoints: bool) -> Self {
         Self {
             groups: Mutex::default(),
@@ -86,12 +84,9 @@ impl Memory {
     /// and the slice go with the group: owner references).
     pub fn forget(&self, group: &LeaderGroup) {
         let (key, service) = keys_of(group);
-        self.keep(
-            &|g| g != key,
-            &|s| Some(s) != service.as_deref(),
-            None,
-            None,
-        );
+        let (other_group, other_service) =
+            (|g: &str| g != key, |s: &str| Some(s) != service.as_deref());
+        self.keep(&other_group, &other_service, None, None);
     }
 
     /// Drops what is remembered of groups, Services, namespaces and pods
@@ -109,12 +104,10 @@ impl Memory {
             services.extend(service);
         }
         let namespaces = groups.iter().filter_map(|g| g.namespace()).collect();
-        let pods: Option<HashSet<String>> = pods.map(|pods| {
-            let key = |p: &PartialObjectMeta<Pod>| {
-                format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any())
-            };
-            pods.iter().map(|p| key(p)).collect()
-        });
+        let pod_key = |p: &Arc<PartialObjectMeta<Pod>>| {
+            format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any())
+        };
+        let pods: Option<HashSet<String>> = pods.map(|pods| pods.iter().map(pod_key).collect());
         let (group, service) = (
             |g: &str| present.contains(g),
             |s: &str| services.contains(s),
@@ -199,7 +192,7 @@ mod tests {
             .endpoints
             .remember(&service, group, None, "IPv4", &endpoint);
         let uid = group.metadata.uid.clone().unwrap();
-        memory.endpoints.remember_service(service, uid, &spec);
+        locked(&memory.endpoints.services).insert(service, (uid, spec));
         let pod = format!("shop/{pod}");
         let known = Known {
             version: Some("9".into()),
@@ -228,7 +221,14 @@ mod tests {
                 "series",
                 registry.contains(&format!("group=\"{}\"", group.name_any())),
             ),
-            ("endpoint", memory.endpoints.remembers(&service.unwrap())),
+            (
+                "endpoint slice",
+                locked(&memory.endpoints.slices).contains_key(service.as_ref().unwrap()),
+            ),
+            (
+                "endpoint service",
+                locked(&memory.endpoints.services).contains_key(&service.unwrap()),
+            ),
             (
                 "pod status",
                 memory.pod_statuses.at(&pod, Some("9")).is_some(),
@@ -263,7 +263,14 @@ mod tests {
         (memory, registry)
     }
 
-    const ALL: [&str; 5] = ["group", "series", "endpoint", "pod status", "label write"];
+    const ALL: [&str; 6] = [
+        "group",
+        "series",
+        "endpoint slice",
+        "endpoint service",
+        "pod status",
+        "label write",
+    ];
 
     #[test]
     fn a_deleted_group_leaves_nothing_of_it_in_any_memory_and_the_rest_stays() {

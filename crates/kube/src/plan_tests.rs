@@ -431,8 +431,8 @@ fn status_is_written_only_when_something_a_user_reads_changed() {
         "transition times kept"
     );
     // At rest nothing a user reads moves: no write however long the
-    // leader renews (before issue 27 the stored lease expiry was
-    // refreshed once passed, one write per group per resync).
+    // leader renews (a lease expiry in the status would cost one write
+    // per group per resync).
     for later in [1_001, 60_000, 3_600_000] {
         renewed.now_ms = NOW + later;
         renewed.members[0].1 = renewed.now_ms + 5_000;

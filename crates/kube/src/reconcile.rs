@@ -136,11 +136,10 @@ fn pod_view(pod: &PartialObjectMeta<Pod>) -> PodView {
 async fn read_statuses(
     pods: &mut [PodView],
     store: &StoreView,
-    namespace: &str,
+    group: &LeaderGroup,
     ctx: &Context,
-    prefer_updated: bool,
 ) {
-    let StoreView::Available(state) = store else {
+    let (StoreView::Available(state), Some(namespace)) = (store, &group.metadata.namespace) else {
         return;
     };
     let holder_pod =
@@ -152,7 +151,7 @@ async fn read_statuses(
                 .iter()
                 .any(|(node, _)| crate::plan::pod_of(node, namespace) == Some(p.name.as_str()))
     };
-    let rollout = prefer_updated && {
+    let rollout = group.spec.placement.prefer_updated && {
         let mut revisions = pods
             .iter()
             .filter(|p| member(p))
@@ -560,14 +559,7 @@ impl World {
                 (pods, others)
             }
         };
-        read_statuses(
-            &mut pods,
-            &store,
-            namespace,
-            ctx,
-            group.spec.placement.prefer_updated,
-        )
-        .await;
+        read_statuses(&mut pods, &store, group, ctx).await;
         let swept = locked(&ctx.swept).clone();
         Ok(Self {
             pods,

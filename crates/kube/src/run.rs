@@ -294,8 +294,8 @@ where
 /// and those whose status names it (the leader, or a member's pod), which
 /// may have labelled it before it left their selector. Not every group
 /// whose label key it carries: groups share the default key, and a label
-/// patch would then wake every group of the namespace (1,000 reconciles
-/// per patch in the bench's 1,000-group step).
+/// patch would then wake every group of the namespace (a thousand groups
+/// sharing the key: a thousand reconciles per patch).
 fn groups_of_pod(
     groups: &kube::runtime::reflector::Store<LeaderGroup>,
     pod: &PartialObjectMeta<Pod>,
@@ -334,10 +334,9 @@ fn mark_change<K: Resource>(neighbours: &Neighbours, event: &watcher::Result<wat
 }
 
 /// Runs the pod watch (which keeps the cache behind `Context::pods`) and
-/// triggers the groups each changed pod concerns; a deleted pod's status
-/// is forgotten. A watch error is retried
-/// with the watcher's default backoff; meanwhile the cache keeps its last
-/// state.
+/// triggers the groups each changed pod concerns; a deleted pod's status is
+/// forgotten. A watch error is retried with the watcher's default backoff;
+/// meanwhile the cache keeps its last state.
 async fn follow_pods(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<Pod>>>>,
     groups: kube::runtime::reflector::Store<LeaderGroup>,
