@@ -42,7 +42,7 @@ pub struct Memory {
     groups: Mutex<HashMap<String, GroupMemory>>,
     /// Each group's metric series (the same figures as `Context::metrics`).
     metrics: Arc<ControllerMetrics>,
-    /// The leader Services' slices, by `NAMESPACE/SERVICE` (see `endpoint`).
+    /// The leader endpoints' writer, with what it wrote by `NAMESPACE/SERVICE`.
     pub endpoints: EndpointWriter,
     /// Each namespace's groups and pods, indexed once per change.
     pub neighbours: Neighbours,
