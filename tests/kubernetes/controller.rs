@@ -20,6 +20,7 @@ use kube::runtime::watcher;
 use leasehold_engine::{ElectionConfig, Node};
 use leasehold_kube::crd::{LeaderGroup, LeaderGroupSpec, DEFAULT_ROLE_LABEL};
 use leasehold_kube::event_log::EventLog;
+use leasehold_kube::memory::Memory;
 use leasehold_kube::metrics::ControllerMetrics;
 use leasehold_kube::reconcile::{clean_up, reconcile, Context};
 use serde_json::{json, Value};
@@ -96,34 +97,40 @@ async fn setup_with(redis: &impl StoreFixture, pods: Vec<Value>, timings: Electi
         leadership.is_leader()
     })
     .await;
-    let reporter = Reporter {
-        controller: "leasehold-controller".into(),
-        instance: Some("controller-0".into()),
-    };
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        node: controller,
-        leadership,
-        events: EventLog::new(client, reporter),
-        groups: Writer::<LeaderGroup>::default().as_reader(),
-        pods: cache,
-        swept: Mutex::new(Vec::new()),
-        resync: Duration::from_secs(30),
-        metrics: ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry()),
-        redis_settings: tokio::sync::watch::channel(Vec::new()).1,
-        refusals: Default::default(),
-        holders_gone: Default::default(),
-        written: Default::default(),
-        label_writes: Default::default(),
-        pod_statuses: Default::default(),
-        endpoints: Default::default(),
-        neighbours: Default::default(),
-    });
+    let ctx = context(client, controller, leadership, cache);
     Setup {
         ctx,
         seen,
         _server: server,
     }
+}
+
+/// The controller's context as `run_with` builds it, with an empty group
+/// cache, the pods of `pods`, and no leader endpoints.
+fn context(
+    client: kube::Client,
+    node: Arc<Node>,
+    leadership: leasehold_engine::Group,
+    pods: Reflector<PartialObjectMeta<Pod>>,
+) -> Arc<Context> {
+    let reporter = Reporter {
+        controller: "leasehold-controller".into(),
+        instance: Some(node.id().rsplit('/').next().unwrap_or_default().to_owned()),
+    };
+    let metrics = ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry());
+    Arc::new(Context {
+        client: client.clone(),
+        node,
+        leadership,
+        events: EventLog::new(client, reporter),
+        groups: Writer::<LeaderGroup>::default().as_reader(),
+        pods,
+        swept: Mutex::new(Vec::new()),
+        resync: Duration::from_secs(30),
+        metrics: metrics.clone(),
+        redis_settings: tokio::sync::watch::channel(Vec::new()).1,
+        memory: Memory::new(metrics, false),
+    })
 }
 
 /// The pod cache a running controller's watch would have filled with `pods`.
@@ -510,29 +517,7 @@ async fn a_standby_replica_writes_nothing() {
     let leadership = standby.join("ops/leasehold-controller", fast()).unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!leadership.is_leader());
-    let reporter = Reporter {
-        controller: "leasehold-controller".into(),
-        instance: None,
-    };
-    let ctx = Arc::new(Context {
-        client: client.clone(),
-        node: standby,
-        leadership,
-        events: EventLog::new(client, reporter),
-        groups: Writer::<LeaderGroup>::default().as_reader(),
-        pods: pod_cache(&[]),
-        swept: Mutex::new(Vec::new()),
-        resync: Duration::from_secs(30),
-        metrics: ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry()),
-        redis_settings: tokio::sync::watch::channel(Vec::new()).1,
-        refusals: Default::default(),
-        holders_gone: Default::default(),
-        written: Default::default(),
-        label_writes: Default::default(),
-        pod_statuses: Default::default(),
-        endpoints: Default::default(),
-        neighbours: Default::default(),
-    });
+    let ctx = context(client, standby, leadership, pod_cache(&[]));
     reconcile(Arc::new(group()), ctx).await.unwrap();
     assert!(
         seen.lock().unwrap().is_empty(),

@@ -7,26 +7,19 @@
 //! The slice carries the term it was written for, and a write is fenced by
 //! it: [`Rank`] orders what a slice may say, and a replica whose view is
 //! older than what the slice already says writes nothing (see
-//! [`decide`]). Every write is an update at the resourceVersion the
+//! [`slice_write`]). Every write is an update at the resourceVersion the
 //! decision was made from, so two replicas (the active one and one that has
 //! not noticed it lost its lease yet) cannot both win: the one that read
 //! the older version gets a conflict and decides again from the newer.
 //!
-//! This module holds the pure part (what to write, in which order) and the
-//! writes (see [`Endpoints::write`]).
-
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+//! This module decides what the slice and the Service should be, given what
+//! was read of them; `endpoint_writer` reads and writes, as `reconcile` for `plan`.
 
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
-use kube::discovery::ApiResource;
 use kube::{Resource, ResourceExt};
 use serde_json::{json, Value};
 
 use crate::crd::{LeaderGroup, LeaderService};
-use leasehold_engine::sync::locked;
 
 /// Annotation of the slice: the term it was written for.
 pub const TERM_ANNOTATION: &str = "leasehold.dev/term";
@@ -84,23 +77,6 @@ impl LeaderEndpoint {
 /// The slice of Service `service`.
 pub fn slice_name(service: &str) -> String {
     format!("{service}-leader")
-}
-
-/// Whether to write, given the rank of the slice as it is (`None`: there is
-/// no slice).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Decision {
-    Write,
-    /// The slice is further on than this view: another replica (or a
-    /// later reconcile) wrote a newer term.
-    Stale,
-}
-
-pub fn decide(current: Option<Rank>, desired: Rank) -> Decision {
-    match current {
-        Some(current) if current > desired => Decision::Stale,
-        _ => Decision::Write,
-    }
 }
 
 /// A slice's rank, from its annotation and its endpoints. A slice without
@@ -245,7 +221,7 @@ pub fn owned(found: &Service, group: &LeaderGroup) -> bool {
 }
 
 /// Whether `found`'s ports are the spec's (as the API server shows them).
-fn same_ports(found: &Service, service: &LeaderService) -> bool {
+pub fn same_ports(found: &Service, service: &LeaderService) -> bool {
     let found: Vec<Value> = found
         .spec
         .as_ref()
@@ -267,62 +243,18 @@ fn same_ports(found: &Service, service: &LeaderService) -> bool {
     Value::Array(found) == service_ports(service)
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum EndpointError {
-    #[error("the controller runs without --leader-endpoints (the chart's leaderEndpoints.enabled): spec.service of this group is not written")]
-    Disabled,
-    #[error("this API server serves no EndpointSlice API (discovery.k8s.io)")]
-    NoSliceApi,
-    #[error("Service {0} exists and is not this group's (no controller owner reference to it, or it has a selector): it is left alone")]
-    ServiceNotOwned(String),
-    #[error("the group has no uid yet")]
-    NoUid,
-    #[error("{what}: {source}")]
-    Api {
-        what: &'static str,
-        #[source]
-        source: kube::Error,
-    },
-    #[error("the EndpointSlice kept changing under this write (3 conflicts in a row)")]
-    Contended,
-}
-
-impl EndpointError {
-    /// An answer that stays the same until someone changes the install,
-    /// the cluster or the spec: reported in the group's condition, not
-    /// retried as a failure.
-    pub fn standing(&self) -> bool {
-        matches!(
-            self,
-            Self::Disabled | Self::NoSliceApi | Self::ServiceNotOwned(_) | Self::NoUid
-        )
-    }
-}
-
-fn api_error(what: &'static str) -> impl FnOnce(kube::Error) -> EndpointError {
-    move |source| EndpointError::Api { what, source }
-}
-
-fn conflict(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 409)
-}
-
-fn not_found(e: &kube::Error) -> bool {
-    matches!(e, kube::Error::Api(s) if s.code == 404)
-}
-
-/// A slice as it is, for the next write's decision.
-struct Current {
-    version: Option<String>,
-    rank: Rank,
-    address_type: String,
+/// A slice as this replica knows it, for the next write's decision.
+pub struct Current {
+    pub version: Option<String>,
+    pub rank: Rank,
+    pub address_type: String,
     /// Its endpoints, ports and annotations as read (`None` when this is
     /// what this replica last wrote, not a read).
-    read: Option<Value>,
+    pub read: Option<Value>,
 }
 
 /// What of a slice a write sets, to tell a slice that already holds it.
-fn held(slice: &Value) -> Value {
+pub fn held(slice: &Value) -> Value {
     json!({
         "endpoints": slice["endpoints"].as_array().cloned().unwrap_or_default(),
         "ports": slice["ports"].as_array().cloned().unwrap_or_default(),
@@ -331,468 +263,91 @@ fn held(slice: &Value) -> Value {
     })
 }
 
-async fn read_slice(
-    api: &Api<DynamicObject>,
-    name: &str,
-) -> Result<Option<Current>, EndpointError> {
-    let found = api
-        .get_opt(name)
-        .await
-        .map_err(api_error("reading the EndpointSlice"))?;
-    Ok(found.map(|s| {
-        let value = serde_json::to_value(&s).unwrap_or_default();
-        Current {
-            version: s.resource_version(),
-            rank: rank_of(&value),
-            address_type: value["addressType"].as_str().unwrap_or("IPv4").to_owned(),
-            read: Some(held(&value)),
-        }
-    }))
-}
-
-/// What [`put_slice`] came to.
-enum Put {
-    /// The API server's answer to the update or creation.
-    Answer(Box<Result<DynamicObject, kube::Error>>),
-    /// The slice had to be made anew (its family changed), and the delete
-    /// found it changed or gone: decide again.
-    Again,
-}
-
-/// Writes the slice over `current` (an update at its version), or creates
-/// it. A slice's addressType is fixed: when the family (`None`: no
-/// address, which keeps the slice's) changes, the slice is deleted at the
-/// version decided on and made anew.
-async fn put_slice(
-    api: &Api<DynamicObject>,
-    name: &str,
-    current: Option<&Current>,
-    family: Option<&str>,
-    body: impl Fn(&str) -> DynamicObject,
-) -> Result<Put, EndpointError> {
-    let params = PostParams::default();
-    let Some(current) = current else {
-        let made = api.create(&params, &body(family.unwrap_or("IPv4"))).await;
-        return Ok(Put::Answer(Box::new(made)));
-    };
-    if family.is_none_or(|f| f == current.address_type) {
-        let mut update = body(&current.address_type);
-        update.metadata.resource_version = current.version.clone();
-        let answer = api.replace(name, &params, &update).await;
-        return Ok(Put::Answer(Box::new(answer)));
-    }
-    let delete = DeleteParams {
-        preconditions: Some(Preconditions {
-            resource_version: current.version.clone(),
-            uid: None,
-        }),
-        ..Default::default()
-    };
-    match api.delete(name, &delete).await {
-        Ok(_) => {
-            let made = api.create(&params, &body(family.unwrap_or("IPv4"))).await;
-            Ok(Put::Answer(Box::new(made)))
-        }
-        Err(e) if conflict(&e) || not_found(&e) => Ok(Put::Again),
-        Err(e) => Err(api_error("replacing the EndpointSlice")(e)),
-    }
-}
-
-/// What a write came to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    /// The slice was written.
-    Written,
-    /// The slice already held it (as this replica last wrote it).
-    Unchanged,
-    /// The slice is further on than this view (see [`Decision::Stale`]).
+/// What to do with the slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SliceWrite {
+    /// It is further on than this view (a newer term was written): nothing.
     Stale,
-    /// This replica stopped being the active one before the write.
-    NotActive,
+    /// As read, it holds what is desired already: nothing.
+    Unchanged {
+        version: Option<String>,
+        family: String,
+    },
+    /// There is none: make it, of this family.
+    Create { family: &'static str },
+    /// An update at the version it was known at, in its own family.
+    Update {
+        version: Option<String>,
+        family: String,
+    },
+    /// Its family is fixed and the leader's is another: delete it at the
+    /// version it was known at, and make it anew.
+    Recreate {
+        version: Option<String>,
+        family: &'static str,
+    },
 }
 
-/// How long what this replica wrote is trusted without a look: a slice or
-/// Service deleted by hand comes back within this, not only at the next
-/// leader change. One GET per group in this mode at most this often.
-const RECHECK: Duration = Duration::from_secs(300);
-
-/// What this replica last wrote into a slice, for which group (its uid:
-/// a group deleted and made anew under the same name starts afresh).
-#[derive(Debug, Clone)]
-struct Written {
-    group_uid: Option<String>,
-    resource_version: Option<String>,
-    address_type: String,
-    endpoint: LeaderEndpoint,
-    at: Instant,
-}
-
-/// The writer of the leader Services and their slices, with what it
-/// wrote (so a resync at rest writes nothing, and a leader change is one
-/// update with no read before it).
-#[derive(Default)]
-pub struct Endpoints {
-    /// Whether the controller may write them (`--leader-endpoints`).
-    pub enabled: bool,
-    /// The EndpointSlice API the server serves, found on first use.
-    resource: tokio::sync::OnceCell<ApiResource>,
-    /// By `NAMESPACE/SERVICE`.
-    slices: Mutex<HashMap<String, Written>>,
-    /// Services found to be this group's, with the group's uid and the
-    /// spec they were found with, by `NAMESPACE/SERVICE`.
-    services: Mutex<HashMap<String, (String, LeaderService)>>,
-}
-
-impl Endpoints {
-    pub fn new(enabled: bool) -> Self {
-        Self {
-            enabled,
-            ..Default::default()
-        }
-    }
-
-    /// Forgets what it wrote for a group's Service (its group was deleted).
-    pub fn forget(&self, namespace: &str, service: &str) {
-        let key = format!("{namespace}/{service}");
-        locked(&self.slices).remove(&key);
-        locked(&self.services).remove(&key);
-    }
-
-    /// Forgets the Services `present` does not keep (`NAMESPACE/SERVICE`).
-    pub fn retain(&self, present: impl Fn(&str) -> bool) {
-        locked(&self.slices).retain(|key, _| present(key));
-        locked(&self.services).retain(|key, _| present(key));
-    }
-
-    async fn resource(&self, client: &kube::Client) -> Result<&ApiResource, EndpointError> {
-        self.resource
-            .get_or_try_init(|| async {
-                let group = kube::discovery::group(client, "discovery.k8s.io")
-                    .await
-                    .map_err(|e| match e {
-                        kube::Error::Discovery(_) => EndpointError::NoSliceApi,
-                        e if not_found(&e) => EndpointError::NoSliceApi,
-                        e => EndpointError::Api {
-                            what: "discovering the EndpointSlice API",
-                            source: e,
-                        },
-                    })?;
-                group
-                    .recommended_kind("EndpointSlice")
-                    .map(|(resource, _)| resource)
-                    .ok_or(EndpointError::NoSliceApi)
-            })
-            .await
-    }
-
-    /// Makes the group's Service exist as the spec says, while `active`.
-    /// A Service of that name that is not the group's is an error.
-    async fn ensure_service(
-        &self,
-        client: &kube::Client,
-        group: &LeaderGroup,
-        service: &LeaderService,
-        active: &impl Fn() -> bool,
-    ) -> Result<(), EndpointError> {
-        let namespace = group.namespace().unwrap_or_default();
-        let key = format!("{namespace}/{}", service.name);
-        let uid = group.metadata.uid.clone().ok_or(EndpointError::NoUid)?;
-        let api: Api<Service> = Api::namespaced(client.clone(), &namespace);
-        // Twice at most: a creation that finds the Service made meanwhile
-        // looks at whose it is.
-        for _ in 0..2 {
-            let found = api
-                .get_opt(&service.name)
-                .await
-                .map_err(api_error("reading the Service"))?;
-            match found {
-                Some(found) if !owned(&found, group) => {
-                    locked(&self.services).remove(&key);
-                    return Err(EndpointError::ServiceNotOwned(service.name.clone()));
-                }
-                Some(found) if !same_ports(&found, service) => {
-                    if !active() {
-                        return Ok(());
-                    }
-                    let patch = json!({ "spec": { "ports": service_ports(service) } });
-                    api.patch(
-                        &service.name,
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
-                    .await
-                    .map_err(api_error("updating the Service's ports"))?;
-                }
-                Some(_) => {}
-                None => {
-                    if !active() {
-                        return Ok(());
-                    }
-                    let body: Service = serde_json::from_value(service_body(service, group))
-                        .expect("a Service body");
-                    match api.create(&PostParams::default(), &body).await {
-                        Ok(_) => {}
-                        Err(e) if conflict(&e) => continue,
-                        Err(e) => return Err(api_error("creating the Service")(e)),
-                    }
-                }
-            }
-            locked(&self.services).insert(key, (uid, service.clone()));
-            return Ok(());
-        }
-        Err(EndpointError::Contended)
-    }
-
-    fn service_known(&self, group: &LeaderGroup, service: &LeaderService) -> bool {
-        let key = format!("{}/{}", group.namespace().unwrap_or_default(), service.name);
-        locked(&self.services)
-            .get(&key)
-            .is_some_and(|(uid, known)| {
-                Some(uid.as_str()) == group.metadata.uid.as_deref() && known == service
-            })
-    }
-
-    /// What this replica wrote into the group's slice, if it is still to
-    /// be trusted: for this group, checked within [`RECHECK`], with its
-    /// Service known to be the group's.
-    /// Past [`RECHECK`], the slice and the Service are looked at again.
-    fn written(&self, key: &str, group: &LeaderGroup, service: &LeaderService) -> Option<Written> {
-        let known = locked(&self.slices).get(key).cloned()?;
-        if known.at.elapsed() >= RECHECK {
-            locked(&self.slices).remove(key);
-            locked(&self.services).remove(key);
-            return None;
-        }
-        (known.group_uid == group.metadata.uid && self.service_known(group, service))
-            .then_some(known)
-    }
-
-    /// Writes `desired` into the group's slice, fenced by its rank, while
-    /// `active` says this replica is the active one. The Service is made
-    /// sure of before the first write, and after every write behind it
-    /// (it may have been deleted or replaced since it was last looked at).
-    pub async fn write(
-        &self,
-        client: &kube::Client,
-        group: &LeaderGroup,
-        desired: &LeaderEndpoint,
-        active: impl Fn() -> bool,
-    ) -> Result<Outcome, EndpointError> {
-        if !self.enabled {
-            return Err(EndpointError::Disabled);
-        }
-        let namespace = group.namespace().unwrap_or_default();
-        let key = format!("{namespace}/{}", desired.service.name);
-        let known = self.written(&key, group, &desired.service);
-        if known.as_ref().is_some_and(|w| &w.endpoint == desired) {
-            return Ok(Outcome::Unchanged);
-        }
-        let resource = self.resource(client).await?;
-        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, resource);
-        let checked = self.service_known(group, &desired.service);
-        if !checked {
-            if let Err(e) = self
-                .ensure_service(client, group, &desired.service, &active)
-                .await
-            {
-                self.drop_slice_of_other(&api, group, &desired.service, &e)
-                    .await;
-                return Err(e);
-            }
-        }
-        let outcome = self
-            .put(&api, &resource.api_version, group, desired, known, &active)
-            .await?;
-        if outcome == Outcome::Written && checked {
-            if let Err(e) = self
-                .ensure_service(client, group, &desired.service, &active)
-                .await
-            {
-                locked(&self.slices).remove(&key);
-                self.drop_slice_of_other(&api, group, &desired.service, &e)
-                    .await;
-                return Err(e);
-            }
-        }
-        Ok(outcome)
-    }
-
-    /// The slice write itself: decided from what this replica last wrote
-    /// (`known`) or from a read, and again from a read after a conflict.
-    async fn put(
-        &self,
-        api: &Api<DynamicObject>,
-        api_version: &str,
-        group: &LeaderGroup,
-        desired: &LeaderEndpoint,
-        known: Option<Written>,
-        active: &impl Fn() -> bool,
-    ) -> Result<Outcome, EndpointError> {
-        let key = format!(
-            "{}/{}",
-            group.namespace().unwrap_or_default(),
-            desired.service.name
-        );
-        let name = desired.slice_name();
-        let mut current = known.map(|w| Current {
-            rank: w.endpoint.rank(),
-            version: w.resource_version,
-            address_type: w.address_type,
-            read: None,
-        });
-        let mut read = current.is_none();
-        for _ in 0..3 {
-            if read {
-                current = read_slice(api, &name).await?;
-            }
-            read = true;
-            if decide(current.as_ref().map(|c| c.rank), desired.rank()) == Decision::Stale {
-                locked(&self.slices).remove(&key);
-                return Ok(Outcome::Stale);
-            }
-            if let Some(c) = current.as_ref().filter(|c| c.rank == desired.rank()) {
-                let wanted = held(&slice_body(desired, group, api_version, &c.address_type));
-                if c.read.as_ref() == Some(&wanted) {
-                    // The slice holds it already (a look after RECHECK, or
-                    // another replica's write): nothing to write.
-                    self.remember(&key, group, c.version.clone(), &c.address_type, desired);
-                    return Ok(Outcome::Unchanged);
-                }
-            }
-            if !active() {
-                return Ok(Outcome::NotActive);
-            }
-            // `None` while vacated: no address, no family to change to.
-            let family = desired.leader.as_ref().map(|a| address_type(Some(&a.ip)));
-            let body = |kind: &str| {
-                let body = slice_body(desired, group, api_version, kind);
-                serde_json::from_value::<DynamicObject>(body).expect("a slice body")
-            };
-            let answer = match put_slice(api, &name, current.as_ref(), family, body).await? {
-                Put::Answer(answer) => *answer,
-                Put::Again => continue,
-            };
-            match answer {
-                Ok(written) => {
-                    let value = serde_json::to_value(&written).unwrap_or_default();
-                    let family = value["addressType"].as_str().unwrap_or("IPv4");
-                    self.remember(&key, group, written.resource_version(), family, desired);
-                    return Ok(Outcome::Written);
-                }
-                Err(e) if conflict(&e) || not_found(&e) => {
-                    // Another writer got there first (409), or the slice
-                    // went (404): read it and decide again.
-                    locked(&self.slices).remove(&key);
-                }
-                Err(e) => {
-                    locked(&self.slices).remove(&key);
-                    return Err(api_error("writing the EndpointSlice")(e));
-                }
-            }
-        }
-        Err(EndpointError::Contended)
-    }
-
-    fn remember(
-        &self,
-        key: &str,
-        group: &LeaderGroup,
-        resource_version: Option<String>,
-        address_type: &str,
-        endpoint: &LeaderEndpoint,
-    ) {
-        locked(&self.slices).insert(
-            key.to_owned(),
-            Written {
-                group_uid: group.metadata.uid.clone(),
-                resource_version,
-                address_type: address_type.to_owned(),
-                endpoint: endpoint.clone(),
-                at: Instant::now(),
-            },
-        );
-    }
-
-    /// When the group's Service turns out not to be its own, this group's
-    /// slice must not stay: it names that Service, and would add the
-    /// leader's address to the Service's own endpoints.
-    async fn drop_slice_of_other(
-        &self,
-        api: &Api<DynamicObject>,
-        group: &LeaderGroup,
-        service: &LeaderService,
-        error: &EndpointError,
-    ) {
-        if !matches!(error, EndpointError::ServiceNotOwned(_)) {
-            return;
-        }
-        if let Err(e) = delete_own_slice(api, group, &slice_name(&service.name)).await {
-            tracing::warn!(service = %service.name, error = %e, "could not remove this group's slice of a Service that is not its own");
-        }
-    }
-
-    /// Removes the Service and slice a group had under another name (its
-    /// `spec.service` was renamed or removed), if they are still its own,
-    /// while `active`. Nothing without `--leader-endpoints` (no RBAC).
-    pub async fn retire(
-        &self,
-        client: &kube::Client,
-        group: &LeaderGroup,
-        service: &str,
-        active: impl Fn() -> bool,
-    ) -> Result<(), EndpointError> {
-        if !self.enabled {
-            return Ok(());
-        }
-        let namespace = group.namespace().unwrap_or_default();
-        self.forget(&namespace, service);
-        let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
-        if let Some(found) = services
-            .get_opt(service)
-            .await
-            .map_err(api_error("reading the retired Service"))?
-        {
-            if owned(&found, group) && active() {
-                match services.delete(service, &DeleteParams::default()).await {
-                    Ok(_) => {}
-                    Err(e) if not_found(&e) => {}
-                    Err(e) => return Err(api_error("deleting the retired Service")(e)),
-                }
-            }
-        }
-        let resource = self.resource(client).await?;
-        let slices: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, resource);
-        if active() {
-            delete_own_slice(&slices, group, &slice_name(service)).await?;
-        }
-        Ok(())
-    }
-}
-
-/// Deletes slice `name` if it is `group`'s (its owner reference).
-async fn delete_own_slice(
-    api: &Api<DynamicObject>,
+/// The slice's write, from what is known of it (`current`; `None`: there
+/// is none). A write never takes a slice to a lower [`Rank`].
+pub fn slice_write(
+    current: Option<&Current>,
+    desired: &LeaderEndpoint,
     group: &LeaderGroup,
-    name: &str,
-) -> Result<(), EndpointError> {
-    let Some(found) = api
-        .get_opt(name)
-        .await
-        .map_err(api_error("reading the EndpointSlice"))?
-    else {
-        return Ok(());
+    api_version: &str,
+) -> SliceWrite {
+    // `None` while vacated: no address, no family to change to.
+    let family = desired.leader.as_ref().map(|a| address_type(Some(&a.ip)));
+    let Some(c) = current else {
+        let family = family.unwrap_or("IPv4");
+        return SliceWrite::Create { family };
     };
-    let ours = found
-        .owner_references()
-        .iter()
-        .any(|o| Some(o.uid.as_str()) == group.metadata.uid.as_deref());
-    if !ours {
-        return Ok(());
+    if c.rank > desired.rank() {
+        return SliceWrite::Stale;
     }
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(e) if not_found(&e) => Ok(()),
-        Err(e) => Err(api_error("deleting the EndpointSlice")(e)),
+    let (version, kept) = (c.version.clone(), c.address_type.clone());
+    let wanted = || held(&slice_body(desired, group, api_version, &kept));
+    if c.rank == desired.rank() && c.read.as_ref().is_some_and(|read| *read == wanted()) {
+        return SliceWrite::Unchanged {
+            version,
+            family: kept,
+        };
+    }
+    match family {
+        Some(family) if family != kept => SliceWrite::Recreate { version, family },
+        _ => SliceWrite::Update {
+            version,
+            family: kept,
+        },
+    }
+}
+
+/// What to do with the group's Service, given the one of its name.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServiceWrite {
+    /// It is the group's, as the spec says.
+    Keep,
+    /// It is not the group's (no controller owner reference to it, or it
+    /// has a selector): left alone, and an error.
+    NotOwned,
+    /// The group's, with other ports: this merge patch.
+    Patch(Value),
+    /// There is none: this one.
+    Create(Value),
+}
+
+pub fn service_write(
+    found: Option<&Service>,
+    service: &LeaderService,
+    group: &LeaderGroup,
+) -> ServiceWrite {
+    match found {
+        None => ServiceWrite::Create(service_body(service, group)),
+        Some(found) if !owned(found, group) => ServiceWrite::NotOwned,
+        Some(found) if !same_ports(found, service) => {
+            ServiceWrite::Patch(json!({ "spec": { "ports": service_ports(service) } }))
+        }
+        Some(_) => ServiceWrite::Keep,
     }
 }
 
@@ -835,36 +390,135 @@ mod tests {
         g
     }
 
+    const V1: &str = "discovery.k8s.io/v1";
+
+    /// A slice at `term` as this replica last wrote it (not read).
+    fn known(term: u64, leader: Option<&str>, family: &str) -> Current {
+        Current {
+            version: Some("41".into()),
+            rank: endpoint(term, leader).rank(),
+            address_type: family.into(),
+            read: None,
+        }
+    }
+
+    fn update(family: &str) -> SliceWrite {
+        SliceWrite::Update {
+            version: Some("41".into()),
+            family: family.into(),
+        }
+    }
+
     #[test]
     fn a_slice_never_goes_back_to_an_older_term_or_to_a_term_s_leader_once_vacated() {
-        let rank = |term, leader: Option<&str>| endpoint(term, leader).rank();
+        let write = |current: Current, term, leader: Option<&str>| {
+            slice_write(Some(&current), &endpoint(term, leader), &group(), V1)
+        };
         // Forward: a new term, or the same term's end.
         assert_eq!(
-            decide(Some(rank(4, Some("web-0"))), rank(5, Some("web-1"))),
-            Decision::Write
+            write(known(4, Some("web-0"), "IPv4"), 5, Some("web-1")),
+            update("IPv4")
         );
         assert_eq!(
-            decide(Some(rank(4, Some("web-0"))), rank(4, None)),
-            Decision::Write
+            write(known(4, Some("web-0"), "IPv4"), 4, None),
+            update("IPv4")
         );
-        assert_eq!(decide(Some(rank(4, None)), rank(5, None)), Decision::Write);
+        assert_eq!(write(known(4, None, "IPv4"), 5, None), update("IPv4"));
         // The same rank again (a readiness change of the same leader).
         assert_eq!(
-            decide(Some(rank(5, Some("web-1"))), rank(5, Some("web-1"))),
-            Decision::Write
+            write(known(5, Some("web-1"), "IPv4"), 5, Some("web-1")),
+            update("IPv4")
         );
         // Back: a stale replica's view.
         assert_eq!(
-            decide(Some(rank(5, Some("web-1"))), rank(4, Some("web-0"))),
-            Decision::Stale
+            write(known(5, Some("web-1"), "IPv4"), 4, Some("web-0")),
+            SliceWrite::Stale
         );
         assert_eq!(
-            decide(Some(rank(4, None)), rank(4, Some("web-0"))),
-            Decision::Stale
+            write(known(4, None, "IPv4"), 4, Some("web-0")),
+            SliceWrite::Stale
         );
-        assert_eq!(decide(Some(rank(5, None)), rank(4, None)), Decision::Stale);
-        // No slice yet.
-        assert_eq!(decide(None, rank(0, None)), Decision::Write);
+        assert_eq!(write(known(5, None, "IPv4"), 4, None), SliceWrite::Stale);
+        // No slice yet: made in the leader's family, IPv4 while vacated.
+        let made = |leader| slice_write(None, &endpoint(0, leader), &group(), V1);
+        assert_eq!(made(None), SliceWrite::Create { family: "IPv4" });
+        assert_eq!(made(Some("web-0")), SliceWrite::Create { family: "IPv4" });
+    }
+
+    #[test]
+    fn a_slice_read_holding_the_desired_endpoint_is_left_as_it_is() {
+        let desired = endpoint(7, Some("web-1"));
+        let body = slice_body(&desired, &group(), V1, "IPv4");
+        let read = |body: &Value| Current {
+            read: Some(held(body)),
+            ..known(7, Some("web-1"), "IPv4")
+        };
+        assert_eq!(
+            slice_write(Some(&read(&body)), &desired, &group(), V1),
+            SliceWrite::Unchanged {
+                version: Some("41".into()),
+                family: "IPv4".into()
+            }
+        );
+        // The same rank with another readiness, or what this replica
+        // wrote without a read: written.
+        let mut unready = desired.clone();
+        unready.leader.as_mut().unwrap().ready = false;
+        let unready = slice_write(Some(&read(&body)), &unready, &group(), V1);
+        assert_eq!(unready, update("IPv4"));
+        let unread = known(7, Some("web-1"), "IPv4");
+        assert_eq!(
+            slice_write(Some(&unread), &desired, &group(), V1),
+            update("IPv4")
+        );
+    }
+
+    #[test]
+    fn a_leader_of_the_other_family_makes_the_slice_anew_a_vacated_one_keeps_it() {
+        let mut v6 = endpoint(8, Some("web-2"));
+        v6.leader.as_mut().unwrap().ip = "fd00::5".into();
+        let current = known(7, Some("web-1"), "IPv4");
+        assert_eq!(
+            slice_write(Some(&current), &v6, &group(), V1),
+            SliceWrite::Recreate {
+                version: Some("41".into()),
+                family: "IPv6"
+            }
+        );
+        let current = known(8, Some("web-2"), "IPv6");
+        let vacated = endpoint(8, None);
+        let kept = slice_write(Some(&current), &vacated, &group(), V1);
+        assert_eq!(kept, update("IPv6"));
+        assert_eq!(
+            slice_write(None, &v6, &group(), V1),
+            SliceWrite::Create { family: "IPv6" }
+        );
+    }
+
+    #[test]
+    fn the_service_is_made_its_ports_put_right_and_another_s_left_alone() {
+        let made = service_write(None, &service(), &group());
+        assert_eq!(
+            made,
+            ServiceWrite::Create(service_body(&service(), &group()))
+        );
+        let found: Service = serde_json::from_value(service_body(&service(), &group())).unwrap();
+        assert_eq!(
+            service_write(Some(&found), &service(), &group()),
+            ServiceWrite::Keep
+        );
+        let mut moved = service();
+        moved.ports[0].port = 81;
+        assert_eq!(
+            service_write(Some(&found), &moved, &group()),
+            ServiceWrite::Patch(json!({ "spec": { "ports": [
+                { "name": "http", "port": 81, "targetPort": 8080, "protocol": "TCP" }
+            ] } }))
+        );
+        let mut other = group();
+        other.metadata.uid = Some("uid-2".into());
+        let theirs = service_write(Some(&found), &service(), &other);
+        assert_eq!(theirs, ServiceWrite::NotOwned);
     }
 
     #[test]

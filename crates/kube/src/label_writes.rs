@@ -112,14 +112,6 @@ impl LabelWrites {
         self.writes.retain(|pod, _| present(pod));
     }
 
-    pub fn len(&self) -> usize {
-        self.writes.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.writes.is_empty()
-    }
-
     /// Whether writes to pods of `namespace` wait for the cache: a write
     /// left in one namespace keeps the others on their fast path.
     pub fn pending_in(&self, namespace: &str) -> bool {
@@ -174,7 +166,7 @@ mod tests {
         let mut v = view(Some("leader"));
         writes.overlay("shop/web-0", Some("210"), &mut v);
         assert_eq!(role(&v), Some("leader"));
-        assert!(writes.is_empty());
+        assert!(writes.writes.is_empty());
         assert!(!writes.pending_in("shop"));
         // Later changes by others are then the cache's to tell.
         let mut v = view(None);
@@ -209,7 +201,7 @@ mod tests {
         assert_eq!(cached(&mut writes, "203"), Some("210".into()));
         // The cache caught up with both: its own version again.
         assert_eq!(cached(&mut writes, "212"), Some("212".into()));
-        assert!(writes.is_empty());
+        assert!(writes.writes.is_empty());
     }
 
     #[test]
@@ -222,7 +214,7 @@ mod tests {
         let mut v = view(None);
         writes.overlay("shop/web-0", Some("204"), &mut v);
         assert_eq!(role(&v), None, "a later version holds it if it happened");
-        assert!(writes.is_empty());
+        assert!(writes.writes.is_empty());
     }
 
     #[test]
@@ -239,7 +231,7 @@ mod tests {
         let mut v = view(Some("leader"));
         writes.overlay("shop/web-0", Some("8"), &mut v);
         assert_eq!(role(&v), None);
-        assert_eq!(writes.len(), 1);
+        assert_eq!(writes.writes.len(), 1);
     }
 
     #[test]
@@ -257,7 +249,7 @@ mod tests {
         assert_eq!(role(&v), Some("leader"));
         let mut v = view(Some("leader"));
         writes.overlay("shop/web-0", Some("b"), &mut v);
-        assert!(writes.is_empty());
+        assert!(writes.writes.is_empty());
     }
 
     #[test]
@@ -278,6 +270,6 @@ mod tests {
             Some("3".into()),
         );
         writes.retain_pods(|p| p == "shop/web-1");
-        assert_eq!(writes.len(), 1);
+        assert_eq!(writes.writes.len(), 1);
     }
 }

@@ -9,8 +9,10 @@
 pub mod conditions;
 pub mod crd;
 pub mod endpoint;
+pub mod endpoint_writer;
 pub mod event_log;
 pub mod label_writes;
+pub mod memory;
 pub mod metrics;
 pub mod neighbourhood;
 pub mod placement;

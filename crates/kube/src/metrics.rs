@@ -273,46 +273,38 @@ impl ControllerMetrics {
         drop(groups);
     }
 
-    /// Drops a deleted group's series.
-    pub fn forget_group(&self, namespace: &str, name: &str) {
+    /// Drops the series of the groups `present` does not keep
+    /// (`NAMESPACE/NAME`).
+    pub fn retain_groups(&self, present: impl Fn(&str) -> bool) {
         let mut groups = leasehold_engine::sync::locked(&self.seen);
-        groups.seen.remove(&format!("{namespace}/{name}"));
+        let gone: Vec<String> = groups
+            .seen
+            .keys()
+            .filter(|k| !present(k))
+            .cloned()
+            .collect();
+        let g = &self.per_group;
+        for (namespace, name) in gone.iter().filter_map(|key| key.split_once('/')) {
+            groups.seen.remove(&format!("{namespace}/{name}"));
+            let labels: GroupLabels = [
+                ("namespace", namespace.to_owned()),
+                ("group", name.to_owned()),
+            ];
+            g.has_leader.remove(&labels);
+            g.term.remove(&labels);
+            g.members.remove(&labels);
+            g.changes.remove(&labels);
+            g.since.remove(&labels);
+            g.takeover_bound.remove(&labels);
+            for kind in PROBLEM_KINDS {
+                let [ns, group] = labels.clone();
+                g.problems.remove(&[ns, group, ("kind", kind.to_owned())]);
+            }
+        }
         self.groups.set(groups.seen.len() as i64);
         self.groups_with_leader
             .set(groups.seen.values().filter(|s| s.has_leader_pod).count() as i64);
-        let labels: GroupLabels = [
-            ("namespace", namespace.to_owned()),
-            ("group", name.to_owned()),
-        ];
-        let g = &self.per_group;
-        g.has_leader.remove(&labels);
-        g.term.remove(&labels);
-        g.members.remove(&labels);
-        g.changes.remove(&labels);
-        g.since.remove(&labels);
-        g.takeover_bound.remove(&labels);
-        for kind in PROBLEM_KINDS {
-            let [ns, group] = labels.clone();
-            g.problems.remove(&[ns, group, ("kind", kind.to_owned())]);
-        }
         drop(groups);
-    }
-
-    /// Forgets the groups `present` does not keep (`NAMESPACE/NAME`): a
-    /// deletion the deletion watch missed (one that came while the watch
-    /// was relisting) leaves no series behind.
-    pub fn retain_groups(&self, present: impl Fn(&str) -> bool) {
-        let gone: Vec<String> = leasehold_engine::sync::locked(&self.seen)
-            .seen
-            .keys()
-            .filter(|key| !present(key))
-            .cloned()
-            .collect();
-        for key in gone {
-            if let Some((namespace, name)) = key.split_once('/') {
-                self.forget_group(namespace, name);
-            }
-        }
     }
 
     /// A standby exports no groups: the active replica's figures are the
@@ -486,7 +478,7 @@ mod tests {
         m.observe_group("shop", "web", &figures(true, 4, 0, Some(170.0)), 173.0);
         assert!(text().contains("group_leader_changes_total{namespace=\"shop\",group=\"web\"} 3\n"));
 
-        m.forget_group("shop", "web");
+        m.retain_groups(|group| group != "shop/web");
         let t = text();
         assert!(!t.contains("group=\"web\""), "{t}");
         assert!(t.contains("leasehold_groups 0\n"), "{t}");

@@ -102,7 +102,20 @@ pub struct PlannedEvent {
     pub warning: bool,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+/// What the plan asks of the preferred members the store holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum PreferredMembers {
+    /// The store holds the right ones: nothing to write.
+    #[default]
+    Keep,
+    /// No rollout any more: the store's list is removed.
+    Remove,
+    /// A rollout prefers these nodes.
+    Write(Vec<String>),
+}
+
+/// What a reconcile writes; the default writes nothing.
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Plan {
     /// Applied in this order, stopping at the first failure: every change
     /// that takes `leader` away comes before the one that gives it, so no
@@ -118,9 +131,7 @@ pub struct Plan {
     /// A handover to ask of the leader ([`Handover::from`] to
     /// [`Handover::to`]).
     pub hand_over: Option<Handover>,
-    /// The preferred members to write into Redis, when they changed
-    /// (`Some(None)`: remove the preference).
-    pub preferred_nodes: Option<Option<Vec<String>>>,
+    pub preferred_nodes: PreferredMembers,
     /// Look again this soon (ms), before the resync: a failback waits for
     /// its stability window.
     pub look_again_ms: Option<u64>,
@@ -161,19 +172,9 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     if let Some(wait) = awaiting_successor(&previous, holder, state, observed.holder_gone_since_ms)
     {
         return Plan {
-            labels: Vec::new(),
-            write_status: false,
             status: previous,
-            events: Vec::new(),
-            step_down: None,
-            hand_over: None,
-            preferred_nodes: None,
-            look_again_ms: None,
-            restore_term: None,
-            config: None,
             awaiting_successor: Some(wait),
-            endpoint: None,
-            retire_service: None,
+            ..Plan::default()
         };
     }
     let holder_pod = holder.and_then(|h| pod_of(h, namespace));
@@ -576,19 +577,10 @@ fn while_redis_is_unavailable(
     status.observed_generation = group.metadata.generation;
     let write_status = status != *previous;
     Plan {
-        labels: Vec::new(),
         status,
         write_status,
-        events: Vec::new(),
-        step_down: None,
-        hand_over: None,
-        preferred_nodes: None,
-        look_again_ms: None,
-        restore_term: None,
         config,
-        awaiting_successor: None,
-        endpoint: None,
-        retire_service: None,
+        ..Plan::default()
     }
 }
 
@@ -1052,12 +1044,16 @@ fn handover_event(h: &Handover, rollout: Option<&crate::crd::Rollout>) -> Planne
 fn preferred_nodes_to_write(
     state: &GroupState,
     rollout: Option<&crate::crd::Rollout>,
-) -> Option<Option<Vec<String>>> {
+) -> PreferredMembers {
     let was = state.preferred.clone().filter(|p| !p.is_empty());
     let now = rollout
         .map(|r| r.preferred.clone())
         .filter(|p| !p.is_empty());
-    (was != now).then_some(now)
+    match now {
+        _ if was == now => PreferredMembers::Keep,
+        Some(nodes) => PreferredMembers::Write(nodes),
+        None => PreferredMembers::Remove,
+    }
 }
 
 fn leader_elected(holder: Option<&str>, leader_pod: Option<&str>, term: u64) -> Condition {

@@ -431,8 +431,8 @@ fn status_is_written_only_when_something_a_user_reads_changed() {
         "transition times kept"
     );
     // At rest nothing a user reads moves: no write however long the
-    // leader renews (before issue 27 the stored lease expiry was
-    // refreshed once passed, one write per group per resync).
+    // leader renews (a lease expiry in the status would cost one write
+    // per group per resync).
     for later in [1_001, 60_000, 3_600_000] {
         renewed.now_ms = NOW + later;
         renewed.members[0].1 = renewed.now_ms + 5_000;
@@ -877,7 +877,10 @@ fn during_a_rollout_a_leader_on_an_old_revision_hands_over_once_to_a_ready_updat
     let rollout = p.status.rollout.clone().unwrap();
     assert_eq!(rollout.revision, "v2");
     assert_eq!(rollout.preferred, ["shop/c"]);
-    assert_eq!(p.preferred_nodes, Some(Some(vec!["shop/c".to_owned()])));
+    assert_eq!(
+        p.preferred_nodes,
+        PreferredMembers::Write(vec!["shop/c".to_owned()])
+    );
     assert_eq!(p.status.preferred.as_deref(), Some("c"));
     assert_eq!(p.status.handover.as_ref(), Some(&h));
     assert!(p
@@ -898,7 +901,7 @@ fn during_a_rollout_a_leader_on_an_old_revision_hands_over_once_to_a_ready_updat
         &StoreView::Available(written),
     );
     assert_eq!(again.hand_over, None);
-    assert_eq!(again.preferred_nodes, None);
+    assert_eq!(again.preferred_nodes, PreferredMembers::Keep);
 }
 
 #[test]
@@ -914,7 +917,10 @@ fn a_rollout_prefers_an_updated_member_from_its_arrival_and_hands_over_only_to_a
         // Preferred in Redis already, so that a free seat (the next old
         // pod deleted the moment this one turns ready) goes to it.
         assert_eq!(p.status.rollout.as_ref().unwrap().preferred, ["shop/c"]);
-        assert_eq!(p.preferred_nodes, Some(Some(vec!["shop/c".to_owned()])));
+        assert_eq!(
+            p.preferred_nodes,
+            PreferredMembers::Write(vec!["shop/c".to_owned()])
+        );
         // Placement's choice is a ready pod: the leader stays it.
         assert_eq!(p.status.preferred.as_deref(), Some("a"), "ready {ready:?}");
     }
@@ -933,7 +939,7 @@ fn a_rollout_prefers_an_updated_member_from_its_arrival_and_hands_over_only_to_a
         p.status.rollout.as_ref().unwrap().preferred,
         Vec::<String>::new()
     );
-    assert_eq!(p.preferred_nodes, None);
+    assert_eq!(p.preferred_nodes, PreferredMembers::Keep);
     let mut s = spec();
     s.placement.prefer_updated = false;
     let g = group("web", s, None);
@@ -943,7 +949,7 @@ fn a_rollout_prefers_an_updated_member_from_its_arrival_and_hands_over_only_to_a
         &state(Some("a"), 4, &["a", "b", "c"]),
     );
     assert_eq!(p.hand_over, None);
-    assert_eq!(p.preferred_nodes, None);
+    assert_eq!(p.preferred_nodes, PreferredMembers::Keep);
     // A leader already on the updated revision stays.
     let g = group("web", spec(), None);
     let p = run(
@@ -1007,7 +1013,7 @@ fn the_preferred_members_are_written_when_redis_holds_other_ones() {
         &rollout_pods(Some(true)),
         &StoreView::Available(s.clone()),
     );
-    assert_eq!(p.preferred_nodes, None);
+    assert_eq!(p.preferred_nodes, PreferredMembers::Keep);
     // A list left over from a rollout that ended: removed.
     let done = [
         pod_on("a", "v2", 4_000, None),
@@ -1015,7 +1021,7 @@ fn the_preferred_members_are_written_when_redis_holds_other_ones() {
         pod_on("c", "v2", 3_000, None),
     ];
     let p = run(&g, &done, &StoreView::Available(s));
-    assert_eq!(p.preferred_nodes, Some(None));
+    assert_eq!(p.preferred_nodes, PreferredMembers::Remove);
 }
 
 #[test]
@@ -1049,7 +1055,7 @@ fn the_end_of_a_rollout_removes_the_preferred_members_from_redis() {
     s.preferred = Some(vec!["shop/c".into()]);
     let p = run(&g, &pods, &StoreView::Available(s));
     assert_eq!(p.status.rollout, None);
-    assert_eq!(p.preferred_nodes, Some(None));
+    assert_eq!(p.preferred_nodes, PreferredMembers::Remove);
 }
 
 #[test]

@@ -12,8 +12,9 @@ use std::sync::Mutex;
 use k8s_openapi::api::core::v1::Pod;
 use leasehold_engine::sync::locked;
 
-/// A pod's IP and readiness, at the version they were read from.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A pod's IP and readiness, at the version they were read from (by
+/// default: a pod gone, not ready).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Known {
     pub version: Option<String>,
     pub ip: Option<String>,
@@ -70,14 +71,6 @@ impl PodStatuses {
     pub fn retain(&self, present: impl Fn(&str) -> bool) {
         locked(&self.known).retain(|pod, _| present(pod));
     }
-
-    pub fn len(&self) -> usize {
-        locked(&self.known).len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 }
 
 #[cfg(test)]
@@ -106,7 +99,7 @@ mod tests {
         assert_eq!(statuses.at("shop/web-0", None), None);
         assert_eq!(statuses.at("shop/web-1", Some("7")), None);
         statuses.retain(|p| p != "shop/web-0");
-        assert!(statuses.is_empty());
+        assert_eq!(statuses.at("shop/web-0", Some("7")), None, "gone");
     }
 
     #[test]

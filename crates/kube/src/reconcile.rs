@@ -23,17 +23,17 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use crate::conditions::{self, condition, reasons, types};
-use crate::crd::{LeaderGroup, LeaderGroupStatus};
-use crate::endpoint::{EndpointError, Endpoints, Outcome};
+use crate::crd::LeaderGroup;
+use crate::endpoint_writer::{EndpointError, Outcome};
 use crate::event_log::EventLog;
-use crate::label_writes::LabelWrites;
+use crate::memory::Memory;
 use crate::metrics::ControllerMetrics;
-use crate::neighbourhood::{Neighbourhood, Neighbours};
+use crate::neighbourhood::Neighbourhood;
 use crate::plan::{
     plan, role_labels_to_remove, LabelChange, Observed, OtherGroup, Plan, PodView, PodsRead,
-    StoreView, LEADER,
+    PreferredMembers, StoreView, LEADER,
 };
-use crate::pod_status::{Known, PodStatuses};
+use crate::pod_status::Known;
 use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::store::bounded;
 use leasehold_engine::sync::{locked, wall_clock_ms};
@@ -63,29 +63,8 @@ pub struct Context {
     pub metrics: Arc<ControllerMetrics>,
     /// The Redis server's unsafe settings, as last read (for a condition).
     pub redis_settings: tokio::sync::watch::Receiver<Vec<leasehold_engine::SettingWarning>>,
-    /// Refused label patches in a row, per group (`NAMESPACE/NAME`), for
-    /// the back-off of [`refusal_delay`]; a reconcile that completes
-    /// clears its group's count.
-    pub refusals: Mutex<HashMap<String, u32>>,
-    /// Groups found without the holder their status names, since when (ms,
-    /// Redis clock): the plan waits a moment for the successor
-    /// (`plan::SUCCESSOR_GRACE_MS`) before it reports them leaderless.
-    pub holders_gone: Mutex<HashMap<String, u64>>,
-    /// The status this replica last wrote per group, with the
-    /// resourceVersion the group had when it was written. A reconcile
-    /// triggered before the watch brings that write back would otherwise
-    /// plan from the older status and write the same change (and its
-    /// Event) again.
-    pub written: Mutex<HashMap<String, (String, LeaderGroupStatus)>>,
-    /// Role labels this replica wrote that the pod cache may not show yet,
-    /// laid over the cache by every read of it (see `label_writes`).
-    pub label_writes: Mutex<LabelWrites>,
-    /// Pods' IPs and readiness, by version (see `pod_status`).
-    pub pod_statuses: PodStatuses,
-    /// The leader Services' slices (see `endpoint`).
-    pub endpoints: Endpoints,
-    /// Each namespace's groups and pods, indexed once per change.
-    pub neighbours: Arc<Neighbours>,
+    /// What reconciles remember of each other, and of what they read.
+    pub memory: Memory,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -157,11 +136,10 @@ fn pod_view(pod: &PartialObjectMeta<Pod>) -> PodView {
 async fn read_statuses(
     pods: &mut [PodView],
     store: &StoreView,
-    namespace: &str,
+    group: &LeaderGroup,
     ctx: &Context,
-    prefer_updated: bool,
 ) {
-    let StoreView::Available(state) = store else {
+    let (StoreView::Available(state), Some(namespace)) = (store, &group.metadata.namespace) else {
         return;
     };
     let holder_pod =
@@ -173,7 +151,7 @@ async fn read_statuses(
                 .iter()
                 .any(|(node, _)| crate::plan::pod_of(node, namespace) == Some(p.name.as_str()))
     };
-    let rollout = prefer_updated && {
+    let rollout = group.spec.placement.prefer_updated && {
         let mut revisions = pods
             .iter()
             .filter(|p| member(p))
@@ -199,23 +177,19 @@ async fn read_statuses(
 async fn pod_status(namespace: &str, pod: &str, ctx: &Context) -> Option<Known> {
     let key = format!("{namespace}/{pod}");
     let version = cached_version(namespace, pod, ctx);
-    if let Some(known) = ctx.pod_statuses.at(&key, version.as_deref()) {
+    if let Some(known) = ctx.memory.pod_statuses.at(&key, version.as_deref()) {
         return Some(known);
     }
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
     match api.get_opt(pod).await {
         Ok(Some(full)) => {
             let known = Known::of(&full);
-            ctx.pod_statuses.record(&key, known.clone());
+            ctx.memory.pod_statuses.record(&key, known.clone());
             Some(known)
         }
         Ok(None) => {
-            ctx.pod_statuses.forget(&key);
-            Some(Known {
-                version: None,
-                ip: None,
-                ready: false,
-            })
+            ctx.memory.pod_statuses.forget(&key);
+            Some(Known::default())
         }
         Err(e) => {
             tracing::debug!(%pod, error = %e, "could not read the pod's IP and readiness");
@@ -276,13 +250,14 @@ pub async fn reconcile(
         swept: &world.swept,
         local_now_ms: wall_clock_ms(),
         redis_warnings: &ctx.redis_settings.borrow().clone(),
-        holder_gone_since_ms: locked(&ctx.holders_gone).get(&redis_group).copied(),
+        holder_gone_since_ms: ctx.memory.of(&redis_group, |m| m.holder_gone_since_ms),
     });
-    if let Some((since, remaining)) = plan.awaiting_successor {
-        locked(&ctx.holders_gone).insert(redis_group, since);
+    let since = plan.awaiting_successor.map(|(since, _)| since);
+    ctx.memory
+        .of(&redis_group, |m| m.holder_gone_since_ms = since);
+    if let Some((_, remaining)) = plan.awaiting_successor {
         return Ok(Action::requeue(Duration::from_millis(remaining)));
     }
-    locked(&ctx.holders_gone).remove(&redis_group);
     let mut plan = plan;
     let endpoint = match write_endpoint(&mut plan, &group, ctx).await {
         Ok(Some(Outcome::Stale)) => return Ok(Action::requeue(STALE_AGAIN)),
@@ -307,15 +282,12 @@ pub async fn reconcile(
     send_commands(&plan, &redis_group, ctx).await;
     record_events(&plan, &group, ctx).await;
     write_status(&plan, &group, &namespace, ctx).await?;
-    if plan.write_status {
-        if let Some(version) = group.resource_version() {
-            ctx.written
-                .lock()
-                .unwrap()
-                .insert(redis_group.clone(), (version, plan.status.clone()));
+    ctx.memory.of(&redis_group, |m| {
+        if let Some(version) = group.resource_version().filter(|_| plan.write_status) {
+            m.last_written = Some((version, plan.status.clone()));
         }
-    }
-    locked(&ctx.refusals).remove(&redis_group);
+        m.refusals = 0;
+    });
     let figures =
         crate::metrics::GroupFigures::of(&plan.status, group.spec.election_config().ok().as_ref());
     ctx.metrics.observe_group(
@@ -349,9 +321,9 @@ async fn write_endpoint(
     ctx: &Context,
 ) -> Result<Option<Outcome>, ReconcileError> {
     let previous = group.status.clone().unwrap_or_default();
-    let active = || ctx.leadership.is_leader();
+    let (active, endpoints) = (|| ctx.leadership.is_leader(), &ctx.memory.endpoints);
     if let Some(old) = &plan.retire_service {
-        if let Err(e) = ctx.endpoints.retire(&ctx.client, group, old, active).await {
+        if let Err(e) = endpoints.retire(&ctx.client, group, old, active).await {
             // Owned by the group, it goes with it at the latest.
             tracing::warn!(service = %old, error = %e, "could not remove the Service the group no longer names");
         }
@@ -359,10 +331,7 @@ async fn write_endpoint(
     let Some(desired) = &plan.endpoint else {
         return Ok(None);
     };
-    let result = ctx
-        .endpoints
-        .write(&ctx.client, group, desired, active)
-        .await;
+    let result = endpoints.write(&ctx.client, group, desired, active).await;
     let not_written = |plan: &mut Plan, reason: &str, message: String| {
         let now = crate::plan::time_of(wall_clock_ms());
         conditions::replace(
@@ -412,39 +381,19 @@ async fn write_endpoint(
     }
 }
 
-impl Context {
-    /// Drops what is remembered of a deleted group.
-    fn forget(&self, group: &str) {
-        locked(&self.refusals).remove(group);
-        locked(&self.holders_gone).remove(group);
-        locked(&self.written).remove(group);
-    }
-
-    /// Drops what is remembered of the groups `present` does not keep
-    /// (`NAMESPACE/NAME`).
-    pub fn retain_groups(&self, present: impl Fn(&str) -> bool) {
-        locked(&self.refusals).retain(|g, _| present(g));
-        locked(&self.holders_gone).retain(|g, _| present(g));
-        locked(&self.written).retain(|g, _| present(g));
-    }
-}
-
 /// `group` with the status this replica last wrote in place of the one
 /// the cache has, when the cache is still at the version that write
 /// started from (its own write not seen yet). Any newer version holds that
 /// write, or a newer one, and is taken as it is.
 fn with_own_last_status(group: &LeaderGroup, key: &str, ctx: &Context) -> LeaderGroup {
     let mut group = group.clone();
-    let mut written = locked(&ctx.written);
-    match written.get(key) {
+    ctx.memory.of(key, |m| match &m.last_written {
         Some((version, status)) if group.metadata.resource_version.as_ref() == Some(version) => {
             group.status = Some(status.clone());
         }
-        Some(_) => {
-            written.remove(key);
-        }
+        Some(_) => m.last_written = None,
         None => {}
-    }
+    });
     group
 }
 
@@ -456,12 +405,7 @@ fn with_own_last_status(group: &LeaderGroup, key: &str, ctx: &Context) -> Leader
 #[tracing::instrument(skip_all, fields(group = %group.name_any(), namespace = group.namespace().unwrap_or_default()))]
 pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, ReconcileError> {
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
-    ctx.forget(&NamespacedName::new(&namespace, group.name_any()).to_string());
-    ctx.metrics.forget_group(&namespace, &group.name_any());
-    if let Some(service) = &group.spec.service {
-        // The Service and its slice go with the group (owner references).
-        ctx.endpoints.forget(&namespace, &service.name);
-    }
+    ctx.memory.forget(group);
     if !ctx.leadership.is_leader() {
         return Err(ReconcileError::NotActive);
     }
@@ -499,7 +443,7 @@ fn cached_pods(
             .iter()
             .filter(|p| p.metadata.namespace.as_deref() == Some(namespace))
     };
-    let mut writes = locked(&ctx.label_writes);
+    let mut writes = locked(&ctx.memory.label_writes);
     if !writes.pending_in(namespace) {
         // Nearly always: nothing of this replica's is waiting for the watch.
         return Ok(in_namespace()
@@ -533,14 +477,21 @@ fn cached_version(namespace: &str, pod: &str, ctx: &Context) -> Option<String> {
         .and_then(|p| p.metadata.resource_version.clone())
 }
 
-/// The namespace's other groups, from the reflector; those being deleted
-/// no longer claim their pods.
+/// The namespace's other groups, from the reflector.
 fn other_groups(group: &LeaderGroup, namespace: &str, ctx: &Context) -> Vec<OtherGroup> {
     let name = group.name_any();
+    let mut groups = groups_in(namespace, ctx);
+    groups.retain(|g| g.name != name);
+    groups
+}
+
+/// The namespace's groups, from the reflector; those being deleted no
+/// longer claim their pods.
+fn groups_in(namespace: &str, ctx: &Context) -> Vec<OtherGroup> {
     ctx.groups
         .state()
         .iter()
-        .filter(|g| g.namespace().as_deref() == Some(namespace) && g.name_any() != name)
+        .filter(|g| g.namespace().as_deref() == Some(namespace))
         .filter(|g| g.metadata.deletion_timestamp.is_none())
         .map(|g| OtherGroup {
             name: g.name_any(),
@@ -560,31 +511,18 @@ fn neighbourhood(
     if !matches!(ctx.pods.wait_until_ready().now_or_never(), Some(Ok(()))) {
         return Err(ReconcileError::PodsNotCached);
     }
-    if locked(&ctx.label_writes).pending_in(namespace) {
+    if locked(&ctx.memory.label_writes).pending_in(namespace) {
         return Ok(None);
     }
-    Ok(Some(ctx.neighbours.of(namespace, || {
-        let in_namespace = |ns: Option<String>| ns.as_deref() == Some(namespace);
-        let groups = ctx
-            .groups
-            .state()
-            .iter()
-            .filter(|g| in_namespace(g.namespace()))
-            .filter(|g| g.metadata.deletion_timestamp.is_none())
-            .map(|g| OtherGroup {
-                name: g.name_any(),
-                role_label: g.spec.role_label.clone(),
-                selector: g.spec.selector.clone(),
-            })
-            .collect();
+    Ok(Some(ctx.memory.neighbours.of(namespace, || {
         let pods = ctx
             .pods
             .state()
             .iter()
-            .filter(|p| in_namespace(p.namespace()))
+            .filter(|p| p.namespace().as_deref() == Some(namespace))
             .map(|p| pod_view(p))
             .collect();
-        Neighbourhood::new(groups, pods)
+        Neighbourhood::new(groups_in(namespace, ctx), pods)
     })))
 }
 
@@ -621,14 +559,7 @@ impl World {
                 (pods, others)
             }
         };
-        read_statuses(
-            &mut pods,
-            &store,
-            namespace,
-            ctx,
-            group.spec.placement.prefer_updated,
-        )
-        .await;
+        read_statuses(&mut pods, &store, group, ctx).await;
         let swept = locked(&ctx.swept).clone();
         Ok(Self {
             pods,
@@ -654,15 +585,15 @@ async fn apply_to_redis(
             tracing::warn!(error = %e, "could not write the group's timings");
         }
     }
-    if let Some(preferred) = &plan.preferred_nodes {
-        if let Err(e) = bounded(
-            STORE_READ,
-            store.write_preferred(redis_group, preferred.as_deref()),
-        )
-        .await
-        {
-            return Err(ReconcileError::Preferred(e));
-        }
+    let preferred = match &plan.preferred_nodes {
+        PreferredMembers::Keep => None,
+        PreferredMembers::Remove => Some(None),
+        PreferredMembers::Write(nodes) => Some(Some(nodes.as_slice())),
+    };
+    if let Some(nodes) = preferred {
+        bounded(STORE_READ, store.write_preferred(redis_group, nodes))
+            .await
+            .map_err(ReconcileError::Preferred)?;
     }
     if let Some(term) = plan.restore_term {
         match bounded(STORE_READ, store.restore_term(redis_group, term)).await {
@@ -740,11 +671,12 @@ async fn apply_labels(
         if let Ok(pod) = &result {
             // The answer is the whole pod: its IP and readiness at this
             // version come free.
-            ctx.pod_statuses
+            ctx.memory
+                .pod_statuses
                 .record(&format!("{namespace}/{}", change.pod), Known::of(pod));
         }
         if let Some(written_as) = written_as(&result, change.value.as_deref()) {
-            locked(&ctx.label_writes).record(
+            locked(&ctx.memory.label_writes).record(
                 &format!("{namespace}/{}", change.pod),
                 &change.key,
                 change.value.as_deref(),
@@ -843,12 +775,10 @@ pub fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Co
     ctx.metrics.reconcile_failed(error.kind());
     if refused(error) {
         let key = NamespacedName::new(group.namespace().unwrap_or_default(), group.name_any());
-        let refusals = {
-            let mut counts = locked(&ctx.refusals);
-            let n = counts.entry(key.to_string()).or_insert(0);
-            *n = n.saturating_add(1);
-            *n
-        };
+        let refusals = ctx.memory.of(&key.to_string(), |m| {
+            m.refusals = m.refusals.saturating_add(1);
+            m.refusals
+        });
         let delay = refusal_delay(refusals, ctx.resync);
         tracing::error!(
             kind = error.kind(),

@@ -23,6 +23,7 @@ use tokio::sync::mpsc;
 
 use crate::crd::LeaderGroup;
 use crate::event_log::EventLog;
+use crate::memory::Memory;
 use crate::metrics::ControllerMetrics;
 use crate::neighbourhood::Neighbours;
 use crate::reconcile::{error_policy, reconcile, Context};
@@ -42,9 +43,8 @@ use leasehold_engine::{Node, NodeOptions};
 pub const CONTROLLER_GROUP: &str = "leasehold-controller";
 
 /// Reconciles running at once, so that a resync of 1,000 groups does not
-/// start 1,000 reconciles, each with its copies of pods and groups (4 GiB
-/// in the bench's 1,000-group step when they copied whole namespaces). A reconcile is mostly waiting on Redis
-/// and the API server, so a few at once keep both cores busy.
+/// hold 1,000 reconciles' copies of pods and groups at once. A reconcile
+/// mostly waits on Redis and the API server: a few keep both cores busy.
 const RECONCILE_CONCURRENCY: u16 = 8;
 
 /// How long sweeps stay in memory for reporting on the groups they touched.
@@ -149,25 +149,7 @@ pub async fn run_with(
     let controller_metrics = ControllerMetrics::register(&mut registry);
     let registry = Arc::new(registry);
 
-    let groups: Api<LeaderGroup> = watched(&client, &args);
-    // The cache sees every change; a reconcile is triggered only by what
-    // the plan reads from the object itself, so a status this controller
-    // wrote does not bring the group straight back.
     let (reflector, groups_writer) = reflector::store::<LeaderGroup>();
-    let neighbours = Arc::new(Neighbours::default());
-    let group_changes = watcher(groups.clone(), watcher::Config::default())
-        .default_backoff()
-        .reflect(groups_writer)
-        .inspect({
-            let neighbours = neighbours.clone();
-            move |event| mark_change(&neighbours, event)
-        })
-        .applied_objects()
-        .predicate_filter(
-            crate::reconcile::what_the_plan_reads,
-            kube::runtime::PredicateConfig::default(),
-        );
-    let controller = Controller::for_stream(group_changes, reflector.clone());
     // One watch of the pods' metadata feeds the cache reconciles read and
     // the triggers of the groups a pod change concerns.
     let (pods, pods_writer) = reflector::store::<PartialObjectMeta<Pod>>();
@@ -188,14 +170,25 @@ pub async fn run_with(
         resync: Duration::from_secs(args.resync_seconds.max(1)),
         metrics: controller_metrics.clone(),
         redis_settings: redis_settings.current(),
-        refusals: Default::default(),
-        holders_gone: Default::default(),
-        written: Default::default(),
-        label_writes: Default::default(),
-        pod_statuses: Default::default(),
-        endpoints: crate::endpoint::Endpoints::new(args.leader_endpoints),
-        neighbours,
+        memory: Memory::new(controller_metrics.clone(), args.leader_endpoints),
     });
+    let groups: Api<LeaderGroup> = watched(&client, &args);
+    // The cache sees every change; a reconcile is triggered only by what
+    // the plan reads from the object itself, so a status this controller
+    // wrote does not bring the group straight back.
+    let group_changes = watcher(groups.clone(), watcher::Config::default())
+        .default_backoff()
+        .reflect(groups_writer)
+        .inspect({
+            let ctx = ctx.clone();
+            move |event| mark_change(&ctx.memory.neighbours, event)
+        })
+        .applied_objects()
+        .predicate_filter(
+            crate::reconcile::what_the_plan_reads,
+            kube::runtime::PredicateConfig::default(),
+        );
+    let controller = Controller::for_stream(group_changes, reflector.clone());
 
     let (triggers_tx, triggers) = mpsc::unbounded_channel::<ObjectRef<LeaderGroup>>();
     let pod_changes = follow_pods(
@@ -301,8 +294,8 @@ where
 /// and those whose status names it (the leader, or a member's pod), which
 /// may have labelled it before it left their selector. Not every group
 /// whose label key it carries: groups share the default key, and a label
-/// patch would then wake every group of the namespace (1,000 reconciles
-/// per patch in the bench's 1,000-group step).
+/// patch would then wake every group of the namespace (a thousand groups
+/// sharing the key: a thousand reconciles per patch).
 fn groups_of_pod(
     groups: &kube::runtime::reflector::Store<LeaderGroup>,
     pod: &PartialObjectMeta<Pod>,
@@ -341,10 +334,9 @@ fn mark_change<K: Resource>(neighbours: &Neighbours, event: &watcher::Result<wat
 }
 
 /// Runs the pod watch (which keeps the cache behind `Context::pods`) and
-/// triggers the groups each changed pod concerns; a deleted pod's status
-/// is forgotten. A watch error is retried
-/// with the watcher's default backoff; meanwhile the cache keeps its last
-/// state.
+/// triggers the groups each changed pod concerns; a deleted pod's status is
+/// forgotten. A watch error is retried with the watcher's default backoff;
+/// meanwhile the cache keeps its last state.
 async fn follow_pods(
     events: impl futures::Stream<Item = watcher::Result<watcher::Event<PartialObjectMeta<Pod>>>>,
     groups: kube::runtime::reflector::Store<LeaderGroup>,
@@ -353,11 +345,11 @@ async fn follow_pods(
 ) {
     let changes = events
         .inspect(|event| {
-            mark_change(&ctx.neighbours, event);
+            mark_change(&ctx.memory.neighbours, event);
             // A deleted pod's IP and readiness are of no more use.
             if let Ok(watcher::Event::Delete(pod)) = event {
                 let key = format!("{}/{}", pod.namespace().unwrap_or_default(), pod.name_any());
-                ctx.pod_statuses.forget(&key);
+                ctx.memory.pod_statuses.forget(&key);
             }
         })
         .touched_objects();
@@ -427,11 +419,10 @@ async fn follow_deletions(groups: Api<LeaderGroup>, ctx: Arc<Context>) {
     pending.shutdown().await;
 }
 
-/// Once per resync, what this replica remembers of groups (and pods) that
-/// are no longer in the cache goes: their metric series above all, the
-/// leader endpoints written, the pods' IPs and readiness. The deletion
-/// watch forgets a group when its Delete arrives; a deletion made while
-/// the watch was relisting arrives as no event at all.
+/// Once per resync, what this replica remembers of groups (and pods) no
+/// longer in the caches goes (see `memory`): the deletion watch forgets a
+/// group when its Delete arrives, and a deletion made while the watch was
+/// relisting arrives as no event at all.
 async fn forget_missed_deletions(ctx: Arc<Context>) {
     let mut every = tokio::time::interval(ctx.resync);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -440,44 +431,9 @@ async fn forget_missed_deletions(ctx: Arc<Context>) {
         if !matches!(ctx.groups.wait_until_ready().now_or_never(), Some(Ok(()))) {
             continue;
         }
-        let present: std::collections::HashSet<String> = ctx
-            .groups
-            .state()
-            .iter()
-            .map(|g| format!("{}/{}", g.namespace().unwrap_or_default(), g.name_any()))
-            .collect();
-        ctx.metrics.retain_groups(|key| present.contains(key));
-        ctx.retain_groups(|key| present.contains(key));
-        let namespaces = ctx
-            .groups
-            .state()
-            .iter()
-            .filter_map(|g| g.namespace())
-            .collect();
-        ctx.neighbours.retain(&namespaces);
-        let services: std::collections::HashSet<String> = ctx
-            .groups
-            .state()
-            .iter()
-            .filter_map(|g| {
-                let service = g.spec.service.as_ref()?;
-                Some(format!(
-                    "{}/{}",
-                    g.namespace().unwrap_or_default(),
-                    service.name
-                ))
-            })
-            .collect();
-        ctx.endpoints.retain(|key| services.contains(key));
-        if matches!(ctx.pods.wait_until_ready().now_or_never(), Some(Ok(()))) {
-            let pods: std::collections::HashSet<String> = ctx
-                .pods
-                .state()
-                .iter()
-                .map(|p| format!("{}/{}", p.namespace().unwrap_or_default(), p.name_any()))
-                .collect();
-            ctx.pod_statuses.retain(|key| pods.contains(key));
-        }
+        let pods_filled = matches!(ctx.pods.wait_until_ready().now_or_never(), Some(Ok(())));
+        let pods = pods_filled.then(|| ctx.pods.state());
+        ctx.memory.keep_only(&ctx.groups.state(), pods.as_deref());
     }
 }
 
