@@ -10,7 +10,8 @@ use leasehold_engine::config::{
     validate_name, ConfigError, ElectionConfig, InboxConfig, NodeConfig,
 };
 
-use crate::{config, exec, health, AgentArgs};
+use crate::args::AgentArgs;
+use crate::{config, exec, health};
 
 /// The arguments, checked: what the agent will do.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,13 +1,14 @@
-//! A running agent, [`Agent`]: `start` makes its node, joins its groups and
-//! starts its tasks; `run` carries out step-downs until a signal, the exec
-//! command's end or the node's displacement; `stop` ends every task in the
-//! order that keeps a single leader (the command before the leases).
+//! A running agent, [`Agent`], from [`run`]: `start` makes its node, joins
+//! its groups and starts its tasks; `run_until` carries out step-downs
+//! until a signal, the exec command's end or the node's displacement;
+//! `stop` ends every task in the order that keeps a single leader (the
+//! command before the leases). [`AgentError`] is why it could not run.
 //!
 //! The tasks other than the command are tracked by one `TaskTracker` and
 //! told to end by one `CancellationToken`, so `stop` waits for every one of
 //! them, whatever it was, before the role files say `stopped`.
 
-mod run;
+mod run_until;
 mod start;
 mod stop;
 
@@ -18,9 +19,42 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api::StepDown;
-use crate::{exec, role_file, AgentError, Settings};
+use crate::args::AgentArgs;
+use crate::settings::Settings;
+use crate::{exec, role_file};
+use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::redis_settings::SettingsWatch;
 use leasehold_engine::{Event, Group, Node};
+
+/// Why the agent could not run, or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    #[error(transparent)]
+    Start(#[from] StartError),
+    #[error("another live process took over node id {0:?}; this agent stopped campaigning")]
+    Displaced(String),
+    #[error(transparent)]
+    Exec(#[from] exec::ExecError),
+    #[error("the node's event stream ended")]
+    EventsEnded,
+}
+
+impl From<FlagError> for AgentError {
+    fn from(e: FlagError) -> Self {
+        Self::Start(e.into())
+    }
+}
+
+/// Runs the agent until SIGTERM/SIGINT (exit code 0), or in exec mode until
+/// the command ends by itself while leading (its exit code).
+pub async fn run(args: AgentArgs) -> Result<u8, AgentError> {
+    // Installed first, so a SIGTERM during start-up is still graceful.
+    let shutdown = leasehold_daemon::signal::shutdown();
+    let settings = Settings::from_args(&args)?;
+    let mut agent = Agent::start(&args, settings).await?;
+    let exit = agent.run_until(shutdown).await;
+    agent.stop(exit).await
+}
 
 /// Why the agent stopped.
 pub(crate) enum Exit {

@@ -12,8 +12,11 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Agent;
+use super::AgentError;
 use crate::api::{self, StepDown};
-use crate::{exec, health, mailbox, metrics, role_file, AgentArgs, AgentError, Settings};
+use crate::args::AgentArgs;
+use crate::settings::Settings;
+use crate::{exec, health, mailbox, metrics, role_file};
 use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http;
 use leasehold_daemon::redis_settings::SettingsWatch;

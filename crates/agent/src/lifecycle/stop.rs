@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::AgentError;
 use super::{Agent, Exit};
-use crate::AgentError;
 use leasehold_engine::Node;
 
 impl Agent {

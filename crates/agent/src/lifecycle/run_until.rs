@@ -5,8 +5,10 @@
 
 use tokio::sync::broadcast;
 
+use super::AgentError;
 use super::{Agent, Exit};
-use crate::{exec, AgentError, Settings};
+use crate::exec;
+use crate::settings::Settings;
 use leasehold_daemon::names::NamespacedName;
 use leasehold_engine::{Event, Node};
 
