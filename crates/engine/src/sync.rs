@@ -1,9 +1,17 @@
 //! Two small things every crate of the project shares: the one policy for
 //! a poisoned mutex, and the local wall clock in milliseconds.
+//!
+//! Mutexes stay std's, locked only through [`locked`]; clippy.toml's
+//! `disallowed-methods` refuses `Mutex::lock` everywhere else (a test crate
+//! may allow it: a poisoned lock there fails the test anyway). parking_lot's
+//! mutex, which cannot be poisoned, would do the same but change the type
+//! of every mutex in every crate and add a dependency to the engine, for no
+//! behaviour this policy lacks.
 
 /// The project's one policy for a poisoned mutex: go on with the data.
 /// Every critical section leaves it consistent (plain assignments), so a
 /// panic in another task must not take the process down with it.
+#[allow(clippy::disallowed_methods)] // The one place `Mutex::lock` is called.
 pub fn locked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

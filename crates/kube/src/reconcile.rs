@@ -309,10 +309,7 @@ pub async fn reconcile(
     write_status(&plan, &group, &namespace, ctx).await?;
     if plan.write_status {
         if let Some(version) = group.resource_version() {
-            ctx.written
-                .lock()
-                .unwrap()
-                .insert(redis_group.clone(), (version, plan.status.clone()));
+            locked(&ctx.written).insert(redis_group.clone(), (version, plan.status.clone()));
         }
     }
     locked(&ctx.refusals).remove(&redis_group);
