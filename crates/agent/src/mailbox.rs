@@ -74,7 +74,7 @@ impl Item {
 }
 
 /// The item as the API's JSON: an object whose keys come in alphabetical
-/// order (as they did when it was built as a `serde_json` map), its payload
+/// order (clients that compare answers as text see one order), its payload
 /// as [`crate::payload::entry`] writes it. Written straight to text for the
 /// event stream, with no map in between. Nothing in it can fail to
 /// serialize: every key is a string.

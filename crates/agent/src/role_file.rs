@@ -9,10 +9,9 @@
 //! milliseconds of the Unix clock: a reader on the same machine compares it
 //! with its own clock, so a file that still says `leader` because the agent
 //! is stopped or starved (and cannot rewrite it) reads as stale once the
-//! instant passes. The file is rewritten at every confirmed renewal. A
-//! reader that takes the term as the second word reads it as it read
-//! `leader TERM`; one that took the rest of the line must change
-//! (docs/agent.md says how).
+//! instant passes. The file is rewritten at every confirmed renewal. The
+//! term stays the second word, so a reader of `leader TERM` alone still
+//! finds it (docs/agent.md says how to read the rest).
 
 use std::future::Future;
 use std::path::{Path, PathBuf};
