@@ -335,7 +335,7 @@ impl Mailbox {
 
     /// Logs the inbox notices among `events` (this node's lag and drops)
     /// until the node's event stream ends.
-    pub async fn follow(&self, node: &str, mut events: broadcast::Receiver<Event>) {
+    pub async fn follow(self: Arc<Self>, node: String, mut events: broadcast::Receiver<Event>) {
         loop {
             match events.recv().await {
                 Ok(Event::Lag { node: n, backlog }) if n == node => {

@@ -8,6 +8,7 @@
 //! grace period). The client the tests and the bench ask agents with is
 //! in `leasehold-testkit`.
 
+use std::error::Error;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -222,26 +223,18 @@ impl<S: Send + Sync> FromRequest<S> for Body {
             Ok(body) => return Ok(Self(body)),
             Err(failed) => failed,
         };
-        let mut causes =
-            std::iter::successors(Some(&failed as &dyn std::error::Error), |e| e.source());
-        Err(match failed.status() {
-            StatusCode::PAYLOAD_TOO_LARGE => Refusal::new(
-                413,
-                format!(
-                    "the request body is over {HTTP_MAX_BODY} bytes, the most this server reads"
-                ),
-            ),
-            _ if causes.any(|e| e.is::<TimeoutError>()) => Refusal::new(
-                408,
-                format!(
-                    "the request body did not arrive within {} s",
-                    HTTP_BODY_TIMEOUT.as_secs()
-                ),
-            ),
-            _ => Refusal::new(
-                400,
-                format!("reading the request body failed: {}", failed.body_text()),
-            ),
+        let mut causes = std::iter::successors(Some(&failed as &dyn Error), |e| (*e).source());
+        Err(if failed.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            let max = HTTP_MAX_BODY;
+            let text = format!("the request body is over {max} bytes, the most this server reads");
+            Refusal::new(413, text)
+        } else if causes.any(|e| e.is::<TimeoutError>()) {
+            let secs = HTTP_BODY_TIMEOUT.as_secs();
+            let text = format!("the request body did not arrive within {secs} s");
+            Refusal::new(408, text)
+        } else {
+            let text = format!("reading the request body failed: {}", failed.body_text());
+            Refusal::new(400, text)
         })
     }
 }

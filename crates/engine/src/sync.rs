@@ -1,12 +1,9 @@
 //! Two small things every crate of the project shares: the one policy for
 //! a poisoned mutex, and the local wall clock in milliseconds.
 //!
-//! Mutexes stay std's, locked only through [`locked`]; clippy.toml's
-//! `disallowed-methods` refuses `Mutex::lock` everywhere else (a test crate
-//! may allow it: a poisoned lock there fails the test anyway). parking_lot's
-//! mutex, which cannot be poisoned, would do the same but change the type
-//! of every mutex in every crate and add a dependency to the engine, for no
-//! behaviour this policy lacks.
+//! Mutexes are std's, locked only through [`locked`] (clippy.toml refuses
+//! `Mutex::lock` elsewhere; a test crate may allow it). parking_lot would
+//! change every mutex's type and add a dependency, for nothing this lacks.
 
 /// The project's one policy for a poisoned mutex: go on with the data.
 /// Every critical section leaves it consistent (plain assignments), so a

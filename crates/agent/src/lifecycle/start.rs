@@ -11,8 +11,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use super::Agent;
-use super::AgentError;
+use super::{Agent, AgentError};
 use crate::api::{self, StepDown};
 use crate::args::AgentArgs;
 use crate::settings::Settings;
@@ -52,10 +51,10 @@ impl Agent {
         let health_stopping = stopping.child_token();
         let (step_downs, requests) = mpsc::channel::<StepDown>(16);
         let mailbox = Arc::new(mailbox::Mailbox::new(node.inbox()));
-        let (notices, id, node_events) = (mailbox.clone(), settings.node_id.clone(), node.events());
-        spawn(&tasks, &stopping, async move {
-            notices.follow(&id, node_events).await;
-        });
+        let notices = mailbox
+            .clone()
+            .follow(settings.node_id.clone(), node.events());
+        spawn(&tasks, &stopping, notices);
         let health = settings
             .health
             .as_ref()
