@@ -74,7 +74,7 @@ impl Item {
 }
 
 /// The item as the API's JSON: an object whose keys come in alphabetical
-/// order (as they did when it was built as a `serde_json` map), its payload
+/// order (clients that compare answers as text see one order), its payload
 /// as [`crate::payload::entry`] writes it. Written straight to text for the
 /// event stream, with no map in between. Nothing in it can fail to
 /// serialize: every key is a string.
@@ -335,7 +335,7 @@ impl Mailbox {
 
     /// Logs the inbox notices among `events` (this node's lag and drops)
     /// until the node's event stream ends.
-    pub async fn follow(&self, node: &str, mut events: broadcast::Receiver<Event>) {
+    pub async fn follow(self: Arc<Self>, node: String, mut events: broadcast::Receiver<Event>) {
         loop {
             match events.recv().await {
                 Ok(Event::Lag { node: n, backlog }) if n == node => {

@@ -9,15 +9,14 @@
 //! milliseconds of the Unix clock: a reader on the same machine compares it
 //! with its own clock, so a file that still says `leader` because the agent
 //! is stopped or starved (and cannot rewrite it) reads as stale once the
-//! instant passes. The file is rewritten at every confirmed renewal. A
-//! reader that takes the term as the second word reads it as it read
-//! `leader TERM`; one that took the rest of the line must change
-//! (docs/agent.md says how).
+//! instant passes. The file is rewritten at every confirmed renewal. The
+//! term stays the second word, so a reader of `leader TERM` alone still
+//! finds it (docs/agent.md says how to read the rest).
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 
 use leasehold_daemon::error::FlagError;
-use tokio::task::JoinSet;
 
 use leasehold_engine::{Group, Leadership, Role};
 
@@ -55,46 +54,43 @@ impl RoleFiles {
         Ok(Self { dir })
     }
 
-    /// Keeps each group's file current until the returned set is dropped
-    /// (which aborts its tasks).
+    /// Keeps `name`'s file current until the returned future is dropped.
     /// It follows role changes and confirmed renewals (a new `until`): the
     /// campaign itself demotes at the moment its local lease runs out, so
     /// no timer per group is needed (an agent may hold thousands). A leader
     /// costs one write and rename per renewal (docs/agent.md has the cost).
-    pub fn watch(&self, groups: &[(String, Group)]) -> JoinSet<()> {
-        let mut tasks = JoinSet::new();
-        for (name, group) in groups {
-            let (dir, name, group) = (self.dir.clone(), name.clone(), group.clone());
-            tasks.spawn(async move {
-                let mut role = group.role();
-                let mut leadership = group.leadership_changes();
-                let mut written = String::new();
-                loop {
-                    let _ = leadership.borrow_and_update();
-                    let text = content(
-                        &role.borrow_and_update().clone(),
-                        group.leadership(),
-                        leasehold_engine::sync::wall_clock_ms(),
-                    );
-                    if text != written {
-                        match write(&dir, &name, &text) {
-                            Ok(()) => written = text,
-                            Err(e) => {
-                                tracing::warn!(%name, error = %e, "cannot write the role file")
-                            }
-                        }
-                    }
-                    let changed = tokio::select! {
-                        changed = role.changed() => changed,
-                        changed = leadership.changed() => changed,
-                    };
-                    if changed.is_err() {
-                        break;
+    pub fn keep_current(
+        &self,
+        name: &str,
+        group: Group,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let (dir, name) = (self.dir.clone(), name.to_owned());
+        async move {
+            let mut role = group.role();
+            let mut leadership = group.leadership_changes();
+            let mut written = String::new();
+            loop {
+                let _ = leadership.borrow_and_update();
+                let text = content(
+                    &role.borrow_and_update().clone(),
+                    group.leadership(),
+                    leasehold_engine::sync::wall_clock_ms(),
+                );
+                if text != written {
+                    match write(&dir, &name, &text) {
+                        Ok(()) => written = text,
+                        Err(e) => tracing::warn!(%name, error = %e, "cannot write the role file"),
                     }
                 }
-            });
+                let changed = tokio::select! {
+                    changed = role.changed() => changed,
+                    changed = leadership.changed() => changed,
+                };
+                if changed.is_err() {
+                    break;
+                }
+            }
         }
-        tasks
     }
 
     /// Marks every file `stopped`, before the leases are released.

@@ -34,6 +34,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Patch, PatchParams, PostParams};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, CustomResourceExt};
+use leasehold_engine::sync::locked;
 use leasehold_engine::{ElectionConfig, Group, Node, NodeConfig, Role, Store};
 use leasehold_kube::crd::{LeaderGroup, DEFAULT_ROLE_LABEL};
 use leasehold_testkit::kube::{ApiServer, User, CONTROLLER_NAMESPACE};
@@ -74,7 +75,7 @@ impl Leaders {
             let mut events = watcher(api, config).default_backoff().boxed();
             while let Some(Ok(event)) = events.next().await {
                 let now = Instant::now();
-                let mut map = shared.0.lock().unwrap();
+                let mut map = locked(&shared.0);
                 match event {
                     watcher::Event::Apply(pod) | watcher::Event::InitApply(pod) => {
                         map.entry(pod.metadata.name.unwrap_or_default())
@@ -111,7 +112,7 @@ impl Leaders {
                 .boxed();
             while let Some(Ok(event)) = events.next().await {
                 let now = Instant::now();
-                let mut map = shared.0.lock().unwrap();
+                let mut map = locked(&shared.0);
                 let (slice, gone) = match event {
                     watcher::Event::Apply(s) | watcher::Event::InitApply(s) => (s, false),
                     watcher::Event::Delete(s) => (s, true),
@@ -147,11 +148,11 @@ impl Leaders {
     }
 
     fn since(&self, pod: &str) -> Option<Instant> {
-        self.0.lock().unwrap().get(pod).copied()
+        locked(&self.0).get(pod).copied()
     }
 
     fn count(&self) -> usize {
-        self.0.lock().unwrap().len()
+        locked(&self.0).len()
     }
 }
 

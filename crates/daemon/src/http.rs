@@ -8,20 +8,18 @@
 //! grace period). The client the tests and the bench ask agents with is
 //! in `leasehold-testkit`.
 
-use std::convert::Infallible;
+use std::error::Error;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::{DefaultBodyLimit, FromRequest};
 use axum::http::header::CONTENT_TYPE;
-use axum::http::Uri;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Limited};
-use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -29,6 +27,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tower::ServiceExt;
+use tower_http::normalize_path::NormalizePath;
+use tower_http::timeout::{RequestBodyDeadline, TimeoutError};
 
 use crate::config::{
     HTTP_ACCEPT_BACKOFF, HTTP_BODY_TIMEOUT, HTTP_HEADER_TIMEOUT, HTTP_MAX_BODY,
@@ -150,9 +150,9 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, crate::error::StartEr
 /// Serves `app` on `listener` until `stop` resolves; then the connections
 /// still open are closed and it returns, so nothing of the server outlives
 /// its owner. The accept loop is this module's own, not `axum::serve`, for
-/// the bounds above; the router sees each request with its body read whole
-/// and its path's extra slashes trimmed (`/healthz/` is `/healthz`).
+/// the connection cap and the header timeout; the rest is [`layered`].
 pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output = ()>) {
+    let app = layered(app);
     // A permit per open connection: past the cap, new clients wait in the
     // kernel's backlog instead of costing memory here.
     let permits = Arc::new(Semaphore::new(HTTP_MAX_CONNECTIONS));
@@ -183,21 +183,7 @@ pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output 
         let app = app.clone();
         connections.spawn(async move {
             let _permit = permit;
-            let service = service_fn(move |request: hyper::Request<Incoming>| {
-                let app = app.clone();
-                async move {
-                    let (mut parts, body) = request.into_parts();
-                    let body = match read_body(body).await {
-                        Ok(body) => body,
-                        Err(refused) => return Ok::<_, Infallible>(refused.into_response()),
-                    };
-                    if let Some(uri) = trimmed(&parts.uri) {
-                        parts.uri = uri;
-                    }
-                    let request = hyper::Request::from_parts(parts, axum::body::Body::from(body));
-                    app.oneshot(request).await
-                }
-            });
+            let service = service_fn(move |request| app.clone().oneshot(request));
             let connection = http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HTTP_HEADER_TIMEOUT)
@@ -215,42 +201,41 @@ pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output 
     connections.shutdown().await;
 }
 
-/// The URI with the path's leading and trailing slashes made one leading
-/// slash, when there were more; `None` when it is already so.
-fn trimmed(uri: &Uri) -> Option<Uri> {
-    let path = uri.path();
-    let inner = path.trim_matches('/');
-    if path.len() == inner.len() + 1 || path == "/" {
-        return None;
-    }
-    let with_query = match uri.query() {
-        Some(query) => format!("/{inner}?{query}"),
-        None => format!("/{inner}"),
-    };
-    with_query.parse().ok()
+/// `app` as the server runs it: the path's extra slashes trimmed
+/// (`/healthz/` is `/healthz`), and a body read by [`Body`] within
+/// [`HTTP_BODY_TIMEOUT`] of the request's arrival and no larger than
+/// [`HTTP_MAX_BODY`].
+fn layered(app: Router) -> NormalizePath<RequestBodyDeadline<Router>> {
+    let app = app.layer(DefaultBodyLimit::max(HTTP_MAX_BODY));
+    NormalizePath::trim_trailing_slash(RequestBodyDeadline::new(app, HTTP_BODY_TIMEOUT))
 }
 
-/// The whole request body, or the refusal: 413 past [`HTTP_MAX_BODY`], 408
-/// when it does not arrive within [`HTTP_BODY_TIMEOUT`].
-async fn read_body(body: Incoming) -> Result<Bytes, Refusal> {
-    let limited = Limited::new(body, HTTP_MAX_BODY);
-    match tokio::time::timeout(HTTP_BODY_TIMEOUT, limited.collect()).await {
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => Err(Refusal::new(
-            413,
-            format!("the request body is over {HTTP_MAX_BODY} bytes, the most this server reads"),
-        )),
-        Ok(Err(e)) => Err(Refusal::new(
-            400,
-            format!("reading the request body failed: {e}"),
-        )),
-        Err(_) => Err(Refusal::new(
-            408,
-            format!(
-                "the request body did not arrive within {} s",
-                HTTP_BODY_TIMEOUT.as_secs()
-            ),
-        )),
+/// A request's body, read whole: the extractor of every handler that takes
+/// one, refusing in the one shape with 413 past [`HTTP_MAX_BODY`] and 408
+/// when the body has not arrived within [`HTTP_BODY_TIMEOUT`].
+pub struct Body(pub Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for Body {
+    type Rejection = Refusal;
+
+    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, Refusal> {
+        let failed = match Bytes::from_request(request, state).await {
+            Ok(body) => return Ok(Self(body)),
+            Err(failed) => failed,
+        };
+        let mut causes = std::iter::successors(Some(&failed as &dyn Error), |e| (*e).source());
+        Err(if failed.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            let max = HTTP_MAX_BODY;
+            let text = format!("the request body is over {max} bytes, the most this server reads");
+            Refusal::new(413, text)
+        } else if causes.any(|e| e.is::<TimeoutError>()) {
+            let secs = HTTP_BODY_TIMEOUT.as_secs();
+            let text = format!("the request body did not arrive within {secs} s");
+            Refusal::new(408, text)
+        } else {
+            let text = format!("reading the request body failed: {}", failed.body_text());
+            Refusal::new(400, text)
+        })
     }
 }
 
@@ -258,20 +243,29 @@ async fn read_body(body: Incoming) -> Result<Bytes, Refusal> {
 mod tests {
     use super::*;
 
+    /// Status and body of `app`'s answer to a request, through the layers.
+    async fn ask(app: &Router, method: &str, path: &str, body: axum::body::Body) -> (u16, String) {
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .body(body)
+            .unwrap();
+        let answer = layered(app.clone()).oneshot(request).await.unwrap();
+        let status = answer.status().as_u16();
+        let body = axum::body::to_bytes(answer.into_body(), usize::MAX)
+            .await
+            .unwrap();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    }
+
     #[tokio::test]
     async fn the_probes_answer_get_with_or_without_slashes_and_nothing_else() {
         // No I/O for /healthz and /metrics: the store is never asked.
         let store = leasehold_engine::Store::connect("redis://127.0.0.1:1", "probe").unwrap();
         let app = probes(store, Arc::new(crate::metrics::new_registry()), || ());
-        let status = |method: &str, path: &str| {
-            let uri: Uri = path.parse().unwrap();
-            let request = hyper::Request::builder()
-                .method(method)
-                .uri(trimmed(&uri).unwrap_or(uri))
-                .body(axum::body::Body::empty())
-                .unwrap();
+        let status = |method, path| {
             let app = app.clone();
-            async move { app.oneshot(request).await.unwrap().status().as_u16() }
+            async move { ask(&app, method, path, axum::body::Body::empty()).await.0 }
         };
         for path in [
             "/healthz",
@@ -289,12 +283,44 @@ mod tests {
         }
     }
 
-    #[test]
-    fn extra_slashes_are_trimmed_and_the_query_kept() {
-        let trim = |path: &str| trimmed(&path.parse().unwrap()).map(|u| u.to_string());
-        assert_eq!(trim("/v1/status"), None);
-        assert_eq!(trim("/"), None);
-        assert_eq!(trim("//v1/status/?a=%2F"), Some("/v1/status?a=%2F".into()));
-        assert_eq!(trim("/healthz/"), Some("/healthz".into()));
+    #[tokio::test]
+    async fn extra_slashes_are_trimmed_and_the_query_kept() {
+        let app = Router::new().fallback(|uri: axum::http::Uri| async move { uri.to_string() });
+        for (path, seen) in [
+            ("/v1/status", "/v1/status"),
+            ("/", "/"),
+            ("//v1/status/?a=%2F", "/v1/status?a=%2F"),
+            ("/healthz/", "/healthz"),
+        ] {
+            let empty = axum::body::Body::empty();
+            assert_eq!(
+                ask(&app, "GET", path, empty).await,
+                (200, seen.into()),
+                "{path}"
+            );
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_past_the_limit_is_a_413_and_one_that_never_arrives_a_408() {
+        let app = Router::new().route(
+            "/",
+            axum::routing::post(|Body(body): Body| async move { body.len().to_string() }),
+        );
+        let bytes = |n| axum::body::Body::from(vec![b'x'; n]);
+        let at_limit = ask(&app, "POST", "/", bytes(HTTP_MAX_BODY)).await;
+        assert_eq!(at_limit, (200, HTTP_MAX_BODY.to_string()));
+        let (status, over) = ask(&app, "POST", "/", bytes(HTTP_MAX_BODY + 1)).await;
+        assert_eq!(status, 413, "{over}");
+        assert!(
+            over.contains("the request body is over 1048576 bytes"),
+            "{over}"
+        );
+        let never = futures::stream::pending::<Result<Bytes, std::io::Error>>();
+        let started = tokio::time::Instant::now();
+        let (status, late) = ask(&app, "POST", "/", axum::body::Body::from_stream(never)).await;
+        assert_eq!(status, 408, "{late}");
+        assert!(late.contains("did not arrive within 10 s"), "{late}");
+        assert_eq!(started.elapsed(), HTTP_BODY_TIMEOUT);
     }
 }

@@ -1,9 +1,14 @@
 //! Two small things every crate of the project shares: the one policy for
 //! a poisoned mutex, and the local wall clock in milliseconds.
+//!
+//! Mutexes are std's, locked only through [`locked`] (clippy.toml refuses
+//! `Mutex::lock` elsewhere; a test crate may allow it). parking_lot would
+//! change every mutex's type and add a dependency, for nothing this lacks.
 
 /// The project's one policy for a poisoned mutex: go on with the data.
 /// Every critical section leaves it consistent (plain assignments), so a
 /// panic in another task must not take the process down with it.
+#[allow(clippy::disallowed_methods)] // The one place `Mutex::lock` is called.
 pub fn locked<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }

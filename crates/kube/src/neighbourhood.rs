@@ -21,6 +21,7 @@ use std::sync::{Arc, Mutex};
 use crate::crd::LeaderGroup;
 use crate::plan::{self, named_pods, OtherGroup, PodView, StoreView};
 use crate::selector::{PodSelector, SelectorIndex};
+use leasehold_engine::sync::locked;
 
 /// The groups and pods of one namespace, indexed.
 #[derive(Debug, Default)]
@@ -184,10 +185,7 @@ impl Neighbours {
     /// after the caches have taken the change in.
     pub fn changed_in(&self, namespace: &str) {
         let mark = self.sequence.fetch_add(1, Ordering::SeqCst) + 1;
-        self.marks
-            .lock()
-            .unwrap()
-            .insert(namespace.to_owned(), mark);
+        locked(&self.marks).insert(namespace.to_owned(), mark);
     }
 
     /// A watch relisted: every namespace may have changed.
@@ -197,7 +195,7 @@ impl Neighbours {
     }
 
     fn mark(&self, namespace: &str) -> u64 {
-        let own = self.marks.lock().unwrap().get(namespace).copied();
+        let own = locked(&self.marks).get(namespace).copied();
         own.unwrap_or(0).max(self.everywhere.load(Ordering::SeqCst))
     }
 
@@ -206,16 +204,13 @@ impl Neighbours {
     /// that lands meanwhile is built again at the next read.
     pub fn of(&self, namespace: &str, build: impl FnOnce() -> Neighbourhood) -> Arc<Neighbourhood> {
         let mark = self.mark(namespace);
-        if let Some((at, built)) = self.built.lock().unwrap().get(namespace) {
+        if let Some((at, built)) = locked(&self.built).get(namespace) {
             if *at == mark {
                 return built.clone();
             }
         }
         let built = Arc::new(build());
-        self.built
-            .lock()
-            .unwrap()
-            .insert(namespace.to_owned(), (mark, built.clone()));
+        locked(&self.built).insert(namespace.to_owned(), (mark, built.clone()));
         built
     }
 
@@ -223,14 +218,8 @@ impl Neighbours {
     /// and seen again is built anew: its mark falls, and never to the
     /// number it was built at.
     pub fn retain(&self, namespaces: &BTreeSet<String>) {
-        self.built
-            .lock()
-            .unwrap()
-            .retain(|ns, _| namespaces.contains(ns));
-        self.marks
-            .lock()
-            .unwrap()
-            .retain(|ns, _| namespaces.contains(ns));
+        locked(&self.built).retain(|ns, _| namespaces.contains(ns));
+        locked(&self.marks).retain(|ns, _| namespaces.contains(ns));
     }
 }
 

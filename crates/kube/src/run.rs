@@ -20,6 +20,7 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{watcher, WatchStreamExt};
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::crd::LeaderGroup;
 use crate::event_log::EventLog;
@@ -222,8 +223,8 @@ pub async fn run_with(
         .with_config(
             kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY),
         )
-        .reconcile_on(UnboundedReceiverStream(triggers))
-        .reconcile_all_on(UnboundedReceiverStream(became_active))
+        .reconcile_on(UnboundedReceiverStream::new(triggers))
+        .reconcile_all_on(UnboundedReceiverStream::new(became_active))
         .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx)
         .for_each(|result| async move {
@@ -442,19 +443,6 @@ async fn until(stop: impl Future<Output = ()>, work: impl Future<Output = ()>) {
     tokio::select! {
         _ = stop => {}
         _ = work => {}
-    }
-}
-
-/// A receiver as a stream, for kube-runtime's trigger inputs.
-struct UnboundedReceiverStream<T>(mpsc::UnboundedReceiver<T>);
-
-impl<T> futures::Stream for UnboundedReceiverStream<T> {
-    type Item = T;
-    fn poll_next(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<T>> {
-        self.0.poll_recv(cx)
     }
 }
 

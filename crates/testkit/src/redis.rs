@@ -27,7 +27,7 @@ pub fn free_port() -> anyhow::Result<u16> {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .context("no free port on 127.0.0.1")?;
-        let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
+        let mut given = leasehold_engine::sync::locked(&GIVEN);
         if !given.contains(&port) {
             given.push(port);
             return Ok(port);

@@ -11,9 +11,8 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
-use bytes::Bytes;
 use futures::stream::{self, Stream, StreamExt};
-use leasehold_daemon::http::{json, Refusal, Response, StatusCode};
+use leasehold_daemon::http::{json, Body, Refusal, Response, StatusCode};
 use leasehold_engine::{Error, Outbound, Overflow, PublishOptions, Published, Retain, To};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -186,7 +185,7 @@ impl From<Published> for Sent {
 pub(super) async fn publish(
     State(state): State<Arc<AgentState>>,
     Params(mut query): Params<PublishQuery>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, Refusal> {
     let topic = required(query.topic.take(), "topic", "topic to publish to")?;
     let options = query.options()?;
@@ -356,7 +355,7 @@ impl BatchMessage {
 /// first failure's, and resending is as safe as for one publish.
 pub(super) async fn publish_batch(
     State(state): State<Arc<AgentState>>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, Refusal> {
     let fault = std::cell::Cell::new(None);
     let mut reader = serde_json::Deserializer::from_slice(&body);
@@ -436,7 +435,7 @@ pub(super) struct SendQuery {
 pub(super) async fn send(
     State(state): State<Arc<AgentState>>,
     Params(query): Params<SendQuery>,
-    body: Bytes,
+    Body(body): Body,
 ) -> Result<Response, Refusal> {
     let node = required(query.node, "node", "id of the node to send to")?;
     let sent = state

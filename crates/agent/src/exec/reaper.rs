@@ -10,6 +10,7 @@
 //! exit until tokio has reaped it.
 
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -17,7 +18,6 @@ use nix::sys::wait::{waitpid, WaitPidFlag};
 use nix::unistd::Pid;
 
 use tokio::signal::unix::{signal, SignalKind};
-use tokio::task::JoinHandle;
 
 use super::procfs;
 
@@ -36,8 +36,9 @@ impl OwnChildren {
     }
 }
 
-/// Starts reaping orphans if this process is PID 1; `None` otherwise.
-pub fn start_if_pid_one(own: OwnChildren) -> Option<JoinHandle<()>> {
+/// The loop that reaps orphans if this process is PID 1 (it runs until it
+/// is dropped); `None` otherwise.
+pub fn if_pid_one(own: OwnChildren) -> Option<impl Future<Output = ()> + Send + 'static> {
     if std::process::id() != 1 {
         return None;
     }
@@ -47,7 +48,7 @@ pub fn start_if_pid_one(own: OwnChildren) -> Option<JoinHandle<()>> {
         })
         .ok();
     tracing::info!("running as PID 1: orphaned processes are reaped");
-    Some(tokio::spawn(async move {
+    Some(async move {
         loop {
             tokio::select! {
                 Some(_) = async { sigchld.as_mut()?.recv().await } => {}
@@ -55,7 +56,7 @@ pub fn start_if_pid_one(own: OwnChildren) -> Option<JoinHandle<()>> {
             }
             reap_orphans(&own);
         }
-    }))
+    })
 }
 
 /// Waits for every zombie child that is not one of the agent's own.
