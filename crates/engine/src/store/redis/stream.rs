@@ -8,7 +8,6 @@ use std::time::Duration;
 use redis::aio::MultiplexedConnection;
 use redis::Value;
 
-use super::reply::as_string;
 use crate::store::inbox::{Cursors, Entry, InboxCursor, Message, Queue, Read};
 use crate::store::StoreError;
 
@@ -135,6 +134,14 @@ async fn read_streams(
         }
     }
     Ok(entries)
+}
+
+fn as_string(v: &Value) -> Result<String, StoreError> {
+    match v {
+        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Ok(s.clone()),
+        other => Err(StoreError::Reply(format!("XREAD reply: {other:?}"))),
+    }
 }
 
 fn into_bytes(v: Value) -> Result<Vec<u8>, StoreError> {
