@@ -55,12 +55,12 @@ async fn statements(url: &str) -> anyhow::Result<HashMap<String, u64>> {
         .await?;
     let row = client
         .query_one(
-            "SELECT (xact_commit + xact_rollback)::bigint FROM pg_stat_database WHERE datname = current_database()",
+            "SELECT (xact_commit + xact_rollback)::bigint AS transactions FROM pg_stat_database WHERE datname = current_database()",
             &[],
         )
         .await?;
     task.abort();
-    let n: i64 = row.get(0);
+    let n: i64 = row.get("transactions");
     Ok(HashMap::from([("statements".to_owned(), n.max(0) as u64)]))
 }
 

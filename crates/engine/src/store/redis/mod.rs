@@ -207,7 +207,8 @@ impl RedisStore {
         invocation: &mut redis::ScriptInvocation<'_>,
     ) -> Result<T, StoreError> {
         let mut conn = self.conn().await?;
-        read(script, self.noted(invocation.invoke_async(&mut conn).await.map_err(Into::into))?)
+        let reply = invocation.invoke_async(&mut conn).await.map_err(Into::into);
+        read(script, self.noted(reply)?)
     }
 
     /// `call`, an `EVALSHA` of `script` built by the caller; on NOSCRIPT

@@ -22,6 +22,8 @@ pub(super) fn read<T: FromRedisValue>(script: &str, reply: Value) -> Result<T, S
 
 /// A reply array taken element by element, in the order the script
 /// answers them (a struct literal evaluates its fields in written order).
+/// A missing element reads as nil (Lua's false): one that only some
+/// answers have is read as an `Option`.
 struct Fields(std::vec::IntoIter<Value>);
 
 impl Fields {
@@ -34,15 +36,8 @@ impl Fields {
 
     /// The next element, which the script's header calls `name`.
     fn next<T: FromRedisValue>(&mut self, name: &str) -> Result<T, ParsingError> {
-        let value = self.0.next().ok_or_else(|| format!("no {name}"))?;
+        let value = self.0.next().unwrap_or(Value::Nil);
         T::from_redis_value_ref(&value).map_err(|_| format!("{name}: got {value:?}").into())
-    }
-
-    /// The next element, which only some of the script's answers have.
-    fn maybe<T: FromRedisValue>(&mut self, name: &str) -> Result<Option<T>, ParsingError> {
-        (!self.0.as_slice().is_empty())
-            .then(|| self.next(name))
-            .transpose()
     }
 
     /// A term, a time or a count: an integer, never negative.
@@ -67,29 +62,14 @@ fn group_config(value: Value) -> Option<ElectionConfig> {
     }
 }
 
-/// The node id part of a lease value `NODE_ID#INCARNATION#TERM`.
-fn holder_id(value: &str) -> &str {
-    split_lease(value).0
-}
-
-/// Node id, incarnation and term of a lease value `NODE_ID#INCARNATION#TERM`
+/// Node id and incarnation of a lease value `NODE_ID#INCARNATION#TERM`
 /// (missing parts are empty).
-fn split_lease(value: &str) -> (&str, &str, &str) {
+fn split_lease(value: &str) -> (&str, &str) {
     let mut parts = value.splitn(3, '#');
-    let id = parts.next().unwrap_or_default();
-    let incarnation = parts.next().unwrap_or_default();
-    let term = parts.next().unwrap_or_default();
-    (id, incarnation, term)
-}
-
-/// A value of a group's priorities hash (seat.lua): `N`, or `0 REASON`
-/// for a member whose application is unhealthy.
-fn priority_and_problem(value: &str) -> (u32, Option<String>) {
-    let (number, problem) = match value.split_once(' ') {
-        Some((n, reason)) => (n, Some(reason.to_owned())),
-        None => (value, None),
-    };
-    (number.parse().unwrap_or(DEFAULT_PRIORITY), problem)
+    (
+        parts.next().unwrap_or_default(),
+        parts.next().unwrap_or_default(),
+    )
 }
 
 /// claim.lua: `{1, term, fresh, config}`, or `{0, term, pttl ms, holder
@@ -109,7 +89,7 @@ impl FromRedisValue for Claim {
                 pttl_ms: f.next("pttl ms")?,
                 holder: f.next("holder id")?,
                 config: group_config(f.next("config")?),
-                deferred: match f.maybe::<String>("reason")? {
+                deferred: match f.next::<Option<String>>("reason")? {
                     Some(reason) => Some(Deferral {
                         reason: DeferReason::parse(&reason)
                             .ok_or_else(|| format!("unknown deferral {reason:?}"))?,
@@ -134,7 +114,7 @@ impl FromRedisValue for Renewal {
             0 => Renewal::Gone,
             _ => {
                 let lease: String = f.next("lease value")?;
-                let (holder, incarnation, _) = split_lease(&lease);
+                let (holder, incarnation) = split_lease(&lease);
                 Renewal::Replaced {
                     holder: holder.to_owned(),
                     incarnation: incarnation.to_owned(),
@@ -159,16 +139,17 @@ impl FromRedisValue for GroupState {
         let mut priorities = BTreeMap::new();
         let mut problems = BTreeMap::new();
         for (id, _) in &members {
-            let (priority, problem) = set
-                .get(id)
-                .map_or((DEFAULT_PRIORITY, None), |v| priority_and_problem(v));
-            priorities.insert(id.clone(), priority);
+            // `N`, or `0 REASON` for a member whose application is unhealthy.
+            let value = set.get(id).map_or("", String::as_str);
+            let (number, problem) = value.split_once(' ').unzip();
+            let number = number.unwrap_or(value).parse();
+            priorities.insert(id.clone(), number.unwrap_or(DEFAULT_PRIORITY));
             if let Some(problem) = problem {
-                problems.insert(id.clone(), problem);
+                problems.insert(id.clone(), problem.to_owned());
             }
         }
         Ok(GroupState {
-            holder: lease.map(|v| holder_id(&v).to_owned()),
+            holder: lease.map(|v| split_lease(&v).0.to_owned()),
             term,
             lease_pttl_ms: u64::try_from(pttl).ok(),
             members,
@@ -234,7 +215,7 @@ impl FromRedisValue for Nodes {
                 live: lease_until_ms > now,
             })
         };
-        rows.into_iter().map(node).collect::<Result<_, _>>().map(Nodes)
+        Ok(Nodes(rows.into_iter().map(node).collect::<Result<_, _>>()?))
     }
 }
 
@@ -246,7 +227,7 @@ impl FromRedisValue for Published {
     fn from_redis_value(reply: Value) -> Result<Self, ParsingError> {
         let text = String::from_redis_value(reply)?;
         let words: Vec<&str> = text.split(' ').filter(|w| !w.is_empty()).collect();
-        let number = |word: &str| word.parse::<u64>().map_err(|_| format!("{word:?} is no number"));
+        let number = |w: &str| w.parse::<u64>().map_err(|_| format!("{w:?} is no number"));
         let outcome = |pair: &[&str]| -> Result<PublishOutcome, ParsingError> {
             Ok(match *pair {
                 ["-1", node] => PublishOutcome::InboxFull { node: node.into() },
@@ -258,7 +239,8 @@ impl FromRedisValue for Published {
                 _ => return Err(format!("{} words, not pairs", words.len()).into()),
             })
         };
-        words.chunks(2).map(outcome).collect::<Result<_, _>>().map(Published)
+        let outcomes = words.chunks(2).map(outcome);
+        Ok(Published(outcomes.collect::<Result<_, _>>()?))
     }
 }
 
@@ -275,29 +257,46 @@ mod tests {
     }
 
     #[test]
-    fn holder_id_strips_the_incarnation() {
-        assert_eq!(holder_id("ns/pod-0#ab12#7"), "ns/pod-0");
-        assert_eq!(holder_id("plain"), "plain");
-        assert_eq!(split_lease("ns/a#f00#12"), ("ns/a", "f00", "12"));
+    fn a_lease_value_splits_into_holder_and_incarnation() {
+        assert_eq!(split_lease("ns/pod-0#ab12#7"), ("ns/pod-0", "ab12"));
+        assert_eq!(split_lease("plain"), ("plain", ""));
     }
 
     #[test]
     fn a_claim_reads_each_shape_by_its_first_element() {
         let won = Value::Array(vec![Value::Int(1), Value::Int(7), Value::Int(0), config()]);
-        let Ok(Claim::Won { term: 7, fresh: false, config: Some(c) }) = read("claim.lua", won)
+        let Ok(Claim::Won {
+            term: 7,
+            fresh: false,
+            config: Some(c),
+        }) = read("claim.lua", won)
         else {
             panic!("not won at term 7");
         };
         assert_eq!(c.ttl_ms, 3000);
         let lost = |extra: Vec<Value>| {
-            let base = [Value::Int(0), Value::Int(7), Value::Int(250), bulk(""), Value::Nil];
+            let base = [
+                Value::Int(0),
+                Value::Int(7),
+                Value::Int(250),
+                bulk(""),
+                Value::Nil,
+            ];
             read::<Claim>("claim.lua", Value::Array([base.to_vec(), extra].concat()))
         };
         assert!(matches!(
             lost(vec![]),
-            Ok(Claim::Lost { term: 7, pttl_ms: 250, config: None, deferred: None, .. })
+            Ok(Claim::Lost {
+                term: 7,
+                pttl_ms: 250,
+                config: None,
+                deferred: None,
+                ..
+            })
         ));
-        let Ok(Claim::Lost { deferred: Some(d), .. }) = lost(vec![bulk("priority"), bulk("b")])
+        let Ok(Claim::Lost {
+            deferred: Some(d), ..
+        }) = lost(vec![bulk("priority"), bulk("b")])
         else {
             panic!("no deferral");
         };
@@ -311,9 +310,15 @@ mod tests {
             other => panic!("read: {other:?}"),
         };
         let short = Value::Array(vec![Value::Array(vec![]), Value::Int(5)]);
-        assert_eq!(error(read("sweep.lua", short)), "sweep.lua: Incompatible type - no earliest expiry");
+        assert_eq!(
+            error(read("sweep.lua", short)),
+            "sweep.lua: Incompatible type - earliest expiry: got nil"
+        );
         let negative = Value::Array(vec![Value::Array(vec![]), Value::Int(-5), Value::Int(-1)]);
-        assert_eq!(error(read("sweep.lua", negative)), "sweep.lua: Incompatible type - now ms: got -5");
+        assert_eq!(
+            error(read("sweep.lua", negative)),
+            "sweep.lua: Incompatible type - now ms: got -5"
+        );
         assert!(error(read("sweep.lua", Value::Int(1))).contains("expected an array"));
         let odd = read::<Published>("publish.lua", bulk("12 3 -1"));
         assert!(matches!(odd, Err(StoreError::Reply(t)) if t.contains("3 words, not pairs")));

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::Value;
+use redis::{FromRedisValue, Value};
 
 use crate::store::inbox::{Cursors, Entry, InboxCursor, Message, Queue, Read};
 use crate::store::StoreError;
@@ -102,7 +102,8 @@ async fn read_streams(
             return Err(bad("stream shape"));
         }
         let list = pair.pop().expect("two items");
-        let name = as_string(&pair.pop().expect("two items"))?;
+        let name = String::from_redis_value(pair.pop().expect("two items"));
+        let name = name.map_err(|_| bad("stream name"))?;
         let index = streams
             .iter()
             .position(|(key, _)| *key == name)
@@ -122,7 +123,7 @@ async fn read_streams(
                 _ => return Err(bad("fields")),
             };
             let stream_id = match pair.pop() {
-                Some(v) => as_string(&v)?,
+                Some(v) => String::from_redis_value(v).map_err(|_| bad("id"))?,
                 None => return Err(bad("id")),
             };
             let mut fields = Vec::with_capacity(flat.len() / 2);
@@ -134,14 +135,6 @@ async fn read_streams(
         }
     }
     Ok(entries)
-}
-
-fn as_string(v: &Value) -> Result<String, StoreError> {
-    match v {
-        Value::BulkString(b) => Ok(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Ok(s.clone()),
-        other => Err(StoreError::Reply(format!("XREAD reply: {other:?}"))),
-    }
 }
 
 fn into_bytes(v: Value) -> Result<Vec<u8>, StoreError> {
