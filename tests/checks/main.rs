@@ -8,3 +8,4 @@ mod examples;
 mod layers;
 mod modules;
 mod monitoring;
+mod replies;
