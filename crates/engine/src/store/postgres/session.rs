@@ -95,9 +95,7 @@ impl Op {
                  WHERE g.counter < excluded.counter
                  RETURNING 1"
             }
-            Op::Register => {
-                "SELECT {s}.register($1, $2, $3, $4, $5, ($6::text)::jsonb) AS previous"
-            }
+            Op::Register => "SELECT {s}.register($1, $2, $3, $4, $5, $6::text::jsonb) AS previous",
             Op::Heartbeat => "SELECT * FROM {s}.heartbeat($1, $2, $3)",
             Op::SetField => {
                 "UPDATE {s}.nodes SET fields = fields || jsonb_build_object($3::text, $4::text),
