@@ -11,3 +11,4 @@ mod examples;
 mod layers;
 mod modules;
 mod monitoring;
+mod replies;

@@ -587,7 +587,7 @@ async fn a_sweep_and_a_publisher_never_deadlock() {
         sweeper
             .query_one("SELECT o_swept FROM lh.sweep(100)", &[])
             .await
-            .map(|row| row.get::<_, Vec<String>>(0))
+            .map(|row| row.get::<_, Vec<String>>("o_swept"))
     });
     eventually(Duration::from_secs(3), "the sweep waits on a's row", || {
         waits_on_a_lock(pg, "sweep")

@@ -263,7 +263,7 @@ impl PgStore {
     /// The database's clock, in ms since the epoch.
     pub async fn time_ms(&self) -> Result<u64, StoreError> {
         let row = self.query_one(Op::Time, &[]).await?;
-        Ok(row.get::<_, i64>(0).max(0) as u64)
+        Ok(row.get::<_, i64>("now_ms").max(0) as u64)
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {

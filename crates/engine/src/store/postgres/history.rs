@@ -31,22 +31,22 @@ impl History {
         let meta = format!("{}.meta", ident(schema));
         let row = client
             .query_one(
-                "SELECT (SELECT system_identifier::text FROM pg_control_system()),
-                        substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8),
-                        (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint,
-                        to_regclass($1)::oid::bigint",
+                "SELECT (SELECT system_identifier::text FROM pg_control_system()) AS system,
+                        substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8) AS timeline,
+                        (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::bigint AS started_us,
+                        to_regclass($1)::oid::bigint AS meta_oid",
                 &[&meta],
             )
             .await?;
-        let timeline: String = row.get(1);
+        let timeline: String = row.get("timeline");
         Ok(Self {
-            system: row.get(0),
+            system: row.get("system"),
             // Eight hex digits, by the WAL file naming; a server that named
             // them otherwise reads as timeline 0, another history.
             timeline: u32::from_str_radix(&timeline, 16).unwrap_or(0),
-            started_us: row.get(2),
+            started_us: row.get("started_us"),
             // The schema's meta table exists: migrate() made it first.
-            meta_oid: row.get::<_, Option<i64>>(3).unwrap_or(0) as u32,
+            meta_oid: row.get::<_, Option<i64>>("meta_oid").unwrap_or(0) as u32,
         })
     }
 

@@ -27,18 +27,29 @@ pub(super) fn big(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
+/// A bigint column of `row` (a term, a time, a count) as the engine's u64.
+pub(super) fn count(row: &Row, column: &str) -> u64 {
+    row.get::<_, i64>(column).max(0) as u64
+}
+
+/// A text column of `row` that only some outcomes set ("" when NULL).
+pub(super) fn text(row: &Row, column: &str) -> String {
+    row.get::<_, Option<String>>(column).unwrap_or_default()
+}
+
 /// A priority as PostgreSQL's int (at most MAX_PRIORITY, so it fits).
 fn priority(p: u32) -> i32 {
     i32::try_from(p).unwrap_or(i32::MAX)
 }
 
-/// The group's timings in columns `at..at + 3`, when set and valid.
-fn timings(row: &Row, at: usize) -> Option<ElectionConfig> {
-    let field = |i: usize| {
-        row.get::<_, Option<i64>>(at + i)
-            .and_then(|n| u64::try_from(n).ok())
-    };
-    adopted_timings(field(0), field(1), field(2))
+/// The group's timings in a row of `claim` or `renew`, when set and valid.
+fn timings(row: &Row) -> Option<ElectionConfig> {
+    let ms = |column| u64::try_from(row.get::<_, Option<i64>>(column)?).ok();
+    adopted_timings(
+        ms("o_ttl_ms"),
+        ms("o_renew_interval_ms"),
+        ms("o_retry_interval_ms"),
+    )
 }
 
 impl PgStore {
@@ -79,26 +90,22 @@ impl PgStore {
             .into_iter()
             .next()
             .ok_or_else(|| StoreError::Reply("claim: no row".into()))?;
-        let won: bool = row.get(0);
-        let term = row.get::<_, i64>(1).max(0) as u64;
-        let config = timings(&row, 5);
-        Ok(if won {
+        let term = count(&row, "o_term");
+        let config = timings(&row);
+        Ok(if row.get("o_won") {
             Claim::Won {
                 term,
-                fresh: row.get(2),
+                fresh: row.get("o_fresh"),
                 config,
             }
         } else {
             Claim::Lost {
                 term,
-                pttl_ms: row.get(3),
-                holder: row.get::<_, Option<String>>(4).unwrap_or_default(),
+                pttl_ms: row.get("o_wait_ms"),
+                holder: text(&row, "o_holder"),
                 config,
-                deferred: match row.get::<_, Option<String>>(8) {
-                    Some(reason) => Some(deferral(
-                        &reason,
-                        row.get::<_, Option<String>>(9).unwrap_or_default(),
-                    )?),
+                deferred: match row.get::<_, Option<String>>("o_defer") {
+                    Some(reason) => Some(deferral(&reason, text(&row, "o_defer_to"))?),
                     None => None,
                 },
             }
@@ -138,15 +145,15 @@ impl PgStore {
                 ],
             )
             .await?;
-        Ok(match row.get::<_, i32>(0) {
+        Ok(match row.get::<_, i32>("o_status") {
             1 => Renewal::Renewed {
-                term: row.get::<_, i64>(1).max(0) as u64,
-                config: timings(&row, 4),
+                term: count(&row, "o_term"),
+                config: timings(&row),
             },
             0 => Renewal::Gone,
             _ => Renewal::Replaced {
-                holder: row.get::<_, Option<String>>(2).unwrap_or_default(),
-                incarnation: row.get::<_, Option<String>>(3).unwrap_or_default(),
+                holder: text(&row, "o_holder"),
+                incarnation: text(&row, "o_incarnation"),
             },
         })
     }
@@ -164,7 +171,7 @@ impl PgStore {
         let row = self
             .query_one(Op::Release, &[&group, &id, &incarnation, &term, &withdraw])
             .await?;
-        Ok(row.get(0))
+        Ok(row.get("released"))
     }
 
     /// A release to a named successor (sql/v2.sql's hand_over).
@@ -190,7 +197,7 @@ impl PgStore {
                 ],
             )
             .await?;
-        Ok(Handover::from_code(i64::from(row.get::<_, i32>(0))))
+        Ok(Handover::from_code(i64::from(row.get::<_, i32>("outcome"))))
     }
 
     pub(crate) async fn write_preferred(
@@ -205,15 +212,16 @@ impl PgStore {
 
     pub(crate) async fn group_state(&self, group: &str) -> Result<GroupState, StoreError> {
         let row = self.query_one(Op::GroupState, &[&group]).await?;
-        let ids: Vec<String> = row.get(4);
-        let until: Vec<i64> = row.get(5);
-        let priorities: Vec<i32> = row.get(6);
-        let problems: Vec<String> = row.get(7);
-        let preferred: Option<Vec<String>> = row.get(8);
+        let ids: Vec<String> = row.get("o_members");
+        let until: Vec<i64> = row.get("o_until");
+        let priorities: Vec<i32> = row.get("o_priorities");
+        let problems: Vec<String> = row.get("o_problems");
+        let preferred: Option<Vec<String>> = row.get("o_preferred");
+        let pttl: Option<i64> = row.get("o_pttl");
         Ok(GroupState {
-            holder: row.get(0),
-            term: row.get::<_, i64>(1).max(0) as u64,
-            lease_pttl_ms: row.get::<_, Option<i64>>(2).map(|ms| ms.max(0) as u64),
+            holder: row.get("o_holder"),
+            term: count(&row, "o_term"),
+            lease_pttl_ms: pttl.map(|ms| ms.max(0) as u64),
             priorities: ids
                 .iter()
                 .cloned()
@@ -232,7 +240,7 @@ impl PgStore {
                 .zip(until)
                 .map(|(id, ms)| (id, ms.max(0) as u64))
                 .collect(),
-            now_ms: row.get::<_, i64>(3).max(0) as u64,
+            now_ms: count(&row, "o_now"),
         })
     }
 
@@ -262,10 +270,10 @@ impl PgStore {
     pub(crate) async fn setting_warnings(&self) -> Result<Vec<SettingWarning>, StoreError> {
         let row = self.query_one(Op::Settings, &[]).await?;
         Ok(warnings(
-            &row.get::<_, String>(0),
-            &row.get::<_, Option<String>>(1).unwrap_or_default(),
-            &row.get::<_, String>(2),
-            row.get::<_, i64>(3),
+            &row.get::<_, String>("fsync"),
+            &text(&row, "synchronous_commit"),
+            &row.get::<_, String>("standby_names"),
+            row.get::<_, i64>("standbys"),
         ))
     }
 }

@@ -26,7 +26,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, Notify};
 
 use super::handle::PgStore;
-use super::lease::big;
+use super::lease::{big, count};
 use super::listener::POLL_WHILE_DOWN;
 use super::session::Op;
 use crate::store::inbox::{Cursors, Entry, InboxCursor, Message, Queue, Read};
@@ -49,7 +49,7 @@ impl PgStore {
         let row = self
             .query_one(Op::Subscribe, &[&node, &subscription, &big(inbox_max)])
             .await?;
-        Ok(row.get::<_, i64>(0).max(0) as u64)
+        Ok(count(&row, "delivered"))
     }
 
     pub(crate) async fn unsubscribe(
@@ -101,9 +101,8 @@ impl PgStore {
         }
         rows.iter()
             .map(|row| {
-                let code: i64 = row.get(0);
-                let node: String = row.get(1);
-                Ok(match code {
+                let node: String = row.get("o_node");
+                Ok(match row.get::<_, i64>("o_code") {
                     -1 => PublishOutcome::InboxFull { node },
                     -2 => PublishOutcome::NotLive { node },
                     id => PublishOutcome::Delivered {
@@ -153,48 +152,41 @@ impl PgStore {
         let row = self
             .query_one(Op::AckInbox, &[&node, &seq(read), &big(taken)])
             .await?;
-        Ok((
-            row.get::<_, i64>(0).max(0) as u64,
-            row.get::<_, i64>(1).max(0) as u64,
-        ))
+        Ok((count(&row, "o_backlog"), count(&row, "o_dropped")))
     }
 
     pub(crate) async fn inbox_state(&self, node: &str) -> Result<(u64, u64), StoreError> {
         let rows = self.query(Op::InboxState, &[&node]).await?;
-        Ok(rows.first().map_or((0, 0), |row| {
-            (
-                row.get::<_, i64>(0).max(0) as u64,
-                row.get::<_, i64>(1).max(0) as u64,
-            )
-        }))
+        Ok(rows
+            .first()
+            .map_or((0, 0), |row| (count(row, "backlog"), count(row, "dropped"))))
     }
 
     pub(crate) async fn subscriptions(&self, node: &str) -> Result<Vec<String>, StoreError> {
         let rows = self.query(Op::Subscriptions, &[&node]).await?;
-        Ok(rows.iter().map(|r| r.get(0)).collect())
+        Ok(rows.iter().map(|r| r.get("pattern")).collect())
     }
 
     pub(crate) async fn list_nodes(&self) -> Result<Vec<NodeInfo>, StoreError> {
         let rows = self.query(Op::ListNodes, &[]).await?;
-        let ms = |row: &tokio_postgres::Row, i: usize| row.get::<_, i64>(i).max(0) as u64;
         Ok(rows
             .iter()
             .map(|row| {
-                let lease_until_ms = ms(row, 1);
-                let groups: String = row.get(6);
+                let lease_until_ms = count(row, "lease_until_ms");
+                let groups: String = row.get("groups");
                 NodeInfo {
-                    id: row.get(0),
+                    id: row.get("id"),
                     lease_until_ms,
-                    registered_at_ms: ms(row, 2),
-                    last_heartbeat_ms: ms(row, 3),
-                    backlog: ms(row, 4),
-                    dropped: ms(row, 5),
+                    registered_at_ms: count(row, "registered_at_ms"),
+                    last_heartbeat_ms: count(row, "heartbeat_at_ms"),
+                    backlog: count(row, "backlog"),
+                    dropped: count(row, "dropped"),
                     groups: groups
                         .split(',')
                         .filter(|g| !g.is_empty())
                         .map(str::to_owned)
                         .collect(),
-                    live: lease_until_ms > ms(row, 7),
+                    live: lease_until_ms > count(row, "now_ms"),
                 }
             })
             .collect())
@@ -296,23 +288,22 @@ impl PgReader {
         let mut reads: Vec<(i16, i64, Read)> = rows
             .into_iter()
             .map(|row| {
-                let queue: i16 = row.get(0);
-                let seq: i64 = row.get(1);
-                let kind: &str = row.get(2);
-                let entry = match kind {
+                let queue: i16 = row.get("queue");
+                let seq: i64 = row.get("seq");
+                let entry = match row.get("kind") {
                     "recovered" => Entry::Recovered,
                     "command" => Entry::Command {
-                        from: row.get(5),
-                        payload: row.get(6),
+                        from: row.get("sender"),
+                        payload: row.get("payload"),
                     },
                     _ => {
-                        let topic: String = row.get(4);
+                        let topic: String = row.get("topic");
                         Entry::Message(Message {
-                            id: row.get::<_, i64>(3).max(0) as u64,
+                            id: count(&row, "msg_id"),
                             topic: (!topic.is_empty()).then_some(topic),
-                            from: row.get(5),
-                            payload: row.get(6),
-                            retained: row.get(7),
+                            from: row.get("sender"),
+                            payload: row.get("payload"),
+                            retained: row.get("retained"),
                         })
                     }
                 };

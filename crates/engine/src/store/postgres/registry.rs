@@ -7,7 +7,7 @@
 //! rows of their own), so a busy inbox does not hold up a heartbeat.
 
 use super::handle::PgStore;
-use super::lease::big;
+use super::lease::{big, count, text};
 use super::session::Op;
 use crate::store::outcome::{Heartbeat, Sweep};
 use crate::store::StoreError;
@@ -40,7 +40,7 @@ impl PgStore {
                 ],
             )
             .await?;
-        let previous: String = row.get(0);
+        let previous: String = row.get("previous");
         Ok((!previous.is_empty() && previous != incarnation).then_some(previous))
     }
 
@@ -53,11 +53,11 @@ impl PgStore {
         let row = self
             .query_one(Op::Heartbeat, &[&id, &incarnation, &big(lease_ms)])
             .await?;
-        Ok(match row.get::<_, i32>(0) {
+        Ok(match row.get::<_, i32>("o_status") {
             1 => Heartbeat::Extended,
             0 => Heartbeat::Expired,
             _ => Heartbeat::Displaced {
-                incarnation: row.get::<_, Option<String>>(1).unwrap_or_default(),
+                incarnation: text(&row, "o_incarnation"),
             },
         })
     }
@@ -78,15 +78,16 @@ impl PgStore {
     pub(crate) async fn sweep(&self, batch: usize) -> Result<Sweep, StoreError> {
         let batch = i32::try_from(batch).unwrap_or(i32::MAX);
         let row = self.query_one(Op::Sweep, &[&batch]).await?;
+        let next: Option<i64> = row.get("o_next");
         Ok(Sweep {
-            swept: row.get(0),
-            now_ms: row.get::<_, i64>(1).max(0) as u64,
-            next_expiry_ms: row.get::<_, Option<i64>>(2).map(|ms| ms.max(0) as u64),
+            swept: row.get("o_swept"),
+            now_ms: count(&row, "o_now"),
+            next_expiry_ms: next.map(|ms| ms.max(0) as u64),
         })
     }
 
     pub(crate) async fn unregister(&self, id: &str, incarnation: &str) -> Result<bool, StoreError> {
         let row = self.query_one(Op::Unregister, &[&id, &incarnation]).await?;
-        Ok(row.get(0))
+        Ok(row.get("removed"))
     }
 }

@@ -136,12 +136,12 @@ async fn create_missing(tx: &Transaction<'_>, at: &At<'_>, s: &str) -> Result<()
     }
     let has_meta = tx
         .query_one(
-            "SELECT to_regclass($1) IS NOT NULL",
+            "SELECT to_regclass($1) IS NOT NULL AS has_meta",
             &[&format!("{s}.meta")],
         )
         .await
         .map_err(|e| at.query(e))?
-        .get::<_, bool>(0);
+        .get::<_, bool>("has_meta");
     if !has_meta {
         tx.batch_execute(&format!(
             "CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)"
@@ -162,7 +162,7 @@ async fn version(tx: &Transaction<'_>, at: &At<'_>, s: &str) -> Result<i32, PgSt
         )
         .await
         .map_err(|e| at.query(e))?
-        .map(|row| row.get(0));
+        .map(|row| row.get("value"));
     let found = match text.as_deref().map(str::parse::<i32>) {
         None => 0,
         Some(Ok(n)) if n >= 1 => n,

@@ -60,14 +60,14 @@ impl Op {
 
     fn sql(self) -> &'static str {
         match self {
-            Op::Time => "SELECT {s}.now_ms()",
+            Op::Time => "SELECT {s}.now_ms() AS now_ms",
             Op::Ping => "SELECT 1",
             Op::Claim => {
                 "SELECT * FROM {s}.claim($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)"
             }
             Op::Renew => "SELECT * FROM {s}.renew($1, $2, $3, $4, $5, $6, $7, $8)",
-            Op::Release => "SELECT {s}.release($1, $2, $3, $4, $5)",
-            Op::HandOver => "SELECT {s}.hand_over($1, $2, $3, $4, $5, $6)",
+            Op::Release => "SELECT {s}.release($1, $2, $3, $4, $5) AS released",
+            Op::HandOver => "SELECT {s}.hand_over($1, $2, $3, $4, $5, $6) AS outcome",
             Op::GroupState => "SELECT * FROM {s}.group_state($1)",
             // One statement: the timings change only when they differ, and
             // only a change wakes the group's followers.
@@ -95,7 +95,7 @@ impl Op {
                  WHERE g.counter < excluded.counter
                  RETURNING 1"
             }
-            Op::Register => "SELECT {s}.register($1, $2, $3, $4, $5, ($6::text)::jsonb)",
+            Op::Register => "SELECT {s}.register($1, $2, $3, $4, $5, $6::text::jsonb) AS previous",
             Op::Heartbeat => "SELECT * FROM {s}.heartbeat($1, $2, $3)",
             Op::SetField => {
                 "UPDATE {s}.nodes SET fields = fields || jsonb_build_object($3::text, $4::text),
@@ -103,8 +103,8 @@ impl Op {
                  WHERE id = $1 AND incarnation = $2"
             }
             Op::Sweep => "SELECT * FROM {s}.sweep($1)",
-            Op::Unregister => "SELECT {s}.unregister($1, $2)",
-            Op::Subscribe => "SELECT {s}.subscribe($1, $2, $3)",
+            Op::Unregister => "SELECT {s}.unregister($1, $2) AS removed",
+            Op::Subscribe => "SELECT {s}.subscribe($1, $2, $3) AS delivered",
             Op::Unsubscribe => "DELETE FROM {s}.subscriptions WHERE node = $1 AND pattern = $2",
             Op::Publish => "SELECT * FROM {s}.publish($1, $2, $3, $4, $5, $6)",
             // At most $4 of each queue; the commands only when $5.
@@ -118,7 +118,7 @@ impl Op {
             Op::AckInbox => "SELECT * FROM {s}.ack_inbox($1, $2, $3)",
             Op::AckCommands => "SELECT {s}.ack_commands($1, $2)",
             Op::InboxState => {
-                "SELECT greatest(q.inbox_len - t.inbox, 0), greatest(q.dropped - t.dropped_after_read, 0)
+                "SELECT greatest(q.inbox_len - t.inbox, 0) AS backlog, greatest(q.dropped - t.dropped_after_read, 0) AS dropped
                  FROM {s}.queues q JOIN {s}.takes t ON t.node = q.node WHERE q.node = $1"
             }
             Op::Subscriptions => {
@@ -126,9 +126,9 @@ impl Op {
             }
             Op::ListNodes => {
                 "SELECT n.id, n.lease_until_ms, n.registered_at_ms, n.heartbeat_at_ms,
-                        coalesce(greatest(q.inbox_len - t.inbox, 0), 0),
-                        coalesce(greatest(q.dropped - t.dropped_after_read, 0), 0),
-                        coalesce(n.fields ->> 'groups', ''), {s}.now_ms()
+                        coalesce(greatest(q.inbox_len - t.inbox, 0), 0) AS backlog,
+                        coalesce(greatest(q.dropped - t.dropped_after_read, 0), 0) AS dropped,
+                        coalesce(n.fields ->> 'groups', '') AS groups, {s}.now_ms() AS now_ms
                  FROM {s}.nodes n
                  LEFT JOIN {s}.queues q ON q.node = n.id
                  LEFT JOIN {s}.takes t ON t.node = n.id
@@ -136,10 +136,10 @@ impl Op {
             }
             Op::Notify => "SELECT pg_notify($1, $2)",
             Op::Settings => {
-                "SELECT current_setting('fsync'),
-                        (SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit'),
-                        current_setting('synchronous_standby_names'),
-                        (SELECT count(*) FROM pg_stat_replication)"
+                "SELECT current_setting('fsync') AS fsync,
+                        (SELECT reset_val FROM pg_settings WHERE name = 'synchronous_commit') AS synchronous_commit,
+                        current_setting('synchronous_standby_names') AS standby_names,
+                        (SELECT count(*) FROM pg_stat_replication) AS standbys"
             }
         }
     }
@@ -340,7 +340,7 @@ impl Slot {
 async fn check_server(client: &Client, target: &Target) -> Result<(), PgStartError> {
     let row = client
         .query_one(
-            "SELECT current_setting('server_version_num')::int, current_setting('server_version'), pg_is_in_recovery()",
+            "SELECT current_setting('server_version_num')::int AS number, current_setting('server_version') AS version, pg_is_in_recovery() AS standby",
             &[],
         )
         .await
@@ -348,15 +348,15 @@ async fn check_server(client: &Client, target: &Target) -> Result<(), PgStartErr
             target: target.clone(),
             source,
         })?;
-    let (number, version, standby): (i32, String, bool) = (row.get(0), row.get(1), row.get(2));
-    if number < MIN_SERVER_VERSION {
+    let version: String = row.get("version");
+    if row.get::<_, i32>("number") < MIN_SERVER_VERSION {
         return Err(PgStartError::Version {
             target: target.clone(),
             found: version,
             needed: MIN_SERVER_VERSION / 10_000,
         });
     }
-    if standby {
+    if row.get("standby") {
         return Err(PgStartError::Standby {
             target: target.clone(),
         });

@@ -2,7 +2,6 @@
 //! timings the nodes adopt, the members it prefers, and a term that Redis
 //! lost.
 
-use super::reply::as_int;
 use super::{scripts, RedisStore};
 use crate::config::ElectionConfig;
 use crate::store::StoreError;
@@ -85,7 +84,7 @@ impl RedisStore {
 
     pub async fn restore_term(&self, group: &str, term: u64) -> Result<bool, StoreError> {
         let key = self.keys().group(group).term;
-        let reply = self.run(scripts::RESTORE_TERM.key(key).arg(term)).await?;
-        Ok(as_int(&reply)? == 1)
+        self.run("restore_term.lua", scripts::RESTORE_TERM.key(key).arg(term))
+            .await
     }
 }

@@ -4,7 +4,7 @@
 
 use redis::{AsyncConnectionConfig, Value};
 
-use super::reply::{array, as_int, as_string, string_at, uint_at};
+use super::reply::{read, Nodes, Published};
 use super::stream::{next_stream_id, StreamReader};
 use super::{scripts, RedisStore};
 use crate::config;
@@ -19,8 +19,9 @@ impl RedisStore {
         subscription: &str,
         inbox_max: u64,
     ) -> Result<u64, StoreError> {
-        let reply = self
+        let delivered: i64 = self
             .run(
+                "subscribe.lua",
                 scripts::SUBSCRIBE
                     .key(self.keys.inbox(node))
                     .arg(self.keys.prefix())
@@ -29,19 +30,18 @@ impl RedisStore {
                     .arg(inbox_max),
             )
             .await?;
-        Ok(as_int(&reply)?.max(0) as u64)
+        Ok(delivered.max(0) as u64)
     }
 
     pub async fn unsubscribe(&self, node: &str, subscription: &str) -> Result<bool, StoreError> {
-        let reply = self
-            .run(
-                scripts::UNSUBSCRIBE
-                    .arg(self.keys.prefix())
-                    .arg(node)
-                    .arg(subscription),
-            )
-            .await?;
-        Ok(as_int(&reply)? == 1)
+        self.run(
+            "unsubscribe.lua",
+            scripts::UNSUBSCRIBE
+                .arg(self.keys.prefix())
+                .arg(node)
+                .arg(subscription),
+        )
+        .await
     }
 
     /// Publishes a batch in one script (publish.lua). The call is one
@@ -72,34 +72,16 @@ impl RedisStore {
                 .arg(if m.refuse_when_full { "refuse" } else { "drop" })
                 .arg(retain);
         }
-        let reply = as_string(&self.evalsha(&scripts::PUBLISH, &evalsha).await?)?;
-        let words: Vec<&str> = reply.split(' ').filter(|w| !w.is_empty()).collect();
-        if words.len() != messages.len() * 2 {
+        let reply = self.evalsha(&scripts::PUBLISH, &evalsha).await?;
+        let Published(outcomes) = read("publish.lua", reply)?;
+        if outcomes.len() != messages.len() {
             return Err(StoreError::Reply(format!(
-                "publish: {} words for {} messages",
-                words.len(),
+                "publish.lua: {} outcomes for {} messages",
+                outcomes.len(),
                 messages.len()
             )));
         }
-        let bad = |word: &str| StoreError::Reply(format!("publish: {word:?} is no number"));
-        words
-            .chunks(2)
-            .map(|pair| {
-                let (first, second) = (pair[0], pair[1]);
-                Ok(match first {
-                    "-1" => PublishOutcome::InboxFull {
-                        node: second.to_owned(),
-                    },
-                    "-2" => PublishOutcome::NotLive {
-                        node: second.to_owned(),
-                    },
-                    id => PublishOutcome::Delivered {
-                        id: id.parse().map_err(|_| bad(id))?,
-                        reached: second.parse().map_err(|_| bad(second))?,
-                    },
-                })
-            })
-            .collect()
+        Ok(outcomes)
     }
 
     /// A reader on a connection of its own: a blocked `XREAD` must never
@@ -139,17 +121,15 @@ impl RedisStore {
         read: &InboxCursor,
         taken: u64,
     ) -> Result<(u64, u64), StoreError> {
-        let reply = self
-            .run(
-                scripts::ACK
-                    .key(self.keys.inbox(node))
-                    .key(self.keys.node(node))
-                    .arg(next_stream_id(&read.0))
-                    .arg(taken),
-            )
-            .await?;
-        let items = array(reply)?;
-        Ok((uint_at(&items, 0)?, uint_at(&items, 1)?))
+        self.run(
+            "ack.lua",
+            scripts::ACK
+                .key(self.keys.inbox(node))
+                .key(self.keys.node(node))
+                .arg(next_stream_id(&read.0))
+                .arg(taken),
+        )
+        .await
     }
 
     pub async fn inbox_state(&self, node: &str) -> Result<(u64, u64), StoreError> {
@@ -174,39 +154,14 @@ impl RedisStore {
     }
 
     pub async fn list_nodes(&self) -> Result<Vec<NodeInfo>, StoreError> {
-        let reply = self
+        let Nodes(nodes) = self
             .run(
+                "list_nodes.lua",
                 scripts::LIST_NODES
                     .key(self.keys.nodes())
                     .arg(self.keys.prefix()),
             )
             .await?;
-        let items = array(reply)?;
-        let now = uint_at(&items, 0)?;
-        let rows = match items.get(1) {
-            Some(Value::Array(rows)) => rows.clone(),
-            _ => Vec::new(),
-        };
-        let mut nodes = Vec::with_capacity(rows.len());
-        for row in rows {
-            let row = array(row)?;
-            let lease_until_ms = uint_at(&row, 1)?;
-            let groups = string_at(&row, 6)?;
-            nodes.push(NodeInfo {
-                id: string_at(&row, 0)?,
-                lease_until_ms,
-                registered_at_ms: uint_at(&row, 2)?,
-                last_heartbeat_ms: uint_at(&row, 3)?,
-                backlog: uint_at(&row, 4)?,
-                dropped: uint_at(&row, 5)?,
-                groups: groups
-                    .split(',')
-                    .filter(|g| !g.is_empty())
-                    .map(str::to_owned)
-                    .collect(),
-                live: lease_until_ms > now,
-            });
-        }
         Ok(nodes)
     }
 }

@@ -21,14 +21,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
-use redis::{IntoConnectionInfo, ProtocolVersion, Value};
+use redis::{FromRedisValue, IntoConnectionInfo, ProtocolVersion, Value};
 
 pub(crate) use keys::{GroupKeys, Keys};
 pub use replication::ReplicaAcks;
 use replication::Replication;
-use reply::{
-    array, as_int, as_string, group_config, holder_id, int_at, split_lease, string_at, uint_at,
-};
+use reply::read;
 pub use route::ConnectError;
 use route::{check_ca, manager_config, tcp_settings};
 use route::{Route, Topology};
@@ -36,19 +34,8 @@ pub(crate) use stream::StreamReader;
 
 use crate::store::candidacy::Candidacy;
 use crate::store::options::ConnectOptions;
-use crate::store::outcome::{deferral, Claim, GroupState, Handover, Heartbeat, Renewal, Sweep};
+use crate::store::outcome::{Claim, GroupState, Handover, Heartbeat, Renewal, Sweep};
 use crate::store::StoreError;
-
-/// A value of a group's priorities hash (seat.lua): `N`, or `0 REASON`
-/// for a member whose application is unhealthy.
-fn priority_and_problem(value: &str) -> (u32, Option<String>) {
-    let (number, problem) = match value.split_once(' ') {
-        Some((n, reason)) => (n, Some(reason.to_owned())),
-        None => (value, None),
-    };
-    let priority = number.parse().unwrap_or(crate::config::DEFAULT_PRIORITY);
-    (priority, problem)
-}
 
 // Public, as every trait impl is: a library user's `?` on a RedisError
 // meets it too. Kept for the many `?`s of this module; it goes when
@@ -213,9 +200,15 @@ impl RedisStore {
         result
     }
 
-    async fn run(&self, invocation: &mut redis::ScriptInvocation<'_>) -> Result<Value, StoreError> {
+    /// Runs `invocation` of `script` (its file name, for a reply error).
+    async fn run<T: FromRedisValue>(
+        &self,
+        script: &str,
+        invocation: &mut redis::ScriptInvocation<'_>,
+    ) -> Result<T, StoreError> {
         let mut conn = self.conn().await?;
-        self.noted(invocation.invoke_async(&mut conn).await.map_err(Into::into))
+        let reply = invocation.invoke_async(&mut conn).await.map_err(Into::into);
+        read(script, self.noted(reply)?)
     }
 
     /// `call`, an `EVALSHA` of `script` built by the caller; on NOSCRIPT
@@ -291,28 +284,12 @@ impl RedisStore {
             .arg(candidacy.defer_ms)
             .arg(candidacy.problem.as_deref().unwrap_or(""));
         let (reply, confirmation) = self.write_lease(&scripts::CLAIM, &call, within).await?;
-        let items = array(reply)?;
-        match int_at(&items, 0)? {
-            1 => {
-                // Leading only once the replicas in sync have the lease too.
-                self.noted(confirmation.check())?;
-                Ok(Claim::Won {
-                    term: uint_at(&items, 1)?,
-                    fresh: int_at(&items, 2)? == 1,
-                    config: group_config(items.get(3)),
-                })
-            }
-            _ => Ok(Claim::Lost {
-                term: uint_at(&items, 1)?,
-                pttl_ms: int_at(&items, 2)?,
-                holder: string_at(&items, 3)?,
-                config: group_config(items.get(4)),
-                deferred: match items.get(5) {
-                    Some(_) => Some(deferral(&string_at(&items, 5)?, string_at(&items, 6)?)?),
-                    None => None,
-                },
-            }),
+        let claim = read("claim.lua", reply)?;
+        if let Claim::Won { .. } = claim {
+            // Leading only once the replicas in sync have the lease too.
+            self.noted(confirmation.check())?;
         }
+        Ok(claim)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -344,25 +321,11 @@ impl RedisStore {
             .arg(candidacy.priority)
             .arg(candidacy.problem.as_deref().unwrap_or(""));
         let (reply, confirmation) = self.write_lease(&scripts::RENEW, &call, within).await?;
-        let items = array(reply)?;
-        Ok(match int_at(&items, 0)? {
-            1 => {
-                self.noted(confirmation.check())?;
-                Renewal::Renewed {
-                    config: group_config(items.get(1)),
-                    term: uint_at(&items, 2)?,
-                }
-            }
-            0 => Renewal::Gone,
-            _ => {
-                let value = string_at(&items, 1)?;
-                let (holder, incarnation, _) = split_lease(&value);
-                Renewal::Replaced {
-                    holder: holder.to_owned(),
-                    incarnation: incarnation.to_owned(),
-                }
-            }
-        })
+        let renewal = read("renew.lua", reply)?;
+        if let Renewal::Renewed { .. } = renewal {
+            self.noted(confirmation.check())?;
+        }
+        Ok(renewal)
     }
 
     /// Compare-and-delete (release.lua), announced on the release channel.
@@ -376,20 +339,19 @@ impl RedisStore {
     ) -> Result<bool, StoreError> {
         // Term 0 is never issued, so it matches no lease.
         let term = term.unwrap_or(0);
-        let reply = self
-            .run(
-                scripts::RELEASE
-                    .key(&group.lease)
-                    .key(&group.members)
-                    .key(&group.priorities)
-                    .arg(id)
-                    .arg(incarnation)
-                    .arg(term)
-                    .arg(&group.released)
-                    .arg(if withdraw { "1" } else { "0" }),
-            )
-            .await?;
-        Ok(as_int(&reply)? == 1)
+        self.run(
+            "release.lua",
+            scripts::RELEASE
+                .key(&group.lease)
+                .key(&group.members)
+                .key(&group.priorities)
+                .arg(id)
+                .arg(incarnation)
+                .arg(term)
+                .arg(&group.released)
+                .arg(if withdraw { "1" } else { "0" }),
+        )
+        .await
     }
 
     /// A release to a named successor (handover.lua).
@@ -402,8 +364,9 @@ impl RedisStore {
         successor: &str,
         window_ms: u64,
     ) -> Result<Handover, StoreError> {
-        let reply = self
+        let code = self
             .run(
+                "handover.lua",
                 scripts::HANDOVER
                     .key(&group.lease)
                     .key(&group.members)
@@ -417,72 +380,21 @@ impl RedisStore {
                     .arg(window_ms),
             )
             .await?;
-        Ok(Handover::from_code(as_int(&reply)?))
+        Ok(Handover::from_code(code))
     }
 
     pub async fn group_state(&self, group: &str) -> Result<GroupState, StoreError> {
         let keys = self.keys.group(group);
-        let reply = self
-            .run(
-                scripts::GROUP_STATE
-                    .key(&keys.lease)
-                    .key(&keys.term)
-                    .key(&keys.members)
-                    .key(&keys.priorities)
-                    .key(&keys.config),
-            )
-            .await?;
-        let items = array(reply)?;
-        let holder = match items.first() {
-            Some(Value::BulkString(b)) => Some(holder_id(&String::from_utf8_lossy(b)).to_owned()),
-            _ => None,
-        };
-        let pttl = int_at(&items, 2)?;
-        let flat = match items.get(4) {
-            Some(Value::Array(v)) => v.clone(),
-            _ => Vec::new(),
-        };
-        let mut members = Vec::with_capacity(flat.len() / 2);
-        for pair in flat.chunks(2) {
-            members.push((string_at(pair, 0)?, uint_at(pair, 1)?));
-        }
-        let mut set = std::collections::BTreeMap::new();
-        if let Some(Value::Array(flat)) = items.get(5) {
-            for pair in flat.chunks(2) {
-                set.insert(string_at(pair, 0)?, string_at(pair, 1)?);
-            }
-        }
-        let mut priorities = std::collections::BTreeMap::new();
-        let mut problems = std::collections::BTreeMap::new();
-        for (id, _) in &members {
-            let (priority, problem) = set
-                .get(id)
-                .map_or((crate::config::DEFAULT_PRIORITY, None), |v| {
-                    priority_and_problem(v)
-                });
-            priorities.insert(id.clone(), priority);
-            if let Some(problem) = problem {
-                problems.insert(id.clone(), problem);
-            }
-        }
-        Ok(GroupState {
-            holder,
-            term: uint_at(&items, 1)?,
-            lease_pttl_ms: (pttl >= 0).then_some(pttl as u64),
-            members,
-            priorities,
-            problems,
-            preferred: match items.get(6) {
-                Some(Value::BulkString(b)) => Some(
-                    String::from_utf8_lossy(b)
-                        .split_whitespace()
-                        .map(str::to_owned)
-                        .collect(),
-                ),
-                _ => None,
-            },
-            now_ms: uint_at(&items, 3)?,
-        })
+        self.run(
+            "group_state.lua",
+            scripts::GROUP_STATE
+                .key(&keys.lease)
+                .key(&keys.term)
+                .key(&keys.members)
+                .key(&keys.priorities)
+                .key(&keys.config),
+        )
+        .await
     }
 
     // ---- nodes ----
@@ -511,8 +423,7 @@ impl RedisStore {
         for (field, value) in metadata {
             invocation.arg(field).arg(value);
         }
-        let items = array(self.run(&mut invocation).await?)?;
-        let previous = string_at(&items, 1)?;
+        let (_now, previous): (Value, String) = self.run("register.lua", &mut invocation).await?;
         Ok((!previous.is_empty() && previous != incarnation).then_some(previous))
     }
 
@@ -522,24 +433,16 @@ impl RedisStore {
         incarnation: &str,
         lease_ms: u64,
     ) -> Result<Heartbeat, StoreError> {
-        let reply = self
-            .run(
-                scripts::HEARTBEAT
-                    .key(self.keys.nodes())
-                    .key(self.keys.node(id))
-                    .arg(id)
-                    .arg(incarnation)
-                    .arg(lease_ms),
-            )
-            .await?;
-        let items = array(reply)?;
-        Ok(match int_at(&items, 0)? {
-            1 => Heartbeat::Extended,
-            0 => Heartbeat::Expired,
-            _ => Heartbeat::Displaced {
-                incarnation: string_at(&items, 1)?,
-            },
-        })
+        self.run(
+            "heartbeat.lua",
+            scripts::HEARTBEAT
+                .key(self.keys.nodes())
+                .key(self.keys.node(id))
+                .arg(id)
+                .arg(incarnation)
+                .arg(lease_ms),
+        )
+        .await
     }
 
     pub(crate) async fn set_node_field(
@@ -549,62 +452,37 @@ impl RedisStore {
         field: &str,
         value: &str,
     ) -> Result<bool, StoreError> {
-        let reply = self
-            .run(
-                scripts::SET_FIELD
-                    .key(self.keys.node(id))
-                    .arg(incarnation)
-                    .arg(field)
-                    .arg(value),
-            )
-            .await?;
-        Ok(as_int(&reply)? == 1)
+        self.run(
+            "set_field.lua",
+            scripts::SET_FIELD
+                .key(self.keys.node(id))
+                .arg(incarnation)
+                .arg(field)
+                .arg(value),
+        )
+        .await
     }
 
     pub(crate) async fn sweep(&self, batch: usize) -> Result<Sweep, StoreError> {
-        let reply = self
-            .run(
-                scripts::SWEEP
-                    .key(self.keys.nodes())
-                    .arg(self.keys.prefix())
-                    .arg(batch),
-            )
-            .await?;
-        let items = array(reply)?;
-        let swept = match items.first() {
-            Some(Value::Array(ids)) => ids.iter().map(as_string).collect::<Result<Vec<_>, _>>()?,
-            other => return Err(StoreError::Reply(format!("sweep: {other:?}"))),
-        };
-        let next = int_at(&items, 2)?;
-        Ok(Sweep {
-            swept,
-            now_ms: uint_at(&items, 1)?,
-            next_expiry_ms: (next >= 0).then_some(next as u64),
-        })
+        self.run(
+            "sweep.lua",
+            scripts::SWEEP
+                .key(self.keys.nodes())
+                .arg(self.keys.prefix())
+                .arg(batch),
+        )
+        .await
     }
 
     pub(crate) async fn unregister(&self, id: &str, incarnation: &str) -> Result<bool, StoreError> {
-        let reply = self
-            .run(
-                scripts::UNREGISTER
-                    .key(self.keys.node(id))
-                    .arg(self.keys.prefix())
-                    .arg(id)
-                    .arg(incarnation),
-            )
-            .await?;
-        Ok(as_int(&reply)? == 1)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::reply::{holder_id, split_lease};
-
-    #[test]
-    fn holder_id_strips_the_incarnation() {
-        assert_eq!(holder_id("ns/pod-0#ab12#7"), "ns/pod-0");
-        assert_eq!(holder_id("plain"), "plain");
-        assert_eq!(split_lease("ns/a#f00#12"), ("ns/a", "f00", "12"));
+        self.run(
+            "unregister.lua",
+            scripts::UNREGISTER
+                .key(self.keys.node(id))
+                .arg(self.keys.prefix())
+                .arg(id)
+                .arg(incarnation),
+        )
+        .await
     }
 }

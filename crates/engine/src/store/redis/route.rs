@@ -548,26 +548,25 @@ fn owner_in(slots: &Value, slot: i64, asked: &str) -> Option<(String, u16)> {
         return None;
     };
     ranges.iter().find_map(|range| {
+        // [start, end, [host, port, ...] of the primary, replicas...]
         let Value::Array(parts) = range else {
             return None;
         };
-        let int = |v: &Value| match v {
-            Value::Int(i) => Some(*i),
-            _ => None,
+        let [Value::Int(start), Value::Int(end), Value::Array(node), ..] = &parts[..] else {
+            return None;
         };
-        let (start, end) = (int(parts.first()?)?, int(parts.get(1)?)?);
-        if !(start..=end).contains(&slot) {
+        if !(*start..=*end).contains(&slot) {
             return None;
         }
-        let Value::Array(node) = parts.get(2)? else {
+        let [host, Value::Int(port), ..] = &node[..] else {
             return None;
         };
-        let host = match node.first()? {
+        let host = match host {
             Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
             Value::SimpleString(s) => s.clone(),
             _ => return None,
         };
-        let port = u16::try_from(int(node.get(1)?)?).ok()?;
+        let port = u16::try_from(*port).ok()?;
         let host = if host.is_empty() {
             asked.to_owned()
         } else {

@@ -6,9 +6,8 @@
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::Value;
+use redis::{FromRedisValue, Value};
 
-use super::reply::as_string;
 use crate::store::inbox::{Cursors, Entry, InboxCursor, Message, Queue, Read};
 use crate::store::StoreError;
 
@@ -103,7 +102,8 @@ async fn read_streams(
             return Err(bad("stream shape"));
         }
         let list = pair.pop().expect("two items");
-        let name = as_string(&pair.pop().expect("two items"))?;
+        let name = String::from_redis_value(pair.pop().expect("two items"));
+        let name = name.map_err(|_| bad("stream name"))?;
         let index = streams
             .iter()
             .position(|(key, _)| *key == name)
@@ -123,7 +123,7 @@ async fn read_streams(
                 _ => return Err(bad("fields")),
             };
             let stream_id = match pair.pop() {
-                Some(v) => as_string(&v)?,
+                Some(v) => String::from_redis_value(v).map_err(|_| bad("id"))?,
                 None => return Err(bad("id")),
             };
             let mut fields = Vec::with_capacity(flat.len() / 2);

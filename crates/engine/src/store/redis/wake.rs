@@ -69,9 +69,10 @@ async fn translate(
         let wakeup = match push.kind {
             PushKind::Disconnection => Wakeup::Lost,
             PushKind::Message | PushKind::Subscribe => {
-                let Some(group) = push
-                    .data
-                    .first()
+                // [channel, message] ([channel, count] for a subscription).
+                let mut data = push.data.iter();
+                let (channel, message) = (data.next(), data.next());
+                let Some(group) = channel
                     .and_then(text)
                     .and_then(|channel| keys.released_group(&channel).map(str::to_owned))
                 else {
@@ -82,7 +83,7 @@ async fn translate(
                 } else {
                     // A release carries the holder's id and a timings
                     // change "config": both wake the followers.
-                    match push.data.get(1).and_then(text) {
+                    match message.and_then(text) {
                         Some(message) => renewal_hint(&group, &message)
                             .or_else(|| handover(&group, &message))
                             .unwrap_or(Wakeup::Group(group)),

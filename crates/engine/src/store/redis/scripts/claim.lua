@@ -40,9 +40,25 @@
 -- waits for the epoch's hold, so no term of an earlier history, even one
 -- nobody alive saw, is granted again. Until then the reply is
 -- {0, term, ms left, '', config} too, as in the first ttl.
-local mine = ARGV[1] .. '#' .. ARGV[2] .. '#'
+local lease_key = KEYS[1]
+local term_key = KEYS[2]
+local members_key = KEYS[3]
+local config_key = KEYS[4]
+local born_key = KEYS[5]
+local node_key = KEYS[6]
+local history_key = KEYS[7]
+local epoch_key = KEYS[8]
+local priorities_key = KEYS[9]
+local seat_key = KEYS[10]
+local id = ARGV[1]
+local incarnation = ARGV[2]
 local ttl = tonumber(ARGV[3])
 local seen = tonumber(ARGV[4])
+local candidacy_ms = tonumber(ARGV[5])
+local priority = tonumber(ARGV[6])
+local defer_ms = tonumber(ARGV[7])
+local problem = ARGV[8]
+local mine = id .. '#' .. incarnation .. '#'
 local now = now_ms()
 -- INFO is in the @dangerous ACL category: a user without it cannot tell a
 -- new history by the server (only by the data: born and epoch missing).
@@ -57,7 +73,7 @@ if not text then
   local server, replication = info('server'), info('replication')
   if server and replication then text = server .. replication end
 end
-local born = tonumber(redis.call('GET', KEYS[5]) or '-1')
+local born = tonumber(redis.call('GET', born_key) or '-1')
 if born < 0 then
   local uptime = nil
   if text then uptime = tonumber(string.match(text, 'uptime_in_seconds:(%d+)') or '') end
@@ -69,11 +85,11 @@ if born < 0 then
     -- allows is a second later than it says (and never later than now).
     born = math.min(now, now - uptime * 1000 + 1000)
   end
-  redis.call('SET', KEYS[5], born)
+  redis.call('SET', born_key, born)
 end
 -- The store's epoch: missing on a store never used, flushed, or written
 -- before epochs; a new one after a change of history.
-local stored_epoch = tonumber(redis.call('GET', KEYS[8]) or '-1')
+local stored_epoch = tonumber(redis.call('GET', epoch_key) or '-1')
 local epoch = stored_epoch
 if epoch < 0 then epoch = epoch_at(now) end
 -- The store's history: a restarted server has a new run_id (and, whatever
@@ -83,7 +99,7 @@ if epoch < 0 then epoch = epoch_at(now) end
 -- and a new epoch. (No INFO for this user: not detected.)
 local function born_again(above)
   born = now
-  redis.call('SET', KEYS[5], now)
+  redis.call('SET', born_key, now)
   epoch = math.max(epoch, epoch_at(now), above + 1)
 end
 local moved_on = false
@@ -92,15 +108,15 @@ if text then
   local replid = string.match(text, 'master_replid:(%w+)')
   if run and replid then
     local history = run .. ':' .. replid
-    local known = redis.call('GET', KEYS[7])
+    local known = redis.call('GET', history_key)
     if known and known ~= history then
       born_again(stored_epoch)
       moved_on = true
     end
-    if known ~= history then redis.call('SET', KEYS[7], history) end
+    if known ~= history then redis.call('SET', history_key, history) end
   end
 end
-local stored = tonumber(redis.call('GET', KEYS[2]) or '0')
+local stored = tonumber(redis.call('GET', term_key) or '0')
 if seen > stored then
   -- Only after a data loss, or on a branch of history left behind:
   -- remember what this node has seen, and hold leases back as after a
@@ -115,39 +131,38 @@ if seen > stored then
     born_again(seen_epoch)
   end
   stored = seen
-  redis.call('SET', KEYS[2], term_text(stored))
+  redis.call('SET', term_key, term_text(stored))
 end
-if epoch ~= stored_epoch then redis.call('SET', KEYS[8], term_text(epoch)) end
-local config = redis.call('HMGET', KEYS[4], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs')
-redis.call('ZADD', KEYS[3], now + tonumber(ARGV[5]), ARGV[1])
-local priority = tonumber(ARGV[6])
-keep_priority(KEYS[9], ARGV[1], priority, ARGV[8])
-local current = redis.call('GET', KEYS[1])
+if epoch ~= stored_epoch then redis.call('SET', epoch_key, term_text(epoch)) end
+local config = redis.call('HMGET', config_key, 'ttlMs', 'renewIntervalMs', 'retryIntervalMs')
+redis.call('ZADD', members_key, now + candidacy_ms, id)
+keep_priority(priorities_key, id, priority, problem)
+local current = redis.call('GET', lease_key)
 if current and string.sub(current, 1, #mine) == mine then
   -- Our own lease, still standing after a fail-safe demotion: nobody else
   -- could have held it in between, so it keeps its term.
   local term = tonumber(string.sub(current, #mine + 1))
-  if term > stored then redis.call('SET', KEYS[2], term_text(term)) end
-  redis.call('PEXPIRE', KEYS[1], ttl)
+  if term > stored then redis.call('SET', term_key, term_text(term)) end
+  redis.call('PEXPIRE', lease_key, ttl)
   return {1, term, 0, config}
 end
-if current and holder_id(current) ~= ARGV[1] then
-  return {0, stored, redis.call('PTTL', KEYS[1]), holder_id(current), config}
+if current and holder_id(current) ~= id then
+  return {0, stored, redis.call('PTTL', lease_key), holder_id(current), config}
 end
 if current then
   -- Held by another incarnation of this id. Only the registered (newest)
   -- incarnation may take it over; an unregistered id (swept, or Redis lost
   -- the registry) is an unclean restart and may too.
-  local registered = redis.call('HGET', KEYS[6], 'incarnation')
-  if registered and registered ~= ARGV[2] then
-    return {0, stored, redis.call('PTTL', KEYS[1]), ARGV[1], config}
+  local registered = redis.call('HGET', node_key, 'incarnation')
+  if registered and registered ~= incarnation then
+    return {0, stored, redis.call('PTTL', lease_key), id, config}
   end
 end
 if now - born < ttl then
   return {0, stored, born + ttl - now, '', config}
 end
-local deferral = seat_deferral(KEYS[3], KEYS[9], KEYS[10], KEYS[4], ARGV[1], priority, now,
-  tonumber(ARGV[7]))
+local deferral = seat_deferral(members_key, priorities_key, seat_key, config_key, id, priority,
+  now, defer_ms)
 if deferral then
   return {0, stored, deferral[1], '', config, deferral[2], deferral[3]}
 end
@@ -159,7 +174,7 @@ local wait = epoch_wait(term, now)
 if wait > 0 then
   return {0, stored, wait, '', config}
 end
-redis.call('SET', KEYS[2], term_text(term))
-redis.call('SET', KEYS[1], mine .. term_text(term), 'PX', ttl)
-seat_taken(KEYS[10], ARGV[1])
+redis.call('SET', term_key, term_text(term))
+redis.call('SET', lease_key, mine .. term_text(term), 'PX', ttl)
+seat_taken(seat_key, id)
 return {1, term, 1, config}

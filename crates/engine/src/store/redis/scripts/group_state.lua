@@ -5,13 +5,18 @@
 -- {id, expiry, ...} of live members, {id, priority, ...} of the members
 -- whose priority is not the default ('0 REASON' for an unhealthy one),
 -- the preferred members (space-separated) or false}.
+local lease_key = KEYS[1]
+local term_key = KEYS[2]
+local members_key = KEYS[3]
+local priorities_key = KEYS[4]
+local config_key = KEYS[5]
 local now = now_ms()
 return {
-  redis.call('GET', KEYS[1]),
-  tonumber(redis.call('GET', KEYS[2]) or '0'),
-  redis.call('PTTL', KEYS[1]),
+  redis.call('GET', lease_key),
+  tonumber(redis.call('GET', term_key) or '0'),
+  redis.call('PTTL', lease_key),
   now,
-  redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. now, '+inf', 'WITHSCORES'),
-  redis.call('HGETALL', KEYS[4]),
-  redis.call('HGET', KEYS[5], 'preferred'),
+  redis.call('ZRANGEBYSCORE', members_key, '(' .. now, '+inf', 'WITHSCORES'),
+  redis.call('HGETALL', priorities_key),
+  redis.call('HGET', config_key, 'preferred'),
 }

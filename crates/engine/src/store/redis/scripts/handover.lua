@@ -10,13 +10,23 @@
 -- Returns 1 released, 0 the lease is not ours (nothing changed), -1 the
 -- successor is not a live member, -2 it campaigns with priority 0 (in
 -- both cases the leader keeps its lease).
+local lease_key = KEYS[1]
+local members_key = KEYS[2]
+local priorities_key = KEYS[3]
+local seat_key = KEYS[4]
+local id = ARGV[1]
+local incarnation = ARGV[2]
+local term = ARGV[3]
+local wake_channel = ARGV[4]
+local successor = ARGV[5]
+local window_ms = tonumber(ARGV[6])
 local now = now_ms()
-if redis.call('GET', KEYS[1]) ~= ARGV[1] .. '#' .. ARGV[2] .. '#' .. ARGV[3] then return 0 end
-local score = redis.call('ZSCORE', KEYS[2], ARGV[5])
+if redis.call('GET', lease_key) ~= id .. '#' .. incarnation .. '#' .. term then return 0 end
+local score = redis.call('ZSCORE', members_key, successor)
 if not score or tonumber(score) <= now then return -1 end
-if priority_of(redis.call('HGET', KEYS[3], ARGV[5])) <= 0 then return -2 end
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[4], 'successor', ARGV[5], 'until', now + tonumber(ARGV[6]))
-redis.call('HDEL', KEYS[4], 'vacant')
-redis.call('PUBLISH', ARGV[4], 'handover ' .. ARGV[5])
+if priority_of(redis.call('HGET', priorities_key, successor)) <= 0 then return -2 end
+redis.call('DEL', lease_key)
+redis.call('HSET', seat_key, 'successor', successor, 'until', now + window_ms)
+redis.call('HDEL', seat_key, 'vacant')
+redis.call('PUBLISH', wake_channel, 'handover ' .. successor)
 return 1

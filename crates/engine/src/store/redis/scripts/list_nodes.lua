@@ -3,10 +3,11 @@
 -- ARGV: prefix
 -- Returns {now, {id, lease_until, registered_at, heartbeat_at, backlog, dropped, groups}...}.
 -- Reads P:node:ID (HMGET) and P:node:ID:inbox (XLEN), built from the prefix.
+local nodes_key = KEYS[1]
 local prefix = ARGV[1]
 local now = now_ms()
 local out = {}
-local flat = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+local flat = redis.call('ZRANGE', nodes_key, 0, -1, 'WITHSCORES')
 for i = 1, #flat, 2 do
   local id = flat[i]
   local node_key = prefix .. ':node:' .. id

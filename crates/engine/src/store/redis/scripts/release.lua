@@ -8,13 +8,21 @@
 --       (P:g:{G}:released: a channel, so it comes in ARGV, not KEYS),
 --       "1" to also withdraw candidacy
 -- Returns 1 if the lease was released, 0 if it was not ours.
-if ARGV[5] == '1' then
-  redis.call('ZREM', KEYS[2], ARGV[1])
-  redis.call('HDEL', KEYS[3], ARGV[1])
+local lease_key = KEYS[1]
+local members_key = KEYS[2]
+local priorities_key = KEYS[3]
+local id = ARGV[1]
+local incarnation = ARGV[2]
+local term = ARGV[3]
+local wake_channel = ARGV[4]
+local withdraw = ARGV[5]
+if withdraw == '1' then
+  redis.call('ZREM', members_key, id)
+  redis.call('HDEL', priorities_key, id)
 end
-if redis.call('GET', KEYS[1]) == ARGV[1] .. '#' .. ARGV[2] .. '#' .. ARGV[3] then
-  redis.call('DEL', KEYS[1])
-  redis.call('PUBLISH', ARGV[4], ARGV[1])
+if redis.call('GET', lease_key) == id .. '#' .. incarnation .. '#' .. term then
+  redis.call('DEL', lease_key)
+  redis.call('PUBLISH', wake_channel, id)
   return 1
 end
 return 0

@@ -15,33 +15,48 @@
 -- A hint ('renewed TERM TTL' on the wake channel) tells the followers how
 -- long the lease now stands, so they sleep on without a claim; the engine's
 -- rules.rs says which renewals hint.
-local mine = ARGV[1] .. '#' .. ARGV[2] .. '#'
-local current = redis.call('GET', KEYS[1])
-if current == mine .. ARGV[3] then
+local lease_key = KEYS[1]
+local members_key = KEYS[2]
+local config_key = KEYS[3]
+local term_key = KEYS[4]
+local epoch_key = KEYS[5]
+local priorities_key = KEYS[6]
+local id = ARGV[1]
+local incarnation = ARGV[2]
+local held_term = ARGV[3]
+local ttl_ms = ARGV[4]
+local candidacy_ms = tonumber(ARGV[5])
+local wake_channel = ARGV[6]
+local hint = ARGV[7]
+local priority = tonumber(ARGV[8])
+local problem = ARGV[9]
+local mine = id .. '#' .. incarnation .. '#'
+local current = redis.call('GET', lease_key)
+if current == mine .. held_term then
   local now = now_ms()
-  local ttl = tonumber(ARGV[4])
-  local term = tonumber(ARGV[3])
-  local counter = tonumber(redis.call('GET', KEYS[4]) or '0')
+  local ttl = tonumber(ttl_ms)
+  local term = tonumber(held_term)
+  local counter = tonumber(redis.call('GET', term_key) or '0')
   -- Above the store's epoch too: a lease kept across a change of history
   -- must not move to a term of the old history's that may have been
   -- granted already.
-  local epoch = tonumber(redis.call('GET', KEYS[5]) or '0')
+  local epoch = tonumber(redis.call('GET', epoch_key) or '0')
   local moved = next_term(math.max(counter, epoch * TERM_SPAN))
   if counter > term and epoch_wait(moved, now) == 0 then
     term = moved
-    redis.call('SET', KEYS[4], term_text(term))
-    redis.call('SET', KEYS[1], mine .. term_text(term), 'PX', ttl)
+    redis.call('SET', term_key, term_text(term))
+    redis.call('SET', lease_key, mine .. term_text(term), 'PX', ttl)
   else
-    redis.call('PEXPIRE', KEYS[1], ttl)
+    redis.call('PEXPIRE', lease_key, ttl)
   end
-  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[5]), ARGV[1])
-  keep_priority(KEYS[6], ARGV[1], tonumber(ARGV[8]), ARGV[9])
+  redis.call('ZADD', members_key, now + candidacy_ms, id)
+  keep_priority(priorities_key, id, priority, problem)
   -- The leader keeps the member list tidy: drop candidacies that lapsed.
-  drop_lapsed(KEYS[2], KEYS[6], now)
-  if ARGV[7] == '1' then
-    redis.call('PUBLISH', ARGV[6], 'renewed ' .. term_text(term) .. ' ' .. ARGV[4])
+  drop_lapsed(members_key, priorities_key, now)
+  if hint == '1' then
+    redis.call('PUBLISH', wake_channel, 'renewed ' .. term_text(term) .. ' ' .. ttl_ms)
   end
-  return {1, redis.call('HMGET', KEYS[3], 'ttlMs', 'renewIntervalMs', 'retryIntervalMs'), term}
+  return {1, redis.call('HMGET', config_key, 'ttlMs', 'renewIntervalMs', 'retryIntervalMs'), term}
 end
 if not current then return {0} end
 return {-1, current}

@@ -1,9 +1,13 @@
--- Raise a group's term counter to ARGV[1] if it is lower; never lower it.
+-- Raise a group's term counter to the given term if it is lower; never
+-- lower it.
 -- KEYS: term
+-- ARGV: term
 -- Returns 1 if raised, 0 if left alone.
-local stored = tonumber(redis.call('GET', KEYS[1]) or '0')
-if stored < tonumber(ARGV[1]) then
-  redis.call('SET', KEYS[1], ARGV[1])
+local term_key = KEYS[1]
+local term = ARGV[1]
+local stored = tonumber(redis.call('GET', term_key) or '0')
+if stored < tonumber(term) then
+  redis.call('SET', term_key, term)
   return 1
 end
 return 0

@@ -4,6 +4,10 @@
 -- KEYS: node hash
 -- ARGV: incarnation, field, value
 -- Returns 1 written, 0 left alone.
-if redis.call('HGET', KEYS[1], 'incarnation') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], ARGV[2], ARGV[3])
+local node_key = KEYS[1]
+local incarnation = ARGV[1]
+local field = ARGV[2]
+local value = ARGV[3]
+if redis.call('HGET', node_key, 'incarnation') ~= incarnation then return 0 end
+redis.call('HSET', node_key, field, value)
 return 1

@@ -7,6 +7,7 @@
 -- Keys built from the prefix, not in KEYS: P:node:ID:subs, P:topic:SUB:subs,
 -- P:patterns, P:retained, P:topic:T:retained, P:node:ID (the drop count).
 -- A topic in P:retained whose retained message expired leaves that set.
+local inbox_key = KEYS[1]
 local prefix, id, sub = ARGV[1], ARGV[2], ARGV[3]
 local maxlen = tonumber(ARGV[4])
 local fresh = redis.call('SISMEMBER', prefix .. ':node:' .. id .. ':subs', sub) == 0
@@ -22,7 +23,7 @@ else
   topics[1] = sub
 end
 local delivered = 0
-local backlog = redis.call('XLEN', KEYS[1])
+local backlog = redis.call('XLEN', inbox_key)
 for _, topic in ipairs(topics) do
   local packed = redis.call('GET', prefix .. ':topic:' .. topic .. ':retained')
   if packed then
@@ -34,7 +35,7 @@ for _, topic in ipairs(topics) do
     else
       backlog = backlog + 1
     end
-    redis.call('XADD', KEYS[1], 'MAXLEN', maxlen, '*', 'i', m[1], 't', topic, 'f', m[2], 'p', m[3], 'r', '1')
+    redis.call('XADD', inbox_key, 'MAXLEN', maxlen, '*', 'i', m[1], 't', topic, 'f', m[2], 'p', m[3], 'r', '1')
     delivered = delivered + 1
   elseif is_pattern(sub) then
     redis.call('SREM', prefix .. ':retained', topic) -- expired

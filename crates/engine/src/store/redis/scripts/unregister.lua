@@ -4,7 +4,11 @@
 -- Returns 1 removed, 0 left alone.
 -- The removal is remove_node (remove_node.lua), which builds every other key
 -- it touches from the prefix.
-local incarnation = redis.call('HGET', KEYS[1], 'incarnation')
-if incarnation and incarnation ~= ARGV[3] then return 0 end
-remove_node(ARGV[1], ARGV[2])
+local node_key = KEYS[1]
+local prefix = ARGV[1]
+local id = ARGV[2]
+local incarnation = ARGV[3]
+local registered = redis.call('HGET', node_key, 'incarnation')
+if registered and registered ~= incarnation then return 0 end
+remove_node(prefix, id)
 return 1
