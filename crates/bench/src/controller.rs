@@ -50,8 +50,9 @@ const TRIALS_NS: &str = "bench";
 const SCALE_NS: &str = "bench-scale";
 /// The namespace of the leader-endpoint trials.
 const ENDPOINT_NS: &str = "bench-endpoint";
-/// The goals of the issue that asked for this scenario (the label's; the
-/// leader endpoint's is the same, from issue 26).
+/// A label moved within 50 ms of the acquisition is as quick as the
+/// engine's own event reaches the controller; the EndpointSlice is held to
+/// the same goal, since a client routes by either.
 const LABEL_GOAL_MS: u64 = 50;
 const REQUESTS_GOAL: f64 = 4.0;
 const MEMORY_GOAL_MIB: f64 = 128.0;
@@ -594,7 +595,8 @@ const WRITE_VERBS: [&str; 5] = [
 ];
 
 /// A controller at rest (no member changes) spends at most this share of
-/// a core, with 1,000 groups as with one (issue 27).
+/// a core, with 1,000 groups as with one: what it costs at rest must not
+/// grow with the groups it watches.
 const REST_CPU_GOAL: f64 = 0.05;
 
 /// Memory and CPU over `window`, which holds at least one resync (30 s),

@@ -285,9 +285,10 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     Ok(rows)
 }
 
-/// leasehold's figures beside Relay's from the same run, and the goals of
-/// issue 27 stated against them: five times Relay's throughput, to one
-/// subscriber and fanned out.
+/// leasehold's figures beside Relay's from the same run, and the goals
+/// stated against them: five times Relay's throughput, to one subscriber and
+/// fanned out (a ratio from one run holds on a noisy machine where an
+/// absolute figure does not).
 fn against_relay(
     relay: super::peers::Relay,
     library_p99: Duration,

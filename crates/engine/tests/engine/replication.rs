@@ -372,7 +372,7 @@ async fn a_primary_left_behind_by_a_failover_never_repeats_a_term_when_found_aga
 }
 }
 
-/// PostgreSQL's side of issue 48: the synchronous standby is SIGKILLed,
+/// PostgreSQL's side of a replica that rejoins: the synchronous standby is SIGKILLed,
 /// the primary writes 2 million rows meanwhile (with `synchronous_commit =
 /// local`, so that this write does not wait), and the standby restarts on
 /// its own data: it reconnects, catches up (`catchup` in

@@ -512,7 +512,7 @@ async fn a_sentinel_in_the_minority_is_not_believed() {
 /// on it waited for the old primary's count of replicas for 5 s
 /// (`REPLICA_LOSS_GRACE`), and then for the old primary's full sync once
 /// it rejoined: 15-20 s without a leader after each failover on Redis's
-/// default `repl-diskless-sync-delay` (issue 48).
+/// default `repl-diskless-sync-delay`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_primary_with_no_replica_in_sync_confirms_alone_after_the_hold() {
     let d = Deployment::start(1, DOWN_AFTER_MS).await;
