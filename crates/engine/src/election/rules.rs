@@ -264,8 +264,8 @@ pub(super) fn after_renew(reply: &Result<Renewal, StoreError>, cx: &RenewContext
 /// resumes. So after a timeout the next claim goes at once (the timeout
 /// itself spaced the attempts, one per call timeout): an answer is always
 /// awaited, and a node whose earlier claim won learns it from the next
-/// one's answer, not after a backoff (before, a retry interval later, with
-/// no leader meanwhile). Any other failure backs off ([`error_backoff`]).
+/// one's answer, not after a backoff (a retry interval later, with no
+/// leader meanwhile). Any other failure backs off ([`error_backoff`]).
 pub(super) fn retry_after(error: &StoreError, errors: u32, config: &ElectionConfig) -> Duration {
     match error {
         StoreError::Timeout(_) => Duration::ZERO,
@@ -565,9 +565,9 @@ mod tests {
 
     /// A claim not answered in time may have won (it ran when the store
     /// resumed): the next one goes at once, however many errors came
-    /// before, so its answer says so. Before, it waited up to a retry
-    /// interval, with nobody leading meanwhile (the bench's "paused > ttl"
-    /// trials over their 200 ms bound).
+    /// before, so its answer says so; a backoff would leave nobody leading
+    /// for up to a retry interval, past the 200 ms bound of a store that
+    /// was stopped for longer than a ttl.
     #[test]
     fn a_claim_or_renewal_that_timed_out_is_followed_by_a_claim_at_once() {
         let t0 = Instant::now();

@@ -206,7 +206,7 @@ impl Session {
         // that reinitialises the server keeps its start time, so lost
         // commits would go unseen. With replica acks off, `local`: durable
         // here, never waiting for a standby (the migration's commit
-        // included: before, it waited on a stalled standby with acks off).
+        // included: a stalled standby must not hold a start with acks off).
         // Without synchronous standbys the two are the same.
         let commit = if acks_off { "local" } else { "remote_apply" };
         client
