@@ -915,7 +915,7 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
                 "--store-ca-file",
                 &not_pem,
             ]),
-            "--redis-ca-file: PostgreSQL at 127.0.0.1:1, database \"app\": the CA certificate is not PEM",
+            "--store-ca-file: PostgreSQL at 127.0.0.1:1, database \"app\": the CA certificate is not PEM",
         ),
         (
             owned(&[

@@ -17,8 +17,9 @@ fn leasehold(redis: &impl StoreFixture, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
     command
         .args(args)
-        .args(["--redis-url", &redis.url(), "--prefix", "lh"])
-        .env_remove("LEASEHOLD_REDIS_URL");
+        .args(["--store-url", &redis.url(), "--prefix", "lh"])
+        .env_remove("LEASEHOLD_REDIS_URL")
+        .env_remove("LEASEHOLD_STORE_URL");
     command
 }
 

@@ -110,7 +110,7 @@ async fn setup_with(redis: &impl StoreFixture, pods: Vec<Value>, timings: Electi
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(30),
         metrics: ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry()),
-        redis_settings: tokio::sync::watch::channel(Vec::new()).1,
+        store_settings: tokio::sync::watch::channel(Vec::new()).1,
         refusals: Default::default(),
         holders_gone: Default::default(),
         written: Default::default(),
@@ -524,7 +524,7 @@ async fn a_standby_replica_writes_nothing() {
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(30),
         metrics: ControllerMetrics::register(&mut leasehold_daemon::metrics::new_registry()),
-        redis_settings: tokio::sync::watch::channel(Vec::new()).1,
+        store_settings: tokio::sync::watch::channel(Vec::new()).1,
         refusals: Default::default(),
         holders_gone: Default::default(),
         written: Default::default(),
@@ -579,7 +579,7 @@ async fn plan_follows(
             store: &view,
             swept: &[],
             local_now_ms: 0,
-            redis_warnings: &[],
+            store_warnings: &[],
             holder_gone_since_ms: Some(0),
         });
         let labelled = p

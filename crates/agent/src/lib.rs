@@ -2,7 +2,7 @@
 //! campaigns for the pod's LeaderGroups (engine group `NAMESPACE/NAME`) and
 //! tells the pod what it is: through a local HTTP API (`api`), a file per
 //! group (`role_file`) and, in exec mode (`exec`), by running a command
-//! only while it leads. It talks to Redis only; the controller reflects what
+//! only while it leads. It talks to the store only; the controller reflects what
 //! it does into Kubernetes.
 //!
 //! One task owns the [`Node`]. It carries out step-downs asked for through
@@ -35,7 +35,7 @@ use leasehold_daemon::election_args::ElectionArgs;
 use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http;
 use leasehold_daemon::names::{validate_object_name, NamespacedName};
-use leasehold_daemon::redis_settings::SettingsWatch;
+use leasehold_daemon::store_settings::SettingsWatch;
 use leasehold_engine::config::{
     validate_name, ConfigError, ElectionConfig, InboxConfig, NodeConfig,
 };
@@ -55,7 +55,7 @@ pub mod exec_guard {
 #[derive(Debug, Clone, clap::Args)]
 pub struct AgentArgs {
     #[command(flatten)]
-    pub redis: leasehold_daemon::redis_args::RedisArgs,
+    pub store: leasehold_daemon::store_args::StoreArgs,
     /// The pod's name (downward API); the node id is NAMESPACE/POD_NAME.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
@@ -115,7 +115,7 @@ pub struct AgentArgs {
     /// Exec mode: time between SIGTERM and SIGKILL when the command must stop, ms.
     #[arg(long, env = "LEASEHOLD_GRACE_PERIOD_MS", default_value_t = config::DEFAULT_EXEC_GRACE_MS)]
     pub grace_period_ms: u64,
-    /// Unread messages the node's inbox holds in Redis; past it the oldest are dropped and counted (1 to 10000000).
+    /// Unread messages the node's inbox holds in the store; past it the oldest are dropped and counted (1 to 10000000).
     #[arg(long, env = "LEASEHOLD_INBOX_MAX_LENGTH", default_value_t = leasehold_engine::config::DEFAULT_INBOX_MAX_LENGTH)]
     pub inbox_max_length: u64,
     /// Unread messages past which the inbox reports `lag` (default: half of --inbox-max-length).
@@ -430,8 +430,8 @@ pub async fn run(args: AgentArgs) -> Result<u8, AgentError> {
 /// kept by a handle so that [`Agent::stop`] ends them all.
 struct Agent {
     settings: Settings,
-    /// Reports the Redis server's unsafe settings while the agent runs.
-    _redis_settings: SettingsWatch,
+    /// Reports the store server's unsafe settings while the agent runs.
+    _store_settings: SettingsWatch,
     namespace: String,
     /// Shared with the API, which publishes and subscribes through it.
     node: Arc<Node>,
@@ -461,11 +461,11 @@ struct Agent {
 }
 
 impl Agent {
-    /// Checks what can be checked before anything starts (Redis flags, the
+    /// Checks what can be checked before anything starts (store flags, the
     /// listen address, the role directory), then starts the node, joins
     /// the groups and starts the API server, the role files and the command.
     async fn start(args: &AgentArgs, settings: Settings) -> Result<Self, AgentError> {
-        let store = args.redis.connect_checked().await?;
+        let store = args.store.connect_checked().await?;
         let (listener, probe_listener) = Self::bind(args).await?;
         let role_files = match &args.role_dir {
             Some(dir) => Some(role_file::RoleFiles::create(dir.clone())?),
@@ -475,7 +475,7 @@ impl Agent {
         let mut registry = leasehold_daemon::metrics::new_registry();
         let options = Self::node_options(args, &settings, deferred_tx, &mut registry);
         let agent_metrics = metrics::AgentMetrics::register(&mut registry);
-        let redis_settings = SettingsWatch::start(store.clone(), &mut registry).await;
+        let store_settings = SettingsWatch::start(store.clone(), &mut registry).await;
         let node = Node::start_with(store.clone(), &settings.node_id, settings.node, options)
             .await
             .map_err(StartError::from)?;
@@ -523,7 +523,7 @@ impl Agent {
             "agent started"
         );
         Ok(Self {
-            _redis_settings: redis_settings,
+            _store_settings: store_settings,
             settings,
             namespace: args.namespace.clone(),
             node,
@@ -776,7 +776,7 @@ impl Agent {
         if unreleased.is_empty() {
             tracing::info!("leases released");
         } else {
-            tracing::warn!(groups = ?unreleased, "leases not released (Redis did not answer); they run out within their ttl");
+            tracing::warn!(groups = ?unreleased, "leases not released (the store did not answer); they run out within their ttl");
         }
         match only_owner(self.node).await {
             Some(node) => {

@@ -118,6 +118,21 @@ pub enum PgStartError {
     },
 }
 
+impl From<PgStartError> for crate::store::ConnectError {
+    /// A CA that is no CA, or one given with `sslmode=disable`, is the
+    /// CA's fault; anything else, the database's or its URL's.
+    fn from(e: PgStartError) -> Self {
+        use super::endpoint::TlsError::{CaWithoutTls, InvalidCa};
+        match e {
+            PgStartError::Tls {
+                source: InvalidCa(_) | CaWithoutTls,
+                ..
+            } => Self::Ca(Box::new(e)),
+            e => Self::Refused(Box::new(e)),
+        }
+    }
+}
+
 /// An error and its causes, as one line: tokio-postgres's own text is only
 /// its kind ("error connecting to server", "db error").
 pub(super) fn causes(e: &(dyn std::error::Error + 'static)) -> String {

@@ -29,15 +29,14 @@ use replication::Replication;
 use reply::{
     array, as_int, as_string, group_config, holder_id, int_at, split_lease, string_at, uint_at,
 };
-pub use route::ConnectError;
-use route::{check_ca, manager_config, tcp_settings};
+use route::{check_ca, manager_config, tcp_settings, CA_WITHOUT_TLS};
 use route::{Route, Topology};
 pub(crate) use stream::StreamReader;
 
 use crate::store::candidacy::Candidacy;
 use crate::store::options::ConnectOptions;
 use crate::store::outcome::{deferral, Claim, GroupState, Handover, Heartbeat, Renewal, Sweep};
-use crate::store::StoreError;
+use crate::store::{ConnectError, StoreError};
 
 /// A value of a group's priorities hash (seat.lua): `N`, or `0 REASON`
 /// for a member whose application is unhealthy.
@@ -51,8 +50,7 @@ fn priority_and_problem(value: &str) -> (u32, Option<String>) {
 }
 
 // Public, as every trait impl is: a library user's `?` on a RedisError
-// meets it too. Kept for the many `?`s of this module; it goes when
-// ConnectError stops carrying RedisError (docs/design/postgres-store.md).
+// meets it too. Kept for the many `?`s of this module.
 impl From<redis::RedisError> for StoreError {
     fn from(e: redis::RedisError) -> Self {
         Self::Failed {
@@ -93,7 +91,7 @@ impl RedisStore {
             .redis_url
             .as_str()
             .into_connection_info()
-            .map_err(ConnectError::Url)?
+            .map_err(|e| ConnectError::Url(Box::new(e)))?
             .set_tcp_settings(tcp_settings());
         if let Some(password) = options.password {
             let settings = info.redis_settings().clone().set_password(password);
@@ -101,13 +99,14 @@ impl RedisStore {
         }
         if let Some(pem) = options.ca_pem {
             if !parsed.tls {
-                return Err(ConnectError::CaWithoutTls);
+                return Err(ConnectError::Ca(CA_WITHOUT_TLS.into()));
             }
             check_ca(pem)?;
         }
         let (route, key_prefix) = match &parsed.topology {
             Topology::Direct => {
-                let client = route::client(info, options.ca_pem).map_err(ConnectError::Url)?;
+                let client = route::client(info, options.ca_pem)
+                    .map_err(|e| ConnectError::Url(Box::new(e)))?;
                 (Route::fixed(client)?, prefix.to_owned())
             }
             Topology::Sentinel { sentinels, master } => (
