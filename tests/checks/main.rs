@@ -2,6 +2,7 @@
 //! the examples, and the crate and module layering. One test binary; a
 //! module per subject.
 
+mod boundary;
 mod chart;
 mod crd;
 mod examples;

@@ -90,7 +90,7 @@ pub struct ControllerArgs {
 /// defaults: they bound how long labels stand still when the active replica
 /// dies, and how long a store born again (a store started with the install,
 /// or restarted empty) keeps every replica a standby. A renewal every 1.5 s
-/// costs Redis nothing.
+/// costs the store nothing.
 pub const REPLICA_TIMINGS: ElectionConfig = ElectionConfig {
     ttl_ms: 5_000,
     renew_interval_ms: 1_500,
