@@ -889,7 +889,10 @@ fn the_deprecated_redis_values_render_as_the_store_values() {
         ("replicaAcks", "2"),
     ];
     let sets = |under: &str| -> Vec<String> {
-        values.iter().map(|(k, v)| format!("{under}.{k}={v}")).collect()
+        values
+            .iter()
+            .map(|(k, v)| format!("{under}.{k}={v}"))
+            .collect()
     };
     let render = |sets: &[String]| {
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
@@ -897,11 +900,17 @@ fn the_deprecated_redis_values_render_as_the_store_values() {
     };
     let (old, new) = (render(&sets("redis")), render(&sets("store")));
     assert_eq!(old, new, "redis.* and store.* render differently");
-    assert!(new.contains("/etc/leasehold/store-sentinel-password"), "{new}");
+    assert!(
+        new.contains("/etc/leasehold/store-sentinel-password"),
+        "{new}"
+    );
     assert_ne!(new, render(&[]), "the values changed nothing");
     // Unset, both render the defaults (and the deployed Redis alike).
     let deployed = ["redis.deploy=true".to_owned()];
-    assert_eq!(render(&deployed), render(&[deployed[0].clone(), "redis.prefix=leasehold".into()]));
+    assert_eq!(
+        render(&deployed),
+        render(&[deployed[0].clone(), "redis.prefix=leasehold".into()])
+    );
     // Both set: the store value wins.
     let both = render(&["redis.prefix=old".into(), "store.prefix=new".into()]);
     let both = docs(&both);

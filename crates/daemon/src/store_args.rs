@@ -95,13 +95,10 @@ fn read(flag: &'static str, path: Option<&PathBuf>) -> Result<Option<Vec<u8>>, F
 }
 
 impl StoreArgs {
-    /// The store's URL. An error names a flag by its new name, whichever
-    /// name gave it.
+    /// The store's URL; errors name each flag by its new name.
     pub fn url(&self) -> Result<&str, FlagError> {
-        let url = self
-            .store_url
-            .as_ref()
-            .or(self.deprecated.redis_url.as_ref());
+        let url = self.store_url.as_ref();
+        let url = url.or(self.deprecated.redis_url.as_ref());
         url.map(String::as_str).ok_or_else(|| FlagError::worded(
             "--store-url",
             "--store-url (or LEASEHOLD_STORE_URL) is required: the URL of the store (forms in --help)".to_owned(),
@@ -118,10 +115,7 @@ impl StoreArgs {
         let store = self.connect()?;
         let refusal = tokio::time::timeout(START_CHECK, store.refusal()).await;
         if let Ok(Some(why)) = refusal {
-            return Err(FlagError::worded(
-                "--store-url",
-                format!("--store-url: {why}"),
-            ));
+            return Err(FlagError::new("--store-url", why));
         }
         Ok(store)
     }
@@ -135,10 +129,8 @@ impl StoreArgs {
                 .trim_end_matches(['\r', '\n'])
                 .to_owned()
         };
-        let password = self
-            .store_password_file
-            .as_ref()
-            .or(old.redis_password_file.as_ref());
+        let password = self.store_password_file.as_ref();
+        let password = password.or(old.redis_password_file.as_ref());
         let password = read("--store-password-file", password)?.map(secret);
         let sentinel = self.store_sentinel_password_file.as_ref();
         let sentinel = sentinel.or(old.redis_sentinel_password_file.as_ref());
@@ -149,10 +141,8 @@ impl StoreArgs {
                 "--store-sentinel-password-file is used only with a redis+sentinel:// or rediss+sentinel:// --store-url".to_owned(),
             ));
         }
-        let ca = read(
-            "--store-ca-file",
-            self.store_ca_file.as_ref().or(old.redis_ca_file.as_ref()),
-        )?;
+        let ca = self.store_ca_file.as_ref().or(old.redis_ca_file.as_ref());
+        let ca = read("--store-ca-file", ca)?;
         let acks = self.store_replica_acks.or(old.redis_replica_acks);
         let wait = self.store_replica_wait_ms.or(old.redis_replica_wait_ms);
         let wait = wait.unwrap_or(REPLICA_WAIT.as_millis() as u64);
@@ -170,8 +160,7 @@ impl StoreArgs {
         let store =
             Store::connect_with_options(url, &self.prefix, options).map_err(|e| match e {
                 ConnectError::Prefix(e) => FlagError::new("--prefix", e),
-                // A CA file that is no CA, or one given for a URL without TLS
-                // (a CA the URL names is the URL's fault).
+                // A CA file that is no CA, or given for a URL without TLS.
                 e @ ConnectError::Ca(_) if ca.is_some() => FlagError::new("--store-ca-file", e),
                 e => FlagError::new("--store-url", e),
             })?;

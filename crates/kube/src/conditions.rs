@@ -15,10 +15,9 @@ pub mod types {
     pub const LEADER_ELECTED: &str = "LeaderElected";
     /// Another group writes the same label key on some of these pods.
     pub const LABEL_CONFLICT: &str = "LabelConflict";
-    /// The store server's settings keep the guarantees (each store's page in
-    /// docs/ says what it must provide); False names what to change. Not part
-    /// of Ready: the group works, with a weaker guarantee. Named before the
-    /// store was, as are the two reasons below: dashboards and alerts use them.
+    /// The store server's settings keep the guarantees; False names what to
+    /// change. Not part of Ready: the group works, with a weaker guarantee.
+    /// Named before the store was, as two reasons below: alerts use them.
     pub const STORE_SETTINGS_SAFE: &str = "RedisSettingsSafe";
     /// The last `leasehold.dev/step-down-to` request: True when the leader
     /// was asked to hand over, False (with the reason) when it was

@@ -14,28 +14,23 @@ redis+sentinel://[user:password@]host[:port][,host[:port]…]/MASTER[/db], \
 redis+cluster://[user:password@]host[:port][,host[:port]…] (rediss+sentinel://, rediss+cluster:// for TLS), \
 or for PostgreSQL postgres://[user@]host[:port][,host[:port]…]/database";
 
-/// The store's own error, kept as the `source()` of the engine's.
-type Cause = Box<dyn std::error::Error + Send + Sync>;
-
-/// Why [`crate::Store::connect`] refused to start, whichever store the URL
-/// named: each variant is what went wrong, so a caller can blame the right
-/// setting without knowing the store.
+/// Why [`crate::Store::connect`] refused to start, as what went wrong, so a
+/// caller blames the right setting without knowing the store; the store's
+/// own error is the payload.
 #[derive(Debug, thiserror::Error)]
 pub enum ConnectError {
     #[error("the store URL is invalid ({0}); expected {URL_FORMS}")]
-    Url(Cause),
+    Url(Box<dyn std::error::Error + Send + Sync>),
     #[error(transparent)]
     Prefix(#[from] ConfigError),
     #[error("could not set up the store's connection: {0}")]
-    Setup(Cause),
-    /// The CA given apart from the URL (or, for a URL that names one, by
-    /// it) checks nothing: it is not PEM, or the URL turns TLS off.
+    Setup(Box<dyn std::error::Error + Send + Sync>),
+    /// The CA checks nothing: it is not PEM, or the URL turns TLS off.
     #[error(transparent)]
-    Ca(Cause),
-    /// The store cannot start on what the URL and prefix name, for a
-    /// reason its error states, with what to do.
+    Ca(Box<dyn std::error::Error + Send + Sync>),
+    /// The store refuses the URL or the prefix; its error says what to do.
     #[error(transparent)]
-    Refused(Cause),
+    Refused(Box<dyn std::error::Error + Send + Sync>),
 }
 
 /// A failed store call. Never fatal: loops report it and try again.

@@ -119,17 +119,18 @@ pub enum PgStartError {
 }
 
 impl From<PgStartError> for crate::store::ConnectError {
-    /// A CA that is no CA, or one given with `sslmode=disable`, is the
-    /// CA's fault; anything else, the database's or its URL's.
+    /// A CA that is no CA, or one given with `sslmode=disable`, is the CA's fault.
     fn from(e: PgStartError) -> Self {
         use super::endpoint::TlsError::{CaWithoutTls, InvalidCa};
-        match e {
+        let ca = matches!(
+            &e,
             PgStartError::Tls {
                 source: InvalidCa(_) | CaWithoutTls,
                 ..
-            } => Self::Ca(Box::new(e)),
-            e => Self::Refused(Box::new(e)),
-        }
+            }
+        );
+        let wrap = if ca { Self::Ca } else { Self::Refused };
+        wrap(Box::new(e))
     }
 }
 
