@@ -39,33 +39,33 @@ pub struct StoreArgs {
     /// Longest wait for those replicas after one lease write, ms (1 to 10000, default 250); never more than half the call's bound (the retry interval).
     #[arg(long, env = "LEASEHOLD_STORE_REPLICA_WAIT_MS")]
     pub store_replica_wait_ms: Option<u64>,
-    #[command(
-        flatten,
-        next_help_heading = "Deprecated names (still honoured; the new name wins)"
-    )]
+    #[command(flatten)]
     pub deprecated: DeprecatedStoreArgs,
 }
+
+/// Where `--help` lists the older names.
+const DEPRECATED: &str = "Deprecated names (still honoured; the new name wins)";
 
 /// The store flags' older names, each with its variable.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct DeprecatedStoreArgs {
     /// Deprecated: --store-url.
-    #[arg(long, env = "LEASEHOLD_REDIS_URL")]
+    #[arg(long, env = "LEASEHOLD_REDIS_URL", help_heading = DEPRECATED)]
     pub redis_url: Option<String>,
     /// Deprecated: --store-password-file.
-    #[arg(long, env = "LEASEHOLD_REDIS_PASSWORD_FILE")]
+    #[arg(long, env = "LEASEHOLD_REDIS_PASSWORD_FILE", help_heading = DEPRECATED)]
     pub redis_password_file: Option<PathBuf>,
     /// Deprecated: --store-sentinel-password-file.
-    #[arg(long, env = "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE")]
+    #[arg(long, env = "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE", help_heading = DEPRECATED)]
     pub redis_sentinel_password_file: Option<PathBuf>,
     /// Deprecated: --store-ca-file.
-    #[arg(long, env = "LEASEHOLD_REDIS_CA_FILE")]
+    #[arg(long, env = "LEASEHOLD_REDIS_CA_FILE", help_heading = DEPRECATED)]
     pub redis_ca_file: Option<PathBuf>,
     /// Deprecated: --store-replica-acks.
-    #[arg(long, env = "LEASEHOLD_REDIS_REPLICA_ACKS", value_parser = parse_replica_acks)]
+    #[arg(long, env = "LEASEHOLD_REDIS_REPLICA_ACKS", help_heading = DEPRECATED, value_parser = parse_replica_acks)]
     pub redis_replica_acks: Option<ReplicaAcks>,
     /// Deprecated: --store-replica-wait-ms.
-    #[arg(long, env = "LEASEHOLD_REDIS_REPLICA_WAIT_MS")]
+    #[arg(long, env = "LEASEHOLD_REDIS_REPLICA_WAIT_MS", help_heading = DEPRECATED)]
     pub redis_replica_wait_ms: Option<u64>,
 }
 
