@@ -337,6 +337,8 @@ async fn the_deprecated_store_names_still_work_and_say_so() {
             "{flag} is not under the deprecated names: {help}"
         );
     }
+    // Only they: the flags after them keep their own section.
+    assert!(!deprecated.contains("--pod-name"), "{help}");
     assert!(
         help.lines()
             .next()
