@@ -11,7 +11,7 @@ use clap::{Parser, Subcommand};
 #[command(
     name = "leasehold",
     version,
-    about = "Leader election and a live-node registry on Redis"
+    about = "Leader election and a live-node registry on a shared store"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -20,13 +20,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Three nodes on a local Redis: crash the leader, step down, show the handover times.
+    /// Three nodes on a local store: crash the leader, step down, show the handover times.
     Demo(demo::DemoArgs),
     /// Print the LeaderGroup CustomResourceDefinition as YAML.
     Crdgen,
     /// The sidecar: campaign for this pod's LeaderGroups, serve a local API, optionally run a command while leading.
     Agent(Box<leasehold_agent::AgentArgs>),
-    /// Reflect Redis state into LeaderGroups and pod labels (in the cluster).
+    /// Reflect the store's state into LeaderGroups and pod labels (in the cluster).
     Controller(leasehold_kube::run::ControllerArgs),
     /// List the registered nodes: lease left, last heartbeat, groups, inbox backlog and drops.
     Nodes(ops::NodesArgs),
@@ -70,7 +70,7 @@ async fn run(cli: Cli) -> std::process::ExitCode {
     // Long-running jobs log what they do; one-shot commands only problems.
     let quiet = !matches!(cli.command, Command::Controller(_) | Command::Agent(_));
     leasehold_daemon::init_logging(if quiet { "warn" } else { "info" });
-    // The errors of the crates, of redis and of kube both write their
+    // The errors of the crates, of the store clients and of kube write their
     // causes into their messages and chain them (`source()`): they are
     // taken in flat (`anyhow::Error::msg`), here and in the commands, so
     // `{e:#}` below prints each cause once, after the contexts added here.

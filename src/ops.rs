@@ -1,5 +1,5 @@
-//! The operator's commands against a Redis URL, the way `redis-cli` or a
-//! message bus's own CLI is used from a shell: `nodes` and `groups` read
+//! The operator's commands against a store's URL, the way a database's or
+//! a message bus's own CLI is used from a shell: `nodes` and `groups` read
 //! the registry and the leases, `publish` and `subscribe` use the
 //! messaging, `step-down` asks a leader to hand over. Output is a table
 //! (kubectl's style) or, with `-o json`, JSON for scripts: one document
@@ -12,7 +12,7 @@ use std::io::Read as _;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use leasehold_daemon::redis_args::RedisArgs;
+use leasehold_daemon::store_args::StoreArgs;
 use leasehold_engine::{Delivery, Node, NodeConfig, Overflow, PublishOptions, Retain, Store};
 use serde_json::{json, Value};
 
@@ -28,7 +28,7 @@ pub enum Format {
 #[derive(Debug, clap::Args)]
 pub struct Common {
     #[command(flatten)]
-    pub redis: RedisArgs,
+    pub store: StoreArgs,
     /// Output format.
     #[arg(short = 'o', long = "output", value_enum, default_value_t = Format::Table)]
     pub output: Format,
@@ -165,7 +165,7 @@ fn print_json(value: &Value) {
 }
 
 pub async fn nodes(args: NodesArgs) -> anyhow::Result<()> {
-    let store = args.common.redis.connect()?;
+    let store = args.common.store.connect()?;
     let now = store.time_ms().await.map_err(anyhow::Error::msg)?;
     let nodes = store.list_nodes().await.map_err(anyhow::Error::msg)?;
     match args.common.output {
@@ -221,7 +221,7 @@ pub async fn nodes(args: NodesArgs) -> anyhow::Result<()> {
 }
 
 pub async fn groups(args: GroupsArgs) -> anyhow::Result<()> {
-    let store = args.common.redis.connect()?;
+    let store = args.common.store.connect()?;
     // Groups are found through their members' registrations: a group no
     // registered node has joined is not listed.
     let names: std::collections::BTreeSet<String> = store
@@ -281,7 +281,7 @@ pub async fn groups(args: GroupsArgs) -> anyhow::Result<()> {
 }
 
 pub async fn publish(args: PublishArgs) -> anyhow::Result<()> {
-    let store = args.common.redis.connect()?;
+    let store = args.common.store.connect()?;
     let payload = match args.payload.as_deref() {
         None | Some("-") => {
             let mut bytes = Vec::new();
@@ -329,7 +329,7 @@ pub async fn publish(args: PublishArgs) -> anyhow::Result<()> {
 
 pub async fn subscribe(args: SubscribeArgs) -> anyhow::Result<()> {
     let shutdown = leasehold_daemon::signal::shutdown();
-    let store = args.common.redis.connect()?;
+    let store = args.common.store.connect()?;
     let node = cli_node(store).await?;
     for pattern in &args.patterns {
         if let Err(e) = node.subscribe(pattern).await {
@@ -379,7 +379,7 @@ pub async fn subscribe(args: SubscribeArgs) -> anyhow::Result<()> {
 }
 
 pub async fn step_down(args: StepDownArgs) -> anyhow::Result<()> {
-    let store = args.common.redis.connect()?;
+    let store = args.common.store.connect()?;
     let before = store
         .group_state(&args.group)
         .await

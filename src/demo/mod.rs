@@ -18,9 +18,9 @@ use server::RedisServer;
 
 #[derive(Debug, clap::Args)]
 pub struct DemoArgs {
-    /// The store to use (redis://... or postgres://...); when absent, a
-    /// throwaway server of the kind --store names is started on a free port.
-    #[arg(long, visible_alias = "redis-url", env = "LEASEHOLD_REDIS_URL")]
+    /// The store (redis://... or postgres://...; --redis-url: deprecated); when
+    /// absent, a throwaway server of the kind --store names starts on a free port.
+    #[arg(long, alias = "redis-url", env = "LEASEHOLD_STORE_URL")]
     store_url: Option<String>,
     /// Which store to start when no URL is given.
     #[arg(long, default_value = "redis", value_parser = ["redis", "postgres"])]

@@ -824,7 +824,7 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
         ),
         (
             agent(&["--group", "g", "--redis-replica-wait-ms", "0"]),
-            "--redis-replica-wait-ms = 0 is out of range",
+            "--store-replica-wait-ms = 0 is out of range",
         ),
         (
             agent(&["--group", "g", "--ttl-ms", "0"]),
@@ -876,7 +876,7 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
                 "--group",
                 "g",
             ]),
-            "--redis-url",
+            "--store-url: the store URL is invalid",
         ),
         (
             agent(&["--group", "g", "--listen", "not-an-address"]),
@@ -884,11 +884,11 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
         ),
         (
             agent(&["--group", "g", "--redis-password-file", "/no/such/file"]),
-            "--redis-password-file /no/such/file",
+            "--store-password-file /no/such/file",
         ),
         (
             agent(&["--group", "g", "--redis-ca-file", &not_pem]),
-            "--redis-ca-file: a CA certificate was given for a plain redis:// URL",
+            "--store-ca-file: a CA certificate was given for a plain redis:// URL",
         ),
         (
             owned(&[
@@ -902,7 +902,7 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
                 "--redis-ca-file",
                 &not_pem,
             ]),
-            "--redis-ca-file: the CA certificate is not PEM",
+            "--store-ca-file: the CA certificate is not PEM",
         ),
         (
             owned(&[
@@ -916,7 +916,7 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
                 "--store-ca-file",
                 &not_pem,
             ]),
-            "--redis-ca-file: PostgreSQL at 127.0.0.1:1, database \"app\": the CA certificate is not PEM",
+            "--store-ca-file: PostgreSQL at 127.0.0.1:1, database \"app\": the CA certificate is not PEM",
         ),
         (
             owned(&[

@@ -17,8 +17,9 @@ fn leasehold(redis: &impl StoreFixture, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
     command
         .args(args)
-        .args(["--redis-url", &redis.url(), "--prefix", "lh"])
-        .env_remove("LEASEHOLD_REDIS_URL");
+        .args(["--store-url", &redis.url(), "--prefix", "lh"])
+        .env_remove("LEASEHOLD_REDIS_URL")
+        .env_remove("LEASEHOLD_STORE_URL");
     command
 }
 
@@ -282,4 +283,66 @@ async fn step_down_hands_the_lease_to_another_member(server) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+}
+
+/// The store flags' older names and variables still work, the new ones win
+/// over them, and `--help` marks the old ones deprecated.
+#[tokio::test]
+async fn the_deprecated_store_names_still_work_and_say_so() {
+    let redis = testkit::RedisServer::start();
+    let _n = node(&redis, "ns/a").await;
+    let nodes = |args: &[&str], envs: &[(&str, &str)]| {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_leasehold"));
+        command
+            .args(["nodes", "--prefix", "lh", "-o", "json"])
+            .args(args);
+        command
+            .env_remove("LEASEHOLD_REDIS_URL")
+            .env_remove("LEASEHOLD_STORE_URL");
+        let out = command
+            .envs(envs.iter().copied())
+            .output()
+            .expect("run leasehold");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let url = redis.url();
+    for (args, envs) in [
+        (vec!["--redis-url", url.as_str()], vec![]),
+        (vec![], vec![("LEASEHOLD_REDIS_URL", url.as_str())]),
+        // The new name wins over the old one, which names no server here.
+        (
+            vec!["--store-url", url.as_str()],
+            vec![("LEASEHOLD_REDIS_URL", "redis://127.0.0.1:1")],
+        ),
+    ] {
+        let (ok, out) = nodes(&args, &envs);
+        assert!(ok && out.contains("ns/a"), "{args:?} {envs:?}: {out}");
+    }
+    let help = Command::new(env!("CARGO_BIN_EXE_leasehold"))
+        .args(["agent", "--help"])
+        .output()
+        .expect("run leasehold");
+    let help = String::from_utf8_lossy(&help.stdout);
+    let deprecated = help.split("Deprecated names").nth(1).unwrap_or_default();
+    for flag in [
+        "--redis-url",
+        "--redis-password-file",
+        "--redis-replica-acks",
+    ] {
+        assert!(
+            deprecated.contains(flag),
+            "{flag} is not under the deprecated names: {help}"
+        );
+    }
+    // Only they: the flags after them keep their own section.
+    assert!(!deprecated.contains("--pod-name"), "{help}");
+    assert!(
+        help.lines()
+            .next()
+            .is_some_and(|l| !l.to_lowercase().contains("redis")),
+        "{help}"
+    );
 }

@@ -11,6 +11,7 @@ fn demo(args: &[&str], expected: &[&str]) -> String {
         .arg("demo")
         .args(args)
         .env_remove("LEASEHOLD_REDIS_URL")
+        .env_remove("LEASEHOLD_STORE_URL")
         .output()
         .expect("run leasehold demo");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();

@@ -136,12 +136,12 @@ fn lint_passes_with_the_defaults_and_with_each_option_set() {
         &["watchNamespace=team-a"],
         &["metrics.serviceMonitor.enabled=true"],
         &["podDisruptionBudget.enabled=false"],
-        &["redis.existingSecret=redis-auth", "redis.caSecret=redis-ca"],
+        &["store.existingSecret=redis-auth", "store.caSecret=redis-ca"],
         &[
-            r"redis.url=redis+sentinel://s1:26379\,s2:26379/mymaster",
-            "redis.sentinelSecret=sentinel-pw",
+            r"store.url=redis+sentinel://s1:26379\,s2:26379/mymaster",
+            "store.sentinelSecret=sentinel-pw",
         ],
-        &[r"redis.url=rediss+cluster://n1:6379\,n2:6379"],
+        &[r"store.url=rediss+cluster://n1:6379\,n2:6379"],
         &["replicaCount=1", "podAntiAffinity=hard"],
         &["rbac.create=false", "serviceAccount.create=false"],
         &["admissionPolicy.enabled=false"],
@@ -209,10 +209,10 @@ fn the_default_install_is_least_privilege_and_locked_down() {
     assert_eq!(strings(&c["args"])[0], "controller");
     assert!(env(c, "POD_NAME").is_some() && env(c, "POD_NAMESPACE").is_some());
     assert_eq!(
-        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
+        env(c, "LEASEHOLD_STORE_URL").unwrap()["value"],
         "redis://redis:6379"
     );
-    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_none());
+    assert!(env(c, "LEASEHOLD_STORE_PASSWORD_FILE").is_none());
 
     // Metrics Service and PDB by default; no ServiceMonitor, no Redis.
     let svc = one(&docs, "Service");
@@ -266,15 +266,15 @@ fn each_option_renders_what_it_says() {
     assert_eq!(rc["securityContext"]["readOnlyRootFilesystem"], true);
     let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
-        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
+        env(c, "LEASEHOLD_STORE_URL").unwrap()["value"],
         "redis://rel-leasehold-redis.ops.svc:6379"
     );
 
     // The password from a Secret, as a file, never as an env value.
-    let docs_ = docs(&template(&helm, &["redis.existingSecret=redis-auth"]).unwrap());
+    let docs_ = docs(&template(&helm, &["store.existingSecret=redis-auth"]).unwrap());
     let spec = &controller(&docs_)["spec"]["template"]["spec"];
     let c = &spec["containers"][0];
-    let file = env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").unwrap()["value"]
+    let file = env(c, "LEASEHOLD_STORE_PASSWORD_FILE").unwrap()["value"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -285,13 +285,13 @@ fn each_option_renders_what_it_says() {
     // Lease writes wait for every replica by default, or the count given.
     let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
-        env(c, "LEASEHOLD_REDIS_REPLICA_ACKS").unwrap()["value"],
+        env(c, "LEASEHOLD_STORE_REPLICA_ACKS").unwrap()["value"],
         "all"
     );
-    let docs_ = docs(&template(&helm, &["redis.replicaAcks=2"]).unwrap());
+    let docs_ = docs(&template(&helm, &["store.replicaAcks=2"]).unwrap());
     let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
-        env(c, "LEASEHOLD_REDIS_REPLICA_ACKS").unwrap()["value"],
+        env(c, "LEASEHOLD_STORE_REPLICA_ACKS").unwrap()["value"],
         "2"
     );
 
@@ -494,16 +494,17 @@ fn bad_values_are_refused_with_the_key_named() {
     let cases: &[(&[&str], &str)] = &[
         (&["replicaCount=0"], "replicaCount"),
         (&["redis.urll=redis://x"], "urll"),
+        (&["store.url=http://x"], "store.url"),
+        (&["store.url=redis+foo://x"], "store.url"),
         (&["redis.url=http://x"], "redis.url"),
-        (&["redis.url=redis+foo://x"], "redis.url"),
         (
-            &["redis.sentinelSecret=sentinel-pw"],
-            "redis.sentinelSecret",
+            &["store.sentinelSecret=sentinel-pw"],
+            "store.sentinelSecret",
         ),
         (&["podAntiAffinity=sometimes"], "podAntiAffinity"),
-        (&["redis.url="], "set redis.url"),
         (&["watchNamespace=Team_A"], "watchNamespace"),
-        (&["redis.replicaAcks=many"], "redis.replicaAcks"),
+        (&["store.replicaAcks=many"], "store.replicaAcks"),
+        (&["store.replicaAcks=0"], "store.replicaAcks"),
         (&["redis.replicaAcks=0"], "redis.replicaAcks"),
         (
             &["admissionPolicy.enabled=maybe"],
@@ -545,7 +546,7 @@ fn bad_values_are_refused_with_the_key_named() {
         r"redis+cluster://n1:6379\,n2:6379",
         "rediss+cluster://n1",
     ] {
-        let set = format!("redis.url={url}");
+        let set = format!("store.url={url}");
         template(&helm, &[set.as_str()]).unwrap_or_else(|e| panic!("{url}: {e}"));
     }
 }
@@ -556,26 +557,26 @@ fn the_sentinels_password_is_a_file_from_its_own_secret() {
         return;
     };
     let sentinel = [
-        r"redis.url=redis+sentinel://s1:26379\,s2:26379/mymaster",
-        "redis.sentinelSecret=sentinel-pw",
+        r"store.url=redis+sentinel://s1:26379\,s2:26379/mymaster",
+        "store.sentinelSecret=sentinel-pw",
     ];
     let docs_ = docs(&template(&helm, &sentinel).unwrap());
     let spec = &controller(&docs_)["spec"]["template"]["spec"];
     let c = &spec["containers"][0];
     assert_eq!(
-        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
+        env(c, "LEASEHOLD_STORE_URL").unwrap()["value"],
         "redis+sentinel://s1:26379,s2:26379/mymaster"
     );
     assert_eq!(
-        env(c, "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE").unwrap()["value"],
-        "/etc/leasehold/redis-sentinel-password/password"
+        env(c, "LEASEHOLD_STORE_SENTINEL_PASSWORD_FILE").unwrap()["value"],
+        "/etc/leasehold/store-sentinel-password/password"
     );
-    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_none());
+    assert!(env(c, "LEASEHOLD_STORE_PASSWORD_FILE").is_none());
     let mount = c["volumeMounts"]
         .as_sequence()
         .expect("volumeMounts")
         .iter()
-        .find(|m| m["mountPath"] == "/etc/leasehold/redis-sentinel-password")
+        .find(|m| m["mountPath"] == "/etc/leasehold/store-sentinel-password")
         .expect("the sentinels' password mounted");
     assert_eq!(mount["readOnly"], true);
     let volume = spec["volumes"]
@@ -590,12 +591,12 @@ fn the_sentinels_password_is_a_file_from_its_own_secret() {
     assert!(kind(&docs_, "Secret").is_empty());
 
     // With the primary's password too: two files from two Secrets.
-    let sets = [&sentinel[..], &["redis.existingSecret=redis-auth"][..]].concat();
+    let sets = [&sentinel[..], &["store.existingSecret=redis-auth"][..]].concat();
     let docs_ = docs(&template(&helm, &sets).unwrap());
     let spec = &controller(&docs_)["spec"]["template"]["spec"];
     let c = &spec["containers"][0];
-    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_some());
-    assert!(env(c, "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE").is_some());
+    assert!(env(c, "LEASEHOLD_STORE_PASSWORD_FILE").is_some());
+    assert!(env(c, "LEASEHOLD_STORE_SENTINEL_PASSWORD_FILE").is_some());
     assert_eq!(c["volumeMounts"].as_sequence().unwrap().len(), 2);
     let secrets: Vec<&str> = spec["volumes"]
         .as_sequence()
@@ -857,14 +858,63 @@ fn a_postgres_store_url_reaches_the_controller() {
     };
     let url = r"postgres://app@db-0:5432\,db-1:5432/app?target_session_attrs=read-write";
     let set = format!("store.url={url}");
-    let docs_ = docs(&template(&helm, &[set.as_str(), "redis.existingSecret=db-pw"]).unwrap());
+    let docs_ = docs(&template(&helm, &[set.as_str(), "store.existingSecret=db-pw"]).unwrap());
     let spec = &controller(&docs_)["spec"]["template"]["spec"];
     let c = &spec["containers"][0];
     assert_eq!(
-        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
+        env(c, "LEASEHOLD_STORE_URL").unwrap()["value"],
         "postgres://app@db-0:5432,db-1:5432/app?target_session_attrs=read-write"
     );
-    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_some());
+    assert!(env(c, "LEASEHOLD_STORE_PASSWORD_FILE").is_some());
     let err = template(&helm, &["store.url=mysql://x"]).unwrap_err();
     assert!(err.to_string().contains("store.url"), "{err}");
+}
+
+/// The store values' older names (`redis.*`, deprecated) render the same
+/// manifests as the `store.*` ones, and a `store.*` value that is set wins
+/// over its older name.
+#[test]
+fn the_deprecated_redis_values_render_as_the_store_values() {
+    let Some(helm) = helm_or_skip("deprecated values") else {
+        return;
+    };
+    let values = [
+        ("url", r"rediss+sentinel://s1:26379\,s2:26379/mymaster/1"),
+        ("existingSecret", "store-auth"),
+        ("existingSecretPasswordKey", "pw"),
+        ("sentinelSecret", "sentinel-pw"),
+        ("sentinelSecretPasswordKey", "spw"),
+        ("caSecret", "store-ca"),
+        ("caSecretKey", "ca.pem"),
+        ("prefix", "team-a"),
+        ("replicaAcks", "2"),
+    ];
+    let sets = |under: &str| -> Vec<String> {
+        values
+            .iter()
+            .map(|(k, v)| format!("{under}.{k}={v}"))
+            .collect()
+    };
+    let render = |sets: &[String]| {
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+        template(&helm, &sets).unwrap()
+    };
+    let (old, new) = (render(&sets("redis")), render(&sets("store")));
+    assert_eq!(old, new, "redis.* and store.* render differently");
+    assert!(
+        new.contains("/etc/leasehold/store-sentinel-password"),
+        "{new}"
+    );
+    assert_ne!(new, render(&[]), "the values changed nothing");
+    // Unset, both render the defaults (and the deployed Redis alike).
+    let deployed = ["redis.deploy=true".to_owned()];
+    assert_eq!(
+        render(&deployed),
+        render(&[deployed[0].clone(), "redis.prefix=leasehold".into()])
+    );
+    // Both set: the store value wins.
+    let both = render(&["redis.prefix=old".into(), "store.prefix=new".into()]);
+    let both = docs(&both);
+    let c = &controller(&both)["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(env(c, "LEASEHOLD_PREFIX").unwrap()["value"], "new");
 }

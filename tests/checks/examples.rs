@@ -83,8 +83,8 @@ fn agent_settings(c: &Container) -> Option<Settings> {
     let mut argv = vec!["leasehold".to_owned(), "agent".to_owned()];
     argv.extend(["--pod-name=web-0".into(), "--namespace=shop".into()]);
     for e in c.env.iter().flatten() {
-        if let ("LEASEHOLD_REDIS_URL", Some(url)) = (e.name.as_str(), &e.value) {
-            argv.push(format!("--redis-url={url}"));
+        if let ("LEASEHOLD_STORE_URL", Some(url)) = (e.name.as_str(), &e.value) {
+            argv.push(format!("--store-url={url}"));
         }
     }
     argv.extend(args.into_iter().skip(1));
@@ -149,7 +149,7 @@ fn every_agent_in_the_examples_accepts_its_flags_and_names_a_declared_group() {
                 .into_iter()
                 .map(|e| e.name)
                 .collect();
-            for needed in ["POD_NAME", "POD_NAMESPACE", "LEASEHOLD_REDIS_URL"] {
+            for needed in ["POD_NAME", "POD_NAMESPACE", "LEASEHOLD_STORE_URL"] {
                 assert!(
                     env.contains(&needed.to_owned()),
                     "{file}: {} lacks {needed}",

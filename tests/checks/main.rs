@@ -4,6 +4,7 @@
 //! module per subject.
 
 mod architecture;
+mod boundary;
 mod chart;
 mod crd;
 mod errors;

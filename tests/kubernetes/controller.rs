@@ -128,7 +128,7 @@ fn context(
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(30),
         metrics: metrics.clone(),
-        redis_settings: tokio::sync::watch::channel(Vec::new()).1,
+        store_settings: tokio::sync::watch::channel(Vec::new()).1,
         memory: Memory::new(metrics, false),
     })
 }
@@ -564,7 +564,7 @@ async fn plan_follows(
             store: &view,
             swept: &[],
             local_now_ms: 0,
-            redis_warnings: &[],
+            store_warnings: &[],
             holder_gone_since_ms: Some(0),
         });
         let labelled = p

@@ -38,24 +38,37 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
 {{/*
-The store URL: store.url when set (PostgreSQL, or any Redis URL), else the
-in-release Redis when deployed (it wins over redis.url), else redis.url.
-redis.sentinelSecret is refused unless the URL is a Sentinel one, as the
-binary refuses --redis-sentinel-password-file.
+The store's values, as YAML (read it with fromYaml): each store.* value when
+set, else its deprecated redis.* name's, else its default.
+*/}}
+{{- define "leasehold.store" -}}
+{{- $s := .Values.store }}
+{{- $r := .Values.redis }}
+{{- $defaults := dict "url" "" "existingSecret" "" "existingSecretPasswordKey" "password" "sentinelSecret" "" "sentinelSecretPasswordKey" "password" "caSecret" "" "caSecretKey" "ca.crt" "prefix" "leasehold" "replicaAcks" "all" }}
+{{- $out := dict }}
+{{- range $key, $default := $defaults }}
+{{- $value := coalesce (index $s $key) (index $r $key) $default | default "" }}
+{{- $_ := set $out $key (toString $value) }}
+{{- end }}
+{{- toYaml $out }}
+{{- end }}
+
+{{/*
+The store URL: store.url when set, else the in-release Redis when deployed,
+else the deprecated redis.url when set, else redis://redis:6379.
+store.sentinelSecret is refused unless the URL is a Sentinel one, as the
+binary refuses --store-sentinel-password-file.
 */}}
 {{- define "leasehold.storeUrl" -}}
-{{- $url := "" }}
-{{- if .Values.store.url }}
-{{- $url = .Values.store.url }}
-{{- else if .Values.redis.deploy }}
+{{- $store := include "leasehold.store" . | fromYaml }}
+{{- $url := $store.url }}
+{{- if and .Values.redis.deploy (not .Values.store.url) }}
 {{- $url = printf "redis://%s-redis.%s.svc:6379" (include "leasehold.fullname" .) .Release.Namespace }}
-{{- else if .Values.redis.url }}
-{{- $url = .Values.redis.url }}
-{{- else }}
-{{- fail "redis: set redis.url to your Redis (redis://host:6379, redis+sentinel://s1:26379,s2:26379/MASTER, redis+cluster://n1:6379,n2:6379; rediss... for TLS), or redis.deploy=true for a throwaway one, or store.url to your PostgreSQL (postgres://user@host:5432/db)" }}
+{{- else if not $url }}
+{{- $url = "redis://redis:6379" }}
 {{- end }}
-{{- if and .Values.redis.sentinelSecret (not (contains "+sentinel://" $url)) }}
-{{- fail "redis.sentinelSecret is for a redis+sentinel:// or rediss+sentinel:// redis.url only (not with redis.deploy=true)" }}
+{{- if and $store.sentinelSecret (not (contains "+sentinel://" $url)) }}
+{{- fail "store.sentinelSecret is for a redis+sentinel:// or rediss+sentinel:// store.url only (not with redis.deploy=true)" }}
 {{- end }}
 {{- $url }}
 {{- end }}

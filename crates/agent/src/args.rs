@@ -12,7 +12,7 @@ use crate::{config, health};
 #[derive(Debug, Clone, clap::Args)]
 pub struct AgentArgs {
     #[command(flatten)]
-    pub redis: leasehold_daemon::redis_args::RedisArgs,
+    pub store: leasehold_daemon::store_args::StoreArgs,
     /// The pod's name (downward API); the node id is NAMESPACE/POD_NAME.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: Option<String>,
@@ -72,7 +72,7 @@ pub struct AgentArgs {
     /// Exec mode: time between SIGTERM and SIGKILL when the command must stop, ms.
     #[arg(long, env = "LEASEHOLD_GRACE_PERIOD_MS", default_value_t = config::DEFAULT_EXEC_GRACE_MS)]
     pub grace_period_ms: u64,
-    /// Unread messages the node's inbox holds in Redis; past it the oldest are dropped and counted (1 to 10000000).
+    /// Unread messages the node's inbox holds in the store; past it the oldest are dropped and counted (1 to 10000000).
     #[arg(long, env = "LEASEHOLD_INBOX_MAX_LENGTH", default_value_t = leasehold_engine::config::DEFAULT_INBOX_MAX_LENGTH)]
     pub inbox_max_length: u64,
     /// Unread messages past which the inbox reports `lag` (default: half of --inbox-max-length).

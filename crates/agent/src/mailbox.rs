@@ -2,7 +2,7 @@
 //! the local API (an event stream and a long-poll, see `api/messaging.rs`).
 //!
 //! Nothing is read from the inbox unless a client is waiting for the next
-//! item: while no client reads, messages stay in Redis, where the inbox's
+//! item: while no client reads, messages stay in the store, where the inbox's
 //! length limit drops the oldest and counts them, and the lag threshold is
 //! reported. What was read is kept in a short log, so that a client that
 //! reconnects with the cursor it last saw gets what followed (if the log
@@ -35,7 +35,7 @@ pub enum Item {
     Message(Message),
     /// The node came back after its registration had expired.
     Recovered,
-    /// The unread backlog in Redis crossed the lag threshold.
+    /// The unread backlog in the store crossed the lag threshold.
     Lag {
         backlog: u64,
     },

@@ -21,10 +21,10 @@ pub const HTTP_BODY_TIMEOUT: Duration = Duration::from_secs(10);
 /// accept loop does not spin a core.
 pub const HTTP_ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 
-/// The Redis server's settings are read again this often (and at once when
+/// The store server's settings are read again this often (and at once when
 /// the store finds a new primary), so a change made at runtime, or a
 /// restart with other settings, is reported.
-pub const REDIS_SETTINGS_RECHECK: Duration = Duration::from_secs(30);
+pub const STORE_SETTINGS_RECHECK: Duration = Duration::from_secs(30);
 
 /// How often the store is asked whether it found a new primary.
 pub const PRIMARY_CHANGE_POLL: Duration = Duration::from_secs(1);

@@ -127,15 +127,15 @@ where
     get(handler).head(use_get).fallback(use_get)
 }
 
-/// `/readyz` of a process whose work needs Redis: ready while Redis answers
-/// a PING within a second.
+/// `/readyz` of a process whose work needs the store: ready while the store
+/// answers a PING within a second.
 pub async fn readiness(store: leasehold_engine::Store) -> Response {
     match tokio::time::timeout(Duration::from_secs(1), store.ping()).await {
         Ok(Ok(())) => text(StatusCode::OK, "ready\n"),
         Ok(Err(e)) => text(StatusCode::SERVICE_UNAVAILABLE, format!("{e}\n")),
         Err(_) => text(
             StatusCode::SERVICE_UNAVAILABLE,
-            "redis did not answer a PING within 1s\n",
+            "the store did not answer a PING within 1s\n",
         ),
     }
 }

@@ -1,5 +1,5 @@
 //! What leasehold's long-running processes (the controller and the agent)
-//! share, and the engine must not know: the Redis flags, Kubernetes object
+//! share, and the engine must not know: the store flags, Kubernetes object
 //! names, election flags, start-up errors, process signals, logging,
 //! metrics and the small HTTP server for probes and APIs.
 // Production code only (clippy.toml sets the length); a test reads as one scenario.
@@ -11,9 +11,9 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod names;
-pub mod redis_args;
-pub mod redis_settings;
 pub mod signal;
+pub mod store_args;
+pub mod store_settings;
 
 use tracing_subscriber::EnvFilter;
 

@@ -109,7 +109,7 @@ impl EngineMetrics {
         );
         registry.register(
             "store_errors",
-            "Failed Redis calls, by the engine loop that made them",
+            "Failed store calls, by the engine loop that made them",
             m.store_errors.clone(),
         );
         for operation in [Operation::Claim, Operation::Renew] {

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use leasehold_daemon::metrics::{new_registry, render, EngineMetrics};
-use leasehold_daemon::redis_settings::SettingsWatch;
+use leasehold_daemon::store_settings::SettingsWatch;
 use leasehold_engine::{Event, InboxConfig, Node, NodeOptions, Store};
 use leasehold_testkit as testkit;
 use testkit::sentinel::Deployment;

@@ -19,13 +19,13 @@ pub const MAX_ID_BYTES: usize = 253;
 pub const DEFAULT_PREFIX: &str = "leasehold";
 
 /// At most this many expired nodes are removed by one sweep, so a sweep never
-/// blocks Redis for long even after a mass failure.
+/// blocks the store for long even after a mass failure.
 pub const SWEEP_BATCH: usize = 100;
 
-/// How long a connection attempt to Redis may take before it counts as failed.
+/// How long a connection attempt to the store may take before it counts as failed.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// The shortest time an engine call to Redis is given before it counts as
+/// The shortest time an engine call to the store is given before it counts as
 /// failed. Claims, renewals and releases are otherwise bounded by the group's
 /// retry interval, which may legally be 1 ms: far too short for a round trip
 /// on a busy machine. So shutdown is bounded by about 3 x max(retry, this).
@@ -51,17 +51,17 @@ pub const RECONNECT_BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// Default longest inbox backlog before the oldest unread messages are dropped.
 pub const DEFAULT_INBOX_MAX_LENGTH: u64 = 10_000;
 
-/// Largest inbox limit accepted: a backlog is memory in Redis.
+/// Largest inbox limit accepted: a backlog is memory in the store.
 pub const MAX_INBOX_LENGTH: u64 = 10_000_000;
 
 /// Default largest payload a publish accepts.
 pub const DEFAULT_MAX_MESSAGE_SIZE: u64 = 512 * 1024;
 
-/// Largest `max_message_size` accepted: Redis's own limit for one string.
+/// Largest `max_message_size` accepted: the store's own limit for one value.
 pub const MAX_MESSAGE_SIZE_LIMIT: u64 = 512 * 1024 * 1024;
 
 /// Messages a node's reader hands over ahead of its consumer. Kept small so
-/// a slow consumer's backlog stays in Redis, where it is visible and bounded.
+/// a slow consumer's backlog stays in the store, where it is visible and bounded.
 pub const INBOX_BUFFER: usize = 256;
 
 /// Most inbox entries fetched by one read.
@@ -86,7 +86,7 @@ pub const REPLICA_WAIT: Duration = Duration::from_millis(250);
 /// counted again.
 pub const REPLICA_COUNT_REFRESH: Duration = Duration::from_secs(1);
 
-/// With `--redis-replica-acks all`, a primary that reports fewer replicas
+/// With `--store-replica-acks all`, a primary that reports fewer replicas
 /// than it had (in sync, or attached in their full sync) is believed only
 /// after this long: until then a lease write waits for as many as before
 /// (and so is not confirmed). A primary that a
@@ -110,7 +110,7 @@ pub const SENTINEL_RECHECK: Duration = Duration::from_secs(1);
 /// How long one sentinel may take to name the primary.
 pub const SENTINEL_TIMEOUT: Duration = Duration::from_millis(300);
 
-/// In a Redis Cluster, how often the node serving the prefix's slot is
+/// In a clustered store, how often the node serving the prefix's slot is
 /// looked up again (and at once after an error, a MOVED say).
 pub const CLUSTER_RECHECK: Duration = Duration::from_secs(5);
 
@@ -125,8 +125,8 @@ pub const PUBLISH_BATCH: usize = 128;
 /// A batch stops growing past this many payload bytes.
 pub const PUBLISH_BATCH_BYTES: usize = 1024 * 1024;
 
-/// Longest retain ttl a publish accepts: 100 years. Redis refuses an expiry
-/// past 2^63 ms; a bound far inside it keeps every batch writable.
+/// Longest retain ttl a publish accepts: 100 years. A store's expiry stops at
+/// 2^63 ms; a bound far inside it keeps every batch writable.
 pub const MAX_RETAIN_MS: u64 = 100 * 365 * 24 * 3_600_000;
 
 /// Bound on user-facing calls (publish, subscribe, introspection).
@@ -231,7 +231,7 @@ impl ElectionConfig {
     pub fn retry_interval(&self) -> Duration {
         Duration::from_millis(self.retry_interval_ms)
     }
-    /// How long one claim, renewal or release may wait for Redis: one retry
+    /// How long one claim, renewal or release may wait for the store: one retry
     /// interval, but never less than [`MIN_CALL_TIMEOUT`].
     pub fn call_timeout(&self) -> Duration {
         self.retry_interval().max(MIN_CALL_TIMEOUT)
@@ -344,7 +344,7 @@ impl InboxConfig {
     }
 }
 
-/// Checks a node id or group name. Both end up inside Redis key names and
+/// Checks a node id or group name. Both end up inside the store's key names and
 /// Kubernetes label values' neighbourhood, so the alphabet is kept small:
 /// no spaces, no braces (they would break the hash tag), no `#` (it separates
 /// a lease holder's id from its incarnation).

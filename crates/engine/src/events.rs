@@ -2,9 +2,9 @@
 //! broadcast stream, and the same event as JSON on the `P:events` channel so
 //! that a controller in another process can follow every transition.
 //!
-//! Publishing to Redis is best effort and never blocks an engine loop: events
+//! Publishing to the store is best effort and never blocks an engine loop: events
 //! queue for a single publisher task, which keeps their order and drops (and
-//! logs) what it cannot send while Redis is away. The controller's periodic
+//! logs) what it cannot send while the store is away. The controller's periodic
 //! resync covers anything lost that way.
 
 use std::sync::Arc;
@@ -22,7 +22,7 @@ pub enum LostReason {
     Shutdown,
     /// `step_down` released the lease; the node abstains for one ttl.
     StepDown,
-    /// The lease ran out, in Redis or in the node's local view of it.
+    /// The lease ran out, in the store or in the node's local view of it.
     Expired,
     /// A renewal failed with a store error: demoted to be safe.
     StoreError,
@@ -55,7 +55,7 @@ impl LostReason {
     }
 }
 
-/// The engine loop whose Redis call failed ([`Event::StoreError`]).
+/// The engine loop whose store call failed ([`Event::StoreError`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Operation {
     #[serde(rename = "register")]
@@ -131,7 +131,7 @@ pub enum Event {
         term: u64,
     },
     /// This node follows the leader of a group: its first claim after
-    /// joining (or after being a candidate, e.g. while Redis was away) found
+    /// joining (or after being a candidate, e.g. while the store was away) found
     /// another node holding the lease. Lets a watcher (the controller) see
     /// a new member without polling.
     Following {
@@ -164,7 +164,7 @@ pub enum Event {
         count: u64,
         total: u64,
     },
-    /// A Redis call failed; the loop named by `during` retries.
+    /// A store call failed; the loop named by `during` retries.
     StoreError {
         node: String,
         during: Operation,
@@ -207,7 +207,7 @@ impl<F: Fn(&Event) + Send + Sync + 'static> Observer for F {
     }
 }
 
-/// Fans events out to the observer, in-process subscribers and Redis.
+/// Fans events out to the observer, in-process subscribers and the store.
 #[derive(Clone)]
 pub(crate) struct EventBus {
     local: broadcast::Sender<Event>,
@@ -222,7 +222,7 @@ const LOCAL_CAPACITY: usize = 1024;
 impl EventBus {
     /// Starts the publisher task (on the current Tokio runtime). It sends
     /// what is queued and ends once every clone of the bus is dropped, so the
-    /// last events of a closing node still reach Redis.
+    /// last events of a closing node still reach the store.
     pub fn start(store: Store, observer: Option<Arc<dyn Observer>>) -> Self {
         let (local, _) = broadcast::channel(LOCAL_CAPACITY);
         let (remote, mut queue) = mpsc::unbounded_channel::<Event>();

@@ -1,16 +1,16 @@
-//! leasehold's engine: leader election and a live-node registry on Redis.
+//! leasehold's engine: leader election and a live-node registry on a store.
 //!
 //! This crate knows nothing of Kubernetes, command lines or the process it
-//! runs in, and builds on any platform Tokio and redis-rs support:
-//! a [`Node`] registers itself in Redis, keeps its registration alive, sweeps
+//! runs in, and builds on any platform Tokio and the stores' clients support:
+//! a [`Node`] registers itself in the store, keeps its registration alive, sweeps
 //! dead nodes, and campaigns for the groups it joins. The operator's
 //! controller and the agent sidecar are built on it, and a Rust service can
 //! embed it directly:
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), leasehold_engine::Error> {
+//! # async fn demo(url: &str) -> Result<(), leasehold_engine::Error> {
 //! use leasehold_engine::{ElectionConfig, Node, NodeConfig, Store};
-//! let store = Store::connect("redis://127.0.0.1:6379", "leasehold")?;
+//! let store = Store::connect(url, "leasehold")?;
 //! let node = Node::start(store, "default/worker-0", NodeConfig::default()).await?;
 //! let group = node.join("default/reports", ElectionConfig::default())?;
 //! if let Some(term) = group.leader_term() {

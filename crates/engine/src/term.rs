@@ -1,13 +1,13 @@
 //! What a term is made of. A term must never be handed out twice, whatever
 //! happens to the store under it: a replica promoted while it lagged, a
-//! Redis restarted empty or on an older snapshot, a FLUSHALL, a restored
+//! store restarted empty or on an older snapshot, a FLUSHALL, a restored
 //! backup. After such a change nobody may remember the last term granted
 //! (its holder can die with the data), so the store's counter alone cannot
 //! keep the promise, and neither can what the claimants saw.
 //!
 //! So a term carries the history it was granted in, the way Kafka's leader
 //! epochs do: `term = epoch × TERM_EPOCH_SPAN + n`. The epoch is taken from
-//! the Redis clock when the store's history begins (its first use, a new
+//! the store's clock when its history begins (its first use, a new
 //! server process, a new replication id, a data set without the epoch key),
 //! counted in [`TERM_EPOCH_MS`] steps since [`TERM_EPOCH_ANCHOR_MS`]; `n`
 //! counts acquisitions within it, from 1, and wraps into the next epoch.
@@ -22,8 +22,8 @@
 //! [`CLOCK_STEP_BACK_MS`], so its clock epoch is at least `e + 1`. Memory
 //! still counts where it survives: a new epoch is also above the stored
 //! one, and a claim lifts the counter to the highest term the claimant saw.
-//! The Lua side is `store/redis/scripts/terms.lua`; [`lua_constants`] hands it these
-//! numbers, so they are written once.
+//! The store's terms script takes these numbers from [`lua_constants`], so
+//! they are written once.
 
 /// Acquisitions one epoch counts (`n` runs from 1 to `SPAN - 1`). A power
 /// of ten, so a term reads as its epoch followed by a three-digit count.
@@ -39,7 +39,7 @@ pub const TERM_EPOCH_MS: u64 = 100;
 /// 2, 3). Epoch 0 is never held back.
 pub const TERM_EPOCH_ANCHOR_MS: u64 = 1_767_225_600_000;
 
-/// How far the clock of the Redis server that takes over (a restarted
+/// How far the clock of the store's server that takes over (a restarted
 /// process, a promoted replica on another host) may read behind the clock
 /// of the one it replaces, at the moment it takes over. NTP keeps hosts
 /// within milliseconds; a step back of more than this across a restart or

@@ -38,10 +38,3 @@ pub async fn sweep(store: &Store, batch: usize) -> Result<Vec<String>, StoreErro
 pub fn claims_sent(node: &crate::Node) -> u64 {
     node.claims_sent()
 }
-
-/// The PostgreSQL store's migration to schema `version` for the schema
-/// `prefix`, as leasehold runs it (so a test can build an older schema and
-/// have a newer build upgrade it).
-pub fn postgres_migration(version: usize, prefix: &str) -> Option<String> {
-    crate::store::postgres::schema_migration(version, prefix)
-}

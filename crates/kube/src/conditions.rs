@@ -9,16 +9,16 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 pub mod types {
     /// The timings are within their bounds.
     pub const SPEC_VALID: &str = "SpecValid";
-    /// The group's state in Redis could be read.
+    /// The group's state in the store could be read.
     pub const STORE_AVAILABLE: &str = "StoreAvailable";
     /// Some node holds the lease.
     pub const LEADER_ELECTED: &str = "LeaderElected";
     /// Another group writes the same label key on some of these pods.
     pub const LABEL_CONFLICT: &str = "LabelConflict";
-    /// The Redis server's settings keep the guarantees (see docs/redis.md,
-    /// "What Redis must provide"); False names what to change. Not part of
-    /// Ready: the group works, with a weaker guarantee.
-    pub const REDIS_SETTINGS_SAFE: &str = "RedisSettingsSafe";
+    /// The store server's settings keep the guarantees; False names what to
+    /// change. Not part of Ready: the group works, with a weaker guarantee.
+    /// Named before the store was, as two reasons below: alerts use them.
+    pub const STORE_SETTINGS_SAFE: &str = "RedisSettingsSafe";
     /// The last `leasehold.dev/step-down-to` request: True when the leader
     /// was asked to hand over, False (with the reason) when it was
     /// refused. Absent until the first request.
@@ -36,8 +36,8 @@ pub mod reasons {
     pub const VALID: &str = "Valid";
     pub const INVALID_TIMINGS: &str = "InvalidTimings";
     pub const INVALID_ROLE_LABEL: &str = "InvalidRoleLabel";
-    pub const REDIS_REACHABLE: &str = "RedisReachable";
-    pub const REDIS_UNAVAILABLE: &str = "RedisUnavailable";
+    pub const STORE_REACHABLE: &str = "RedisReachable";
+    pub const STORE_UNAVAILABLE: &str = "RedisUnavailable";
     pub const LEASE_HELD: &str = "LeaseHeld";
     pub const LEASE_HELD_BY_NODE_WITHOUT_POD: &str = "LeaseHeldByNodeWithoutPod";
     pub const NO_LEADER: &str = "NoLeader";

@@ -64,7 +64,7 @@ fn default_stable_seconds() -> i64 {
     namespaced,
     status = "LeaderGroupStatus",
     derive = "PartialEq",
-    doc = "A group of pods of which exactly one leads, elected through leasehold on Redis.",
+    doc = "A group of pods of which exactly one leads, elected through leasehold.",
     printcolumn(
         name = "Leader",
         type_ = "string",
@@ -409,7 +409,7 @@ fn default_priority() -> i64 {
 pub struct Rollout {
     /// The updated revision: the revision of the newest member pod.
     pub revision: String,
-    /// The members preferred in Redis: the live ones on the updated
+    /// The members preferred in the store: the live ones on the updated
     /// revision that are ready or in their pod's first minute (with
     /// `placement.preferUpdated`).
     #[serde(default)]

@@ -1,5 +1,5 @@
 //! leasehold's Kubernetes side: the `LeaderGroup` resource ([`crd`]), the
-//! pure rules that turn the engine's state in Redis into pod labels and
+//! pure rules that turn the engine's state in the store into pod labels and
 //! status ([`plan`]), the I/O around them ([`reconcile`]) and the
 //! controller process ([`run`]). It depends on the engine; the engine and
 //! the agent never depend on it.

@@ -531,7 +531,7 @@ mod tests {
         let mut away = condition(
             types::STORE_AVAILABLE,
             false,
-            reasons::REDIS_UNAVAILABLE,
+            reasons::STORE_UNAVAILABLE,
             "x",
         );
         away.last_transition_time = at(500);

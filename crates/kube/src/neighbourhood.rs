@@ -83,7 +83,7 @@ impl Neighbourhood {
         }
     }
 
-    /// The pods the plan of `group` needs: those it selects, those Redis
+    /// The pods the plan of `group` needs: those it selects, those the store
     /// names as its members or holder, and those carrying its label key
     /// that no other group with that key selects (see [`PodsRead`]).
     ///

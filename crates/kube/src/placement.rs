@@ -4,7 +4,7 @@
 //!
 //! - during a rollout (the member pods are on more than one revision), the
 //!   live members on the updated revision (ready, or in their pod's first
-//!   minute) are written to Redis as preferred, so a free seat goes to one
+//!   minute) are written to the store as preferred, so a free seat goes to one
 //!   of them among equal priorities;
 //!   and a leader on an old revision is asked, once per term, to hand over
 //!   to the best of them whose pod is ready (of at least its own
@@ -140,7 +140,7 @@ fn best<'m>(members: impl Iterator<Item = &'m Member>, holder: Option<&str>) -> 
 /// Rules: see the module docs.
 pub fn place(seat: &Seat<'_>) -> Placed {
     let updated = seat.updated_revision();
-    // Preferred in Redis as soon as they are live, not once ready: a
+    // Preferred in the store as soon as they are live, not once ready: a
     // StatefulSet deletes the next old pod the moment an updated one is
     // ready, and if that pod leads, its release must already find the
     // updated member preferred, or an old one takes the seat and a second

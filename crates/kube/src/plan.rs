@@ -1,8 +1,8 @@
 //! The controller's rules, as one pure function: what was observed (the
 //! LeaderGroup, the namespace's pods and other groups, the group's state in
-//! Redis) goes in; the label changes in the order they must be applied, the
+//! the store) goes in; the label changes in the order they must be applied, the
 //! status, the events and the commands come out. Reconcile is the I/O around
-//! it, so every rule here is tested without a cluster or a Redis.
+//! it, so every rule here is tested without a cluster or a store.
 //!
 //! [`plan`] reads as the list of rules; each rule is a function named for
 //! what it decides, and `plan_tests.rs` has a test per rule.
@@ -49,7 +49,7 @@ pub struct OtherGroup {
     pub selector: LabelSelector,
 }
 
-/// The group's state in Redis, or why it could not be read.
+/// The group's state in the store, or why it could not be read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StoreView {
     Available(GroupState),
@@ -63,11 +63,11 @@ pub struct Observed<'a> {
     pub store: &'a StoreView,
     /// Nodes the controller's sweeper removed recently, with the time (ms).
     pub swept: &'a [(String, u64)],
-    /// The local wall clock in ms, used only when Redis's is not at hand.
+    /// The local wall clock in ms, used only when the store's is not at hand.
     pub local_now_ms: u64,
-    /// What is wrong with the Redis server's settings, as last read.
-    pub redis_warnings: &'a [SettingWarning],
-    /// When (ms, Redis clock) this controller first found the group without
+    /// What is wrong with the store server's settings, as last read.
+    pub store_warnings: &'a [SettingWarning],
+    /// When (ms, the store's clock) this controller first found the group without
     /// the holder its status names, if it has (see [`awaiting_successor`]).
     pub holder_gone_since_ms: Option<u64>,
 }
@@ -135,12 +135,12 @@ pub struct Plan {
     /// Look again this soon (ms), before the resync: a failback waits for
     /// its stability window.
     pub look_again_ms: Option<u64>,
-    /// Term to put back into Redis, which lost (part of) its data.
+    /// Term to put back into the store, which lost (part of) its data.
     pub restore_term: Option<u64>,
-    /// Timings to write into the group's config in Redis, when valid.
+    /// Timings to write into the group's config in the store, when valid.
     pub config: Option<ElectionConfig>,
     /// Nothing to write yet: the holder is gone and a successor is
-    /// expected. `(since_ms, remaining_ms)`: since when (Redis clock) and
+    /// expected. `(since_ms, remaining_ms)`: since when (the store's clock) and
     /// how much longer to wait before looking again.
     pub awaiting_successor: Option<(u64, u64)>,
     /// What the leader Service's slice should hold (`spec.service`), when
@@ -162,7 +162,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let state = match observed.store {
         StoreView::Available(state) => state,
         StoreView::Unavailable(reason) => {
-            return while_redis_is_unavailable(observed, &previous, spec_valid, config, reason)
+            return while_store_is_unavailable(observed, &previous, spec_valid, config, reason)
         }
     };
     let now = time_of(state.now_ms);
@@ -257,12 +257,12 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         condition(
             types::STORE_AVAILABLE,
             true,
-            reasons::REDIS_REACHABLE,
-            "the group's state was read from Redis",
+            reasons::STORE_REACHABLE,
+            "the group's state was read from the store",
         ),
         leader_elected(holder, leader_pod.as_deref(), term),
         label_conflict(&conflicts),
-        redis_settings(observed.redis_warnings),
+        store_settings(observed.store_warnings),
         readiness(
             labelled && service_error.is_none(),
             leader_pod.as_deref(),
@@ -470,7 +470,7 @@ fn awaiting_successor(
 
 /// Rule: the spec is checked by the schema's rules (for API servers
 /// without CEL); invalid timings are a `SpecValid=False` condition and no
-/// timings are written to Redis; an unusable role label is one too, and no
+/// timings are written to the store; an unusable role label is one too, and no
 /// pod is labelled; so is an unusable `spec.service`, and no endpoint is
 /// written.
 fn spec_validity(spec: &LeaderGroupSpec) -> (Condition, Option<ElectionConfig>) {
@@ -507,15 +507,15 @@ fn spec_validity(spec: &LeaderGroupSpec) -> (Condition, Option<ElectionConfig>) 
     }
 }
 
-/// Rule: the Redis server's unsafe settings are reported on every group,
+/// Rule: the store server's unsafe settings are reported on every group,
 /// one sentence each, without making any group unready.
-fn redis_settings(warnings: &[SettingWarning]) -> Condition {
+fn store_settings(warnings: &[SettingWarning]) -> Condition {
     if warnings.is_empty() {
         return condition(
-            types::REDIS_SETTINGS_SAFE,
+            types::STORE_SETTINGS_SAFE,
             true,
             reasons::SAFE_SETTINGS,
-            "nothing in the Redis server's settings weakens a guarantee",
+            "nothing in the store server's settings weakens a guarantee",
         );
     }
     let message = warnings
@@ -524,16 +524,16 @@ fn redis_settings(warnings: &[SettingWarning]) -> Condition {
         .collect::<Vec<_>>()
         .join(" ");
     condition(
-        types::REDIS_SETTINGS_SAFE,
+        types::STORE_SETTINGS_SAFE,
         false,
         reasons::UNSAFE_SETTINGS,
         message,
     )
 }
 
-/// Rule: while Redis cannot be read, every label stays as it is (a guess
+/// Rule: while the store cannot be read, every label stays as it is (a guess
 /// could label two pods); only the conditions say so.
-fn while_redis_is_unavailable(
+fn while_store_is_unavailable(
     observed: &Observed<'_>,
     previous: &LeaderGroupStatus,
     spec_valid: Condition,
@@ -546,13 +546,13 @@ fn while_redis_is_unavailable(
         condition(
             types::STORE_AVAILABLE,
             false,
-            reasons::REDIS_UNAVAILABLE,
+            reasons::STORE_UNAVAILABLE,
             reason,
         ),
         condition(
             types::READY,
             false,
-            reasons::REDIS_UNAVAILABLE,
+            reasons::STORE_UNAVAILABLE,
             "the group's state cannot be read",
         ),
     ];
@@ -563,7 +563,7 @@ fn while_redis_is_unavailable(
             .filter(|c| {
                 [
                     types::LEADER_ELECTED,
-                    types::REDIS_SETTINGS_SAFE,
+                    types::STORE_SETTINGS_SAFE,
                     types::LEADER_ENDPOINT,
                 ]
                 .contains(&c.type_.as_str())
@@ -662,7 +662,7 @@ impl<'a> PodsOfGroup<'a> {
     }
 }
 
-/// Rule: the term never goes backwards. If Redis lost the counter
+/// Rule: the term never goes backwards. If the store lost the counter
 /// (restarted empty), the status remembers it and it is restored.
 fn the_term_never_goes_back(
     previous: &LeaderGroupStatus,
@@ -1037,9 +1037,9 @@ fn handover_event(h: &Handover, rollout: Option<&crate::crd::Rollout>) -> Planne
     }
 }
 
-/// Rule: the preferred members are written into Redis when they differ
-/// from the ones Redis holds (none outside a rollout): a list left by a
-/// controller that failed before its status write, or lost with Redis's
+/// Rule: the preferred members are written into the store when they differ
+/// from the ones the store holds (none outside a rollout): a list left by a
+/// controller that failed before its status write, or lost with the store's
 /// data, is put right at the next reconcile.
 fn preferred_nodes_to_write(
     state: &GroupState,
@@ -1111,7 +1111,7 @@ pub struct PodsRead {
     own: PodSelector,
     key: String,
     same_key: SelectorIndex,
-    /// Pods named by the members and the holder in Redis.
+    /// Pods named by the members and the holder in the store.
     named: BTreeSet<String>,
 }
 
@@ -1138,7 +1138,7 @@ impl PodsRead {
     }
 }
 
-/// The pods of `namespace` that Redis names as the group's members or
+/// The pods of `namespace` that the store names as the group's members or
 /// holder.
 pub fn named_pods(namespace: &str, store: &StoreView) -> BTreeSet<String> {
     match store {

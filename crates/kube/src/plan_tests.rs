@@ -74,7 +74,7 @@ fn run_among(g: &LeaderGroup, pods: &[PodView], others: &[OtherGroup], store: &S
         store,
         swept: &[],
         local_now_ms: NOW,
-        redis_warnings: &[],
+        store_warnings: &[],
         holder_gone_since_ms: Some(0),
     })
 }
@@ -212,7 +212,7 @@ fn a_gone_holder_is_left_alone_for_a_moment_while_a_successor_is_expected() {
             store: &gone,
             swept: &[],
             local_now_ms: NOW,
-            redis_warnings: &[],
+            store_warnings: &[],
             holder_gone_since_ms: since,
         })
     };
@@ -241,7 +241,7 @@ fn a_gone_holder_is_left_alone_for_a_moment_while_a_successor_is_expected() {
         store: &alone,
         swept: &[],
         local_now_ms: NOW,
-        redis_warnings: &[],
+        store_warnings: &[],
         holder_gone_since_ms: None,
     });
     assert_eq!(p.awaiting_successor, None);
@@ -604,7 +604,7 @@ fn a_sweep_of_former_members_is_reported_once() {
         store: &store,
         swept: &swept,
         local_now_ms: NOW,
-        redis_warnings: &[],
+        store_warnings: &[],
         holder_gone_since_ms: Some(0),
     });
     let sweep = p.status.last_sweep.clone().expect("lastSweep");
@@ -625,7 +625,7 @@ fn a_sweep_of_former_members_is_reported_once() {
         store: &store,
         swept: &swept,
         local_now_ms: NOW,
-        redis_warnings: &[],
+        store_warnings: &[],
         holder_gone_since_ms: Some(0),
     });
     assert!(!p.events.iter().any(|e| e.reason == "NodesSwept"));
@@ -663,7 +663,7 @@ fn a_deleted_group_takes_its_role_labels_off_leader_first() {
 }
 
 #[test]
-fn unsafe_redis_settings_are_a_condition_of_every_group_but_not_unreadiness() {
+fn unsafe_store_settings_are_a_condition_of_every_group_but_not_unreadiness() {
     let g = group("web", spec(), None);
     let pods = [ready(pod("a", Some(LEADER)))];
     let store = state(Some("a"), 1, &["a"]);
@@ -680,7 +680,7 @@ fn unsafe_redis_settings_are_a_condition_of_every_group_but_not_unreadiness() {
         store: &store,
         swept: &[],
         local_now_ms: NOW,
-        redis_warnings: &warnings,
+        store_warnings: &warnings,
         holder_gone_since_ms: Some(0),
     });
     let c = cond(&p.status, "RedisSettingsSafe");

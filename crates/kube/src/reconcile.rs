@@ -42,12 +42,12 @@ use leasehold_engine::{Group, Node};
 /// Field manager of every write, so server-side apply knows what is ours.
 pub const MANAGER: &str = "leasehold-controller";
 
-/// How long one read of a group's Redis state may take.
+/// How long one read of a group's state in the store may take.
 const STORE_READ: Duration = Duration::from_secs(2);
 
 pub struct Context {
     pub client: kube::Client,
-    /// The controller's own engine node: reads Redis, sweeps, sends commands.
+    /// The controller's own engine node: reads the store, sweeps, sends commands.
     pub node: Arc<Node>,
     /// The controllers' own group: only its leader writes.
     pub leadership: Group,
@@ -58,11 +58,11 @@ pub struct Context {
     pub pods: Reflector<PartialObjectMeta<Pod>>,
     /// Nodes this replica's sweeper removed recently (node id, ms).
     pub swept: Mutex<Vec<(String, u64)>>,
-    /// Requeue interval: the safety net under the watch and Redis events.
+    /// Requeue interval: the safety net under the watch and store events.
     pub resync: Duration,
     pub metrics: Arc<ControllerMetrics>,
-    /// The Redis server's unsafe settings, as last read (for a condition).
-    pub redis_settings: tokio::sync::watch::Receiver<Vec<leasehold_engine::SettingWarning>>,
+    /// The store server's unsafe settings, as last read (for a condition).
+    pub store_settings: tokio::sync::watch::Receiver<Vec<leasehold_engine::SettingWarning>>,
     /// What reconciles remember of each other, and of what they read.
     pub memory: Memory,
 }
@@ -239,9 +239,9 @@ pub async fn reconcile(
     }
     let ctx = ctx.as_ref();
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
-    let redis_group = NamespacedName::new(&namespace, group.name_any()).to_string();
-    let group = with_own_last_status(&group, &redis_group, ctx);
-    let world = World::read(&group, &namespace, &redis_group, ctx).await?;
+    let store_group = NamespacedName::new(&namespace, group.name_any()).to_string();
+    let group = with_own_last_status(&group, &store_group, ctx);
+    let world = World::read(&group, &namespace, &store_group, ctx).await?;
     let plan = plan(&Observed {
         group: &group,
         pods: &world.pods,
@@ -249,12 +249,12 @@ pub async fn reconcile(
         store: &world.store,
         swept: &world.swept,
         local_now_ms: wall_clock_ms(),
-        redis_warnings: &ctx.redis_settings.borrow().clone(),
-        holder_gone_since_ms: ctx.memory.of(&redis_group, |m| m.holder_gone_since_ms),
+        store_warnings: &ctx.store_settings.borrow().clone(),
+        holder_gone_since_ms: ctx.memory.of(&store_group, |m| m.holder_gone_since_ms),
     });
     let since = plan.awaiting_successor.map(|(since, _)| since);
     ctx.memory
-        .of(&redis_group, |m| m.holder_gone_since_ms = since);
+        .of(&store_group, |m| m.holder_gone_since_ms = since);
     if let Some((_, remaining)) = plan.awaiting_successor {
         return Ok(Action::requeue(Duration::from_millis(remaining)));
     }
@@ -265,7 +265,7 @@ pub async fn reconcile(
         Ok(_) => Ok(()),
         Err(e) => Err(e),
     };
-    apply_to_redis(&plan, &redis_group, ctx).await?;
+    apply_to_store(&plan, &store_group, ctx).await?;
     match apply_labels(&plan.labels, &world.pods, &namespace, ctx).await {
         Ok(true) => {}
         // No longer the active replica: the rest is the new one's to write.
@@ -279,10 +279,10 @@ pub async fn reconcile(
         }
         Err(e) => return Err(e),
     }
-    send_commands(&plan, &redis_group, ctx).await;
+    send_commands(&plan, &store_group, ctx).await;
     record_events(&plan, &group, ctx).await;
     write_status(&plan, &group, &namespace, ctx).await?;
-    ctx.memory.of(&redis_group, |m| {
+    ctx.memory.of(&store_group, |m| {
         if let Some(version) = group.resource_version().filter(|_| plan.write_status) {
             m.last_written = Some((version, plan.status.clone()));
         }
@@ -400,7 +400,7 @@ fn with_own_last_status(group: &LeaderGroup, key: &str, ctx: &Context) -> Leader
 /// A deleted group: its role labels come off its pods (see
 /// [`role_labels_to_remove`]), so a leader Service stops routing to a pod
 /// that no longer leads anything. Only the active replica does it. The
-/// group's keys in Redis are left alone: agents may still be campaigning.
+/// group's keys in the store are left alone: agents may still be campaigning.
 /// Returns how many labels were removed.
 #[tracing::instrument(skip_all, fields(group = %group.name_any(), namespace = group.namespace().unwrap_or_default()))]
 pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, ReconcileError> {
@@ -526,7 +526,7 @@ fn neighbourhood(
     })))
 }
 
-/// What the plan needs, read from the API server, the reflector and Redis.
+/// What the plan needs, read from the API server, the reflector and the store.
 struct World {
     pods: Vec<PodView>,
     others: Vec<OtherGroup>,
@@ -538,10 +538,10 @@ impl World {
     async fn read(
         group: &LeaderGroup,
         namespace: &str,
-        redis_group: &str,
+        store_group: &str,
         ctx: &Context,
     ) -> Result<Self, ReconcileError> {
-        let store = match bounded(STORE_READ, ctx.node.store().group_state(redis_group)).await {
+        let store = match bounded(STORE_READ, ctx.node.store().group_state(store_group)).await {
             Ok(state) => StoreView::Available(state),
             Err(e) => StoreView::Unavailable(e.to_string()),
         };
@@ -570,18 +570,18 @@ impl World {
     }
 }
 
-/// The group's timings and a lost term go back into Redis; a failure is
+/// The group's timings and a lost term go back into the store; a failure is
 /// logged and retried at the next reconcile. The preferred members too,
 /// but a failure to write them ends the reconcile, before the status that
 /// would record them.
-async fn apply_to_redis(
+async fn apply_to_store(
     plan: &Plan,
-    redis_group: &str,
+    store_group: &str,
     ctx: &Context,
 ) -> Result<(), ReconcileError> {
     let store = ctx.node.store();
     if let Some(config) = &plan.config {
-        if let Err(e) = bounded(STORE_READ, store.write_group_config(redis_group, config)).await {
+        if let Err(e) = bounded(STORE_READ, store.write_group_config(store_group, config)).await {
             tracing::warn!(error = %e, "could not write the group's timings");
         }
     }
@@ -591,13 +591,13 @@ async fn apply_to_redis(
         PreferredMembers::Write(nodes) => Some(Some(nodes.as_slice())),
     };
     if let Some(nodes) = preferred {
-        bounded(STORE_READ, store.write_preferred(redis_group, nodes))
+        bounded(STORE_READ, store.write_preferred(store_group, nodes))
             .await
             .map_err(ReconcileError::Preferred)?;
     }
     if let Some(term) = plan.restore_term {
-        match bounded(STORE_READ, store.restore_term(redis_group, term)).await {
-            Ok(raised) => tracing::info!(term, raised, "restored the term redis lost"),
+        match bounded(STORE_READ, store.restore_term(store_group, term)).await {
+            Ok(raised) => tracing::info!(term, raised, "restored the term the store lost"),
             Err(e) => tracing::warn!(error = %e, "could not restore the term"),
         }
     }
@@ -608,14 +608,14 @@ async fn apply_to_redis(
 /// cannot be sent is logged; the status still records the handover asked
 /// for, so it is not asked again in the same term (a rollout's next pod
 /// change, or the next term, asks again).
-async fn send_commands(plan: &Plan, redis_group: &str, ctx: &Context) {
+async fn send_commands(plan: &Plan, store_group: &str, ctx: &Context) {
     if let Some(holder) = &plan.step_down {
-        if let Err(e) = ctx.node.ask_to_step_down(holder, redis_group).await {
+        if let Err(e) = ctx.node.ask_to_step_down(holder, store_group).await {
             tracing::warn!(%holder, error = %e, "could not send the step-down command");
         }
     }
     if let Some(h) = &plan.hand_over {
-        match ctx.node.ask_to_hand_over(&h.from, redis_group, &h.to).await {
+        match ctx.node.ask_to_hand_over(&h.from, store_group, &h.to).await {
             Ok(_) => {
                 tracing::info!(from = %h.from, to = %h.to, reason = %h.reason, "asked for a handover")
             }

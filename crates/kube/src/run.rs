@@ -1,5 +1,5 @@
 //! `leasehold controller`: wires the kube-runtime Controller to the plan and
-//! to Redis, elects one active replica, and serves probes and metrics.
+//! to the store, elects one active replica, and serves probes and metrics.
 //!
 //! Triggers of a group's reconcile: the LeaderGroup changing, a pod of its
 //! namespace changing (one it selects, or one carrying its label key), any
@@ -34,7 +34,7 @@ use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http;
 use leasehold_daemon::metrics::{self, EngineMetrics};
 use leasehold_daemon::names::NamespacedName;
-use leasehold_daemon::redis_settings::SettingsWatch;
+use leasehold_daemon::store_settings::SettingsWatch;
 use leasehold_engine::config::{validate_name, ElectionConfig, NodeConfig};
 use leasehold_engine::events::Event;
 use leasehold_engine::{Node, NodeOptions};
@@ -45,7 +45,7 @@ pub const CONTROLLER_GROUP: &str = "leasehold-controller";
 
 /// Reconciles running at once, so that a resync of 1,000 groups does not
 /// hold 1,000 reconciles' copies of pods and groups at once. A reconcile
-/// mostly waits on Redis and the API server: a few keep both cores busy.
+/// mostly waits on the store and the API server: a few keep both cores busy.
 const RECONCILE_CONCURRENCY: u16 = 8;
 
 /// How long sweeps stay in memory for reporting on the groups they touched.
@@ -54,7 +54,7 @@ const SWEEP_MEMORY: Duration = Duration::from_secs(600);
 #[derive(Debug, clap::Args)]
 pub struct ControllerArgs {
     #[command(flatten)]
-    pub redis: leasehold_daemon::redis_args::RedisArgs,
+    pub store: leasehold_daemon::store_args::StoreArgs,
     /// This replica's pod name (downward API); its node id is NAMESPACE/POD.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: String,
@@ -89,9 +89,9 @@ pub struct ControllerArgs {
 
 /// Default timings of the replicas' own election. Shorter than a group's
 /// defaults: they bound how long labels stand still when the active replica
-/// dies, and how long a store born again (a Redis started with the install,
+/// dies, and how long a store born again (a store started with the install,
 /// or restarted empty) keeps every replica a standby. A renewal every 1.5 s
-/// costs Redis nothing.
+/// costs the store nothing.
 pub const REPLICA_TIMINGS: ElectionConfig = ElectionConfig {
     ttl_ms: 5_000,
     renew_interval_ms: 1_500,
@@ -141,10 +141,10 @@ pub async fn run_with(
     )?;
     let node_id = NamespacedName::new(&args.namespace, &args.pod_name).to_string();
     validate_name("node id", &node_id).map_err(|e| FlagError::new("--namespace/--pod-name", e))?;
-    let store = args.redis.connect_checked().await?;
+    let store = args.store.connect_checked().await?;
     let listener = http::bind(args.listen).await?;
     let mut registry = metrics::new_registry();
-    let redis_settings = SettingsWatch::start(store.clone(), &mut registry).await;
+    let store_settings = SettingsWatch::start(store.clone(), &mut registry).await;
     let (node, leadership) =
         start_replica(&args, &node_id, replicas, &store, &mut registry).await?;
     let controller_metrics = ControllerMetrics::register(&mut registry);
@@ -170,7 +170,7 @@ pub async fn run_with(
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(args.resync_seconds.max(1)),
         metrics: controller_metrics.clone(),
-        redis_settings: redis_settings.current(),
+        store_settings: store_settings.current(),
         memory: Memory::new(controller_metrics.clone(), args.leader_endpoints),
     });
     let groups: Api<LeaderGroup> = watched(&client, &args);
@@ -369,7 +369,7 @@ async fn follow_pods(
     }
 }
 
-/// `/healthz`, `/readyz` (Redis answers) and `/metrics` until `stop`.
+/// `/healthz`, `/readyz` (the store answers) and `/metrics` until `stop`.
 async fn probe_server(
     listener: tokio::net::TcpListener,
     store: leasehold_engine::Store,
@@ -450,16 +450,16 @@ async fn until(stop: impl Future<Output = ()>, work: impl Future<Output = ()>) {
 /// node's), and remember every sweep, whichever node made it (agents
 /// usually sweep first), for the groups that listed a swept node. This
 /// replica's own sweeps also come straight from its node, in case their
-/// publication to Redis was lost.
+/// publication to the store was lost.
 async fn bridge_engine_events(
-    mut redis_events: mpsc::UnboundedReceiver<Event>,
+    mut store_events: mpsc::UnboundedReceiver<Event>,
     mut local_events: tokio::sync::broadcast::Receiver<Event>,
     ctx: Arc<Context>,
     triggers: mpsc::UnboundedSender<ObjectRef<LeaderGroup>>,
 ) {
     loop {
         let event = tokio::select! {
-            Some(event) = redis_events.recv() => event,
+            Some(event) = store_events.recv() => event,
             Ok(event) = local_events.recv() => event,
             else => break,
         };
@@ -485,7 +485,7 @@ async fn bridge_engine_events(
 }
 
 /// Remembers swept node ids for [`SWEEP_MEMORY`]; false if every one was
-/// already known (the same sweep seen both locally and through Redis).
+/// already known (the same sweep seen both locally and through the store).
 fn remember_sweep(ctx: &Context, nodes: &[String]) -> bool {
     let now = leasehold_engine::sync::wall_clock_ms();
     let mut swept = leasehold_engine::sync::locked(&ctx.swept);

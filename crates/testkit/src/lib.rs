@@ -234,15 +234,15 @@ pub fn controller_args(
     listen: std::net::SocketAddr,
 ) -> leasehold_kube::run::ControllerArgs {
     leasehold_kube::run::ControllerArgs {
-        redis: leasehold_daemon::redis_args::RedisArgs {
+        store: leasehold_daemon::store_args::StoreArgs {
             store_url: Some(redis.url()),
-            redis_url: None,
-            redis_password_file: None,
-            redis_sentinel_password_file: None,
-            redis_ca_file: None,
+            store_password_file: None,
+            store_sentinel_password_file: None,
+            store_ca_file: None,
             prefix: prefix.into(),
-            redis_replica_acks: leasehold_engine::ReplicaAcks::All,
-            redis_replica_wait_ms: 250,
+            store_replica_acks: Some(leasehold_engine::ReplicaAcks::All),
+            store_replica_wait_ms: Some(250),
+            deprecated: Default::default(),
         },
         pod_name: "controller-0".into(),
         namespace: namespace.into(),

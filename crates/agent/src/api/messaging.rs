@@ -43,7 +43,7 @@ fn refusal(e: &Error) -> Refusal {
         Error::InboxFull(_) => Refusal::new(429, text),
         Error::NodeNotRegistered(_) => Refusal::new(404, text),
         Error::Topic(_) | Error::Config(_) => Refusal::new(400, text),
-        // Redis did not answer, or this node was displaced.
+        // The store did not answer, or this node was displaced.
         _ => Refusal::new(503, text),
     }
 }
@@ -570,7 +570,7 @@ fn event(state: &AgentState, seq: u64, item: &Item) -> Event {
 /// `missed` event says how many items left the log before this client
 /// read them. The inbox is read again only when the events of the last
 /// read were taken by the connection, so a slow client leaves its backlog
-/// in Redis.
+/// in the store.
 pub(super) async fn event_stream(
     State(state): State<Arc<AgentState>>,
     Params(query): Params<InboxQuery>,

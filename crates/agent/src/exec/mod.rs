@@ -5,7 +5,7 @@
 //! environment. It gets SIGTERM, and SIGKILL with its whole process tree
 //! after the grace period, when the lease is lost, and also *before* it
 //! could run out: once less than the grace period is left (renewals
-//! failing), so the command is gone before Redis can give the lease to
+//! failing), so the command is gone before the store can give the lease to
 //! another node. A step-down and a graceful stop of the agent stop the
 //! command first and release the lease after. The command starts again,
 //! under a new term, if this pod wins again. If the command ends by itself
@@ -293,7 +293,7 @@ async fn terminate(child: &mut Child, grace: Duration) {
 /// The term under which the command may run now: this node leads, and its
 /// local lease holds for longer than the command could take to stop. So a
 /// command is stopped, SIGKILL included, before the lease can expire in
-/// Redis and pass to another node, and a healthy renewal never dips below
+/// the store and pass to another node, and a healthy renewal never dips below
 /// that (see [`grace_room`]).
 fn may_run(group: &Group, grace: Duration) -> Option<Leadership> {
     group

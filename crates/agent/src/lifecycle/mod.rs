@@ -21,7 +21,7 @@ use crate::settings::Settings;
 use crate::{exec, role_file};
 use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::names::NamespacedName;
-use leasehold_daemon::redis_settings::SettingsWatch;
+use leasehold_daemon::store_settings::SettingsWatch;
 use leasehold_engine::{Event, Group, Node};
 
 /// Why the agent could not run, or stopped with an error.
@@ -67,7 +67,7 @@ pub(crate) enum Exit {
 pub(crate) struct Agent {
     settings: Settings,
     /// Reports the store's unsafe settings while the agent runs.
-    _redis_settings: SettingsWatch,
+    _store_settings: SettingsWatch,
     namespace: String,
     /// Shared with the API, which publishes and subscribes through it.
     node: Arc<Node>,
@@ -157,7 +157,7 @@ impl Agent {
         if unreleased.is_empty() {
             tracing::info!("leases released");
         } else {
-            tracing::warn!(groups = ?unreleased, "leases not released (Redis did not answer); they run out within their ttl");
+            tracing::warn!(groups = ?unreleased, "leases not released (the store did not answer); they run out within their ttl");
         }
         match only_owner(self.node).await {
             Some(node) => {

@@ -18,7 +18,7 @@ use crate::settings::Settings;
 use crate::{exec, health, mailbox, metrics, role_file};
 use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http;
-use leasehold_daemon::redis_settings::SettingsWatch;
+use leasehold_daemon::store_settings::SettingsWatch;
 use leasehold_engine::{Group, Node, NodeOptions};
 
 impl Agent {
@@ -29,7 +29,7 @@ impl Agent {
     // Linear wiring, read top to bottom: each step needs the one before.
     #[allow(clippy::too_many_lines)]
     pub(crate) async fn start(args: &AgentArgs, settings: Settings) -> Result<Self, AgentError> {
-        let store = args.redis.connect_checked().await?;
+        let store = args.store.connect_checked().await?;
         let (listener, probe_listener) = bind(args).await?;
         let role_files = match &args.role_dir {
             Some(dir) => Some(role_file::RoleFiles::create(dir.clone())?),
@@ -39,7 +39,7 @@ impl Agent {
         let mut registry = leasehold_daemon::metrics::new_registry();
         let options = node_options(args, &settings, deferred_tx, &mut registry);
         let agent_metrics = metrics::AgentMetrics::register(&mut registry);
-        let redis_settings = SettingsWatch::start(store.clone(), &mut registry).await;
+        let store_settings = SettingsWatch::start(store.clone(), &mut registry).await;
         let node = Node::start_with(store.clone(), &settings.node_id, settings.node, options)
             .await
             .map_err(StartError::from)?;
@@ -99,7 +99,7 @@ impl Agent {
             "agent started"
         );
         Ok(Self {
-            _redis_settings: redis_settings,
+            _store_settings: store_settings,
             settings,
             namespace: args.namespace.clone(),
             node,

@@ -5,7 +5,7 @@
 //! The rules, in order of priority inside the loop:
 //! 1. A leader is leader only while its local view of the lease is valid:
 //!    the send time of its last confirmed claim or renewal plus ttl, on the
-//!    monotonic clock. Redis set its expiry no earlier than that send, so the
+//!    monotonic clock. The store set its expiry no earlier than that send, so the
 //!    local view always ends first and two nodes never both believe they lead.
 //! 2. A renewal that fails with a store error (or does not answer in time)
 //!    demotes at once; the next claim takes back the still-held lease.
@@ -42,7 +42,7 @@ pub(crate) enum Command {
     /// A step-down that hands the seat to the named member. Answered with
     /// `NotHeld` when this node does not lead.
     HandOver(String, oneshot::Sender<Result<Handover, StoreError>>),
-    /// Answered with whether the release reached Redis.
+    /// Answered with whether the release reached the store.
     Shutdown(oneshot::Sender<bool>),
 }
 
@@ -76,16 +76,16 @@ struct State {
     /// When the last claim the store answered was sent: it renewed this
     /// node's candidacy (`candidacy_due`).
     claimed: Instant,
-    /// Term of a lease this node may still hold in Redis though it no longer
+    /// Term of a lease this node may still hold in the store though it no longer
     /// leads (fail-safe demotion): shutdown and step-down must clear it.
     held: Option<u64>,
     abstain_until: Option<Instant>,
     next_claim: Instant,
     /// Highest term seen for this group: terms never go backwards, even if
-    /// Redis loses its data.
+    /// the store loses its data.
     seen_term: u64,
     /// Store errors in a row: the next attempt comes after a backoff that
-    /// starts short and grows to the retry interval, so a Redis that comes
+    /// starts short and grows to the retry interval, so a store that comes
     /// back is noticed within milliseconds, not a whole retry interval.
     errors: u32,
     /// Whether the store answers (a node that cannot hear it probes
@@ -591,7 +591,7 @@ impl Campaign {
     }
 
     /// Stops leading and releases; false if the release did not reach
-    /// Redis (a held lease then runs out on its own).
+    /// the store (a held lease then runs out on its own).
     async fn shutdown(&self, st: &mut State) -> bool {
         let term = st.leading.map(|(t, _)| t);
         let held = st.held;
@@ -615,11 +615,11 @@ impl Campaign {
         released
     }
 
-    /// Takes the group's timings from Redis (set through
+    /// Takes the group's timings from the store (set through
     /// `Store::write_group_config`) when they differ from the current ones.
     fn adopt(&mut self, config: Option<ElectionConfig>) {
         if let Some(config) = config.filter(|c| *c != self.config) {
-            tracing::info!(?config, "group timings changed in redis");
+            tracing::info!(?config, "group timings changed in the store");
             self.config = config;
             crate::sync::locked(&self.lease).timings = config;
         }

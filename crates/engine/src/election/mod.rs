@@ -109,7 +109,7 @@ impl Group {
 
     /// The timings this node campaigns with right now. They start as the
     /// ones it joined with and change when the group's own timings are
-    /// adopted from Redis (`Store::write_group_config`), so work tied to the
+    /// adopted from the store (`Store::write_group_config`), so work tied to the
     /// lease (exec mode's stop deadline) must read them here, not keep a copy.
     pub fn timings(&self) -> ElectionConfig {
         crate::sync::locked(&self.lease).timings
@@ -340,7 +340,7 @@ impl Campaigns {
 
     /// Leaves every group at once; see the module docs for the bounds.
     /// Stops every campaign; returns the groups whose release did not
-    /// reach Redis, sorted.
+    /// reach the store, sorted.
     pub async fn shutdown(&self) -> Vec<String> {
         let entries: Vec<(String, Entry)> = self.entries().drain().collect();
         let mut set = tokio::task::JoinSet::new();
@@ -389,7 +389,7 @@ fn successor_refusal<'a>(
 /// Stops one campaign: a bounded rendezvous in which the campaign releases its
 /// lease itself; if it does not answer in time, the task is aborted and the
 /// release is made from here, bounded the same way. True if the release
-/// reached Redis.
+/// reached the store.
 async fn stop(shared: impl AsRef<Incarnation>, name: String, entry: Entry) -> bool {
     let shared = shared.as_ref();
     let limit = entry.config.call_timeout();

@@ -13,7 +13,7 @@ use crate::store::Deferral;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "role", rename_all = "camelCase")]
 pub enum Role {
-    /// Neither leading nor aware of a leader (just joined, or Redis is away).
+    /// Neither leading nor aware of a leader (just joined, or the store is away).
     Candidate,
     /// Another node leads under `term`.
     Follower { leader: String, term: u64 },
@@ -49,11 +49,11 @@ impl Leadership {
 pub(crate) struct LocalLease {
     /// `(term, valid_until)` while this node leads.
     pub leading: Option<(u64, Instant)>,
-    /// The term of a lease this node may still hold in Redis, leading or not
+    /// The term of a lease this node may still hold in the store, leading or not
     /// (after a fail-safe demotion): what a shutdown must release.
     pub held: Option<u64>,
     /// The timings the campaign runs with now: those it joined with, or the
-    /// group's own once adopted from Redis.
+    /// group's own once adopted from the store.
     pub timings: ElectionConfig,
 }
 

@@ -20,7 +20,7 @@ use crate::store::{Claim, Deferral, Renewal, StoreError};
 pub(super) enum AfterClaim {
     /// Lead under `term`, locally valid until `valid_until`: the send time
     /// plus the ttl the claim asked for, so the local view ends no later
-    /// than the lease Redis set on receipt.
+    /// than the lease the store set on receipt.
     Lead {
         term: u64,
         valid_until: Instant,
@@ -58,7 +58,7 @@ pub(super) enum AfterRenew {
         valid_until: Instant,
         moved: bool,
     },
-    /// The lease ran out before the renewal reached Redis: claim at once.
+    /// The lease ran out before the renewal reached the store: claim at once.
     Expired,
     /// Another holder has the lease: follow it. `displaced` carries the other
     /// incarnation when that holder is this node's own id (a second live
@@ -128,7 +128,7 @@ pub(super) fn after_claim(reply: &Result<Claim, StoreError>, cx: &ClaimContext) 
     }
 }
 
-/// A follower claims again 1 ms after the lease is due to expire, so Redis
+/// A follower claims again 1 ms after the lease is due to expire, so the store
 /// sees it expired; a release (or new timings) wakes it earlier. Never later
 /// than one ttl: a lease taken under a longer ttl is shortened by the
 /// holder's next renewal once it adopts a shorter one. Without confirmed
@@ -202,7 +202,7 @@ pub(super) fn after_hint(
 /// When a node whose last answered claim was sent at `claimed` must claim
 /// again to stay a live member: a claim makes its candidacy last ttl + 2 ×
 /// retry interval from when the store ran it, so ttl + retry interval after
-/// the send leaves a retry interval to spare. At rest on Redis, with
+/// the send leaves a retry interval to spare. At rest on a store with
 /// renewal hints, this is what a follower's claims cost: one per ttl +
 /// retry interval.
 pub(super) fn candidacy_due(claimed: Instant, config: &ElectionConfig) -> Instant {
@@ -274,7 +274,7 @@ pub(super) fn retry_after(error: &StoreError, errors: u32, config: &ElectionConf
 }
 
 /// 10 ms after the first error in a row, doubling, at most one retry
-/// interval: a Redis that comes back is noticed within milliseconds, not a
+/// interval: a store that comes back is noticed within milliseconds, not a
 /// whole retry interval, without a tight loop against one that refuses.
 pub(super) fn error_backoff(errors: u32, config: &ElectionConfig) -> Duration {
     Duration::from_millis(10u64.saturating_mul(1 << errors.min(16))).min(config.retry_interval())
@@ -444,7 +444,7 @@ mod tests {
     fn a_won_claim_leads_from_its_send_time_for_the_asked_ttl() {
         let t0 = Instant::now();
         let mut cx = claim_cx(t0);
-        // New timings came with the reply; the lease Redis set is the one asked for.
+        // New timings came with the reply; the lease the store set is the one asked for.
         cx.config.ttl_ms = 5000;
         let won = Ok(Claim::Won {
             term: 7,

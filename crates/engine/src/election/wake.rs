@@ -6,8 +6,8 @@
 //!
 //! Because of this, a follower need not poll: while the listener is
 //! confirmed ([`Wake::healthy`]) it sleeps until the lease it saw runs out,
-//! and on Redis each renewal's hint (sent by every other renewal or so,
-//! `rules.rs`) moves that moment on, so at rest it claims only to keep its
+//! and each renewal's hint (where the store sends them: every other renewal
+//! or so, `rules.rs`) moves that moment on, so at rest it claims only to keep its
 //! candidacy, once per ttl + retry interval.
 //! While the listener is not confirmed (at start, after a disconnection,
 //! until it is back), followers fall back to claiming every retry interval.

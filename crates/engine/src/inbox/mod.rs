@@ -1,9 +1,9 @@
 //! Per-node inboxes and messaging between nodes.
 //!
-//! Every node has an inbox (a Redis stream) that only it reads, on a
+//! Every node has an inbox (a stream in the store) that only it reads, on a
 //! connection of its own with a blocking read. Publishing to a topic writes
 //! the message into the inbox of every *live* subscriber (lease valid on the
-//! Redis clock) in one atomic script, so a node that is gone receives
+//! store's clock) in one atomic script, so a node that is gone receives
 //! nothing, and messages from one publisher reach each subscriber in order.
 //!
 //! No silent loss: an inbox past its limit drops its oldest unread messages
@@ -28,7 +28,7 @@ pub(crate) use reader::run as run_reader;
 
 /// The receiving end of a node's inbox. Take it once with
 /// [`crate::Node::inbox`]; while nobody takes messages, the backlog stays in
-/// Redis, bounded by the inbox limit.
+/// the store, bounded by the inbox limit.
 pub struct Inbox {
     pub(crate) rx: mpsc::Receiver<Delivery>,
 }

@@ -1,5 +1,5 @@
 //! The publisher: one task per node through which every publish and send
-//! goes. Publishes that are waiting while the previous batch is in Redis go
+//! goes. Publishes that are waiting while the previous batch is in the store go
 //! together in the next one, so a busy publisher pays the script's fixed
 //! costs once per batch instead of once per message; a lone publish goes at
 //! once. One task also keeps one publisher's messages in order.

@@ -3,7 +3,7 @@
 //! A topic is dot-separated segments (`orders.eu.created`). A pattern may use
 //! `*` for exactly one segment and, as its last segment only, `>` for one or
 //! more remaining segments (`orders.*.created`, `orders.>`). Matching itself
-//! happens in Redis (`scripts/publish.lua`), where publishing picks the
+//! happens in the store (its publish script), where publishing picks the
 //! subscribers; `crates/engine/tests/engine/messaging.rs` pins that rule. This module checks
 //! names before anything is written.
 

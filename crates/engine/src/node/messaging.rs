@@ -148,11 +148,11 @@ impl Node {
 
     /// Publishes a batch: each message to a topic or to one node, in
     /// order, as one call per message would, but queued at once so the
-    /// publisher sends them to Redis together. Every message is checked
+    /// publisher sends them to the store together. Every message is checked
     /// first; if one is invalid, nothing is published and the error names
     /// its index ([`Error::InBatch`]). After that each message succeeds or
     /// fails on its own (a full inbox with [`Overflow::Refuse`], a node that
-    /// is not live, Redis), and the answer has one result per message.
+    /// is not live, the store), and the answer has one result per message.
     ///
     /// The batch is queued whole by a task of its own: a caller that gives
     /// up waiting (a dropped future) cannot leave it queued only in part.
@@ -206,7 +206,7 @@ impl Node {
     }
 
     /// The message as the publisher takes it, once it is checked: everything
-    /// is checked before the message is queued, so that a batch in Redis
+    /// is checked before the message is queued, so that a batch in the store
     /// never fails half-way.
     fn outgoing(
         &self,

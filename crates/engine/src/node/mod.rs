@@ -1,4 +1,4 @@
-//! The node registry: one [`Node`] per process, registered in Redis under its
+//! The node registry: one [`Node`] per process, registered in the store under its
 //! id with a lease it keeps alive by heartbeats, plus a sweeper that removes
 //! nodes whose lease ran out.
 //!
@@ -6,7 +6,7 @@
 //! [`crate::election`]): one object to start, observe and close.
 //!
 //! Promises:
-//! - expiry is decided on the Redis clock, so skewed local clocks are harmless;
+//! - expiry is decided on the store's clock, so skewed local clocks are harmless;
 //! - a node that finds its own lease expired (paused, partitioned) registers
 //!   again and emits [`Event::Recovered`];
 //! - each process run is an *incarnation* with a random nonce next to the id;
@@ -121,7 +121,7 @@ impl Node {
         Self::start_with(store, id, config, NodeOptions::default()).await
     }
 
-    /// Validates, registers and starts the heartbeat and sweeper loops. A Redis
+    /// Validates, registers and starts the heartbeat and sweeper loops. A store
     /// that is down is not an error here: registration is retried by the
     /// heartbeat loop and reported as [`Event::StoreError`] meanwhile.
     pub async fn start_with(
@@ -336,7 +336,7 @@ impl Node {
 
     /// Leaves every group, releasing held leases concurrently, each bounded
     /// by its group's retry interval. The node stays registered. Returns the
-    /// groups whose release did not reach Redis: a lease this node held there
+    /// groups whose release did not reach the store: a lease this node held there
     /// runs out on its own, within its ttl.
     pub async fn shutdown(&self) -> Vec<String> {
         self.campaigns.shutdown().await
@@ -349,7 +349,7 @@ impl Node {
     pub async fn close(self) -> Result<(), Error> {
         let unreleased = self.shutdown().await;
         if !unreleased.is_empty() {
-            tracing::warn!(node = %self.shared.id, groups = ?unreleased, "leases not released (Redis did not answer); they run out within their ttl");
+            tracing::warn!(node = %self.shared.id, groups = ?unreleased, "leases not released (the store did not answer); they run out within their ttl");
         }
         for task in &self.loops {
             task.abort();

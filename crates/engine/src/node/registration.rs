@@ -17,7 +17,7 @@ use crate::sync::locked;
 pub(super) type Subscriptions = Arc<Mutex<BTreeSet<String>>>;
 
 /// Writes the latest `groups` value to the registration, retrying until
-/// Redis has answered. Only while this incarnation's registration stands:
+/// the store has answered. Only while this incarnation's registration stands:
 /// a swept node's hash is not recreated (a stray without a lease that no
 /// sweep would ever find), and a registration made later carries the
 /// latest value itself.

@@ -2,7 +2,7 @@
 //! and inbox, at most [`SWEEP_BATCH`] per pass.
 //!
 //! Instead of waking every sweep interval, it sleeps until the earliest lease
-//! expiry in the registry (as the sweep script reports it, on the Redis
+//! expiry in the registry (as the sweep script reports it, on the store's
 //! clock), never longer than the sweep interval. A full batch means more may
 //! be waiting, so the next pass follows at once.
 
@@ -26,7 +26,7 @@ pub(crate) fn next_delay(
         return Duration::ZERO;
     }
     match next_expiry_ms {
-        // +1 ms: a lease whose expiry equals the Redis clock is expired.
+        // +1 ms: a lease whose expiry equals the store's clock is expired.
         Some(at) => Duration::from_millis(at.saturating_sub(now_ms) + 1).min(interval),
         None => interval,
     }

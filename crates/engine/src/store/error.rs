@@ -6,6 +6,33 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::ConfigError;
+
+/// The URL forms a store accepts, for the message of a URL it cannot read.
+const URL_FORMS: &str = "redis://[user:password@]host[:port][/db], rediss://… for TLS, \
+redis+sentinel://[user:password@]host[:port][,host[:port]…]/MASTER[/db], \
+redis+cluster://[user:password@]host[:port][,host[:port]…] (rediss+sentinel://, rediss+cluster:// for TLS), \
+or for PostgreSQL postgres://[user@]host[:port][,host[:port]…]/database";
+
+/// Why [`crate::Store::connect`] refused to start, as what went wrong, so a
+/// caller blames the right setting without knowing the store; the store's
+/// own error is the payload.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("the store URL is invalid ({0}); expected {URL_FORMS}")]
+    Url(Box<dyn std::error::Error + Send + Sync>),
+    #[error(transparent)]
+    Prefix(#[from] ConfigError),
+    #[error("could not set up the store's connection: {0}")]
+    Setup(Box<dyn std::error::Error + Send + Sync>),
+    /// The CA checks nothing: it is not PEM, or the URL turns TLS off.
+    #[error(transparent)]
+    Ca(Box<dyn std::error::Error + Send + Sync>),
+    /// The store refuses the URL or the prefix; its error says what to do.
+    #[error(transparent)]
+    Refused(Box<dyn std::error::Error + Send + Sync>),
+}
+
 /// A failed store call. Never fatal: loops report it and try again.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {

@@ -35,10 +35,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use self::postgres::{PgReader, PgStore};
-pub use self::redis::{ConnectError, ReplicaAcks};
+pub use self::redis::ReplicaAcks;
 use self::redis::{GroupKeys, RedisStore};
 use candidacy::Candidacy;
-pub use error::{bounded, StoreError};
+pub use error::{bounded, ConnectError, StoreError};
 use inbox::{Cursors, InboxCursor, Read};
 use messaging::{NodeInfo, Outgoing, PublishOutcome};
 pub use options::ConnectOptions;

@@ -102,7 +102,7 @@ async fn a_version_1_schema_is_upgraded_in_place_and_keeps_its_leases() {
     let Some(pg) = server("a_version_1_schema_is_upgraded_in_place_and_keeps_its_leases") else {
         return;
     };
-    let v1 = leasehold_engine::test_hooks::postgres_migration(1, "lh").unwrap();
+    let v1 = leasehold_engine::store::postgres::schema_migration(1, "lh").unwrap();
     pg.psql(&format!(
         "CREATE SCHEMA lh; CREATE TABLE lh.meta (key text PRIMARY KEY, value text NOT NULL); {v1}
          INSERT INTO lh.meta VALUES ('schema_version', '1');

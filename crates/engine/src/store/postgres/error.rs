@@ -118,6 +118,22 @@ pub enum PgStartError {
     },
 }
 
+impl From<PgStartError> for crate::store::ConnectError {
+    /// A CA that is no CA, or one given with `sslmode=disable`, is the CA's fault.
+    fn from(e: PgStartError) -> Self {
+        use super::endpoint::TlsError::{CaWithoutTls, InvalidCa};
+        let ca = matches!(
+            &e,
+            PgStartError::Tls {
+                source: InvalidCa(_) | CaWithoutTls,
+                ..
+            }
+        );
+        let wrap = if ca { Self::Ca } else { Self::Refused };
+        wrap(Box::new(e))
+    }
+}
+
 /// An error and its causes, as one line: tokio-postgres's own text is only
 /// its kind ("error connecting to server", "db error").
 pub(super) fn causes(e: &(dyn std::error::Error + 'static)) -> String {

@@ -30,6 +30,6 @@ pub use handle::{is_postgres_url, PgStore};
 pub use history::History;
 pub(crate) use messaging::PgReader;
 #[cfg(feature = "test-hooks")]
-pub(crate) use schema::rendered as schema_migration;
+pub use schema::rendered as schema_migration;
 pub use schema::SCHEMA_VERSION;
 pub use session::MIN_SERVER_VERSION;

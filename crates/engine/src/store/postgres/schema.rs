@@ -42,7 +42,7 @@ fn render(migration: &str, schema: &str) -> String {
 /// Migration `version` (from 1) as it runs for `schema`, for tests that
 /// build an older schema and upgrade it.
 #[cfg(feature = "test-hooks")]
-pub(crate) fn rendered(version: usize, schema: &str) -> Option<String> {
+pub fn rendered(version: usize, schema: &str) -> Option<String> {
     MIGRATIONS
         .get(version.checked_sub(1)?)
         .map(|m| render(m, schema))

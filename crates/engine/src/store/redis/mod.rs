@@ -27,19 +27,17 @@ pub(crate) use keys::{GroupKeys, Keys};
 pub use replication::ReplicaAcks;
 use replication::Replication;
 use reply::read;
-pub use route::ConnectError;
-use route::{check_ca, manager_config, tcp_settings};
+use route::{check_ca, manager_config, tcp_settings, CA_WITHOUT_TLS};
 use route::{Route, Topology};
 pub(crate) use stream::StreamReader;
 
 use crate::store::candidacy::Candidacy;
 use crate::store::options::ConnectOptions;
 use crate::store::outcome::{Claim, GroupState, Handover, Heartbeat, Renewal, Sweep};
-use crate::store::StoreError;
+use crate::store::{ConnectError, StoreError};
 
 // Public, as every trait impl is: a library user's `?` on a RedisError
-// meets it too. Kept for the many `?`s of this module; it goes when
-// ConnectError stops carrying RedisError (docs/design/postgres-store.md).
+// meets it too. Kept for the many `?`s of this module.
 impl From<redis::RedisError> for StoreError {
     fn from(e: redis::RedisError) -> Self {
         Self::Failed {
@@ -80,7 +78,7 @@ impl RedisStore {
             .redis_url
             .as_str()
             .into_connection_info()
-            .map_err(ConnectError::Url)?
+            .map_err(|e| ConnectError::Url(Box::new(e)))?
             .set_tcp_settings(tcp_settings());
         if let Some(password) = options.password {
             let settings = info.redis_settings().clone().set_password(password);
@@ -88,13 +86,14 @@ impl RedisStore {
         }
         if let Some(pem) = options.ca_pem {
             if !parsed.tls {
-                return Err(ConnectError::CaWithoutTls);
+                return Err(ConnectError::Ca(CA_WITHOUT_TLS.into()));
             }
             check_ca(pem)?;
         }
         let (route, key_prefix) = match &parsed.topology {
             Topology::Direct => {
-                let client = route::client(info, options.ca_pem).map_err(ConnectError::Url)?;
+                let client = route::client(info, options.ca_pem)
+                    .map_err(|e| ConnectError::Url(Box::new(e)))?;
                 (Route::fixed(client)?, prefix.to_owned())
             }
             Topology::Sentinel { sentinels, master } => (

@@ -25,9 +25,8 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, Value};
 
-use crate::config::ConfigError;
 use crate::config::{self, CLUSTER_RECHECK, CONNECT_TIMEOUT, SENTINEL_RECHECK, SENTINEL_TIMEOUT};
-use crate::store::StoreError;
+use crate::store::{ConnectError, StoreError};
 
 /// How the URL says to find the primary.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -51,13 +50,8 @@ pub(crate) struct Parsed {
     pub tls: bool,
 }
 
-pub(crate) const URL_FORMS: &str = "redis://[user:password@]host[:port][/db], rediss://… for TLS, \
-redis+sentinel://[user:password@]host[:port][,host[:port]…]/MASTER[/db], \
-redis+cluster://[user:password@]host[:port][,host[:port]…] (rediss+sentinel://, rediss+cluster:// for TLS), \
-or for PostgreSQL postgres://[user@]host[:port][,host[:port]…]/database";
-
 /// What is wrong with a URL's form (its `Display` is the sentence
-/// [`ConnectError::UrlForm`] shows).
+/// [`ConnectError::Url`] shows).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UrlError {
     #[error("{0:?} has no scheme")]
@@ -267,7 +261,7 @@ fn at_addr(template: &ConnectionInfo, (host, port): &(String, u16)) -> Connectio
 impl Route {
     pub fn fixed(client: Client) -> Result<Self, ConnectError> {
         let conn = ConnectionManager::new_lazy_with_config(client.clone(), manager_config())
-            .map_err(ConnectError::Setup)?;
+            .map_err(|e| ConnectError::Setup(Box::new(e)))?;
         Ok(Self::Fixed(Primary {
             client,
             conn,
@@ -293,16 +287,16 @@ impl Route {
             let host = url_host(host);
             let mut info = format!("{scheme}://{host}:{port}")
                 .into_connection_info()
-                .map_err(ConnectError::Url)?
+                .map_err(|e| ConnectError::Url(Box::new(e)))?
                 .set_tcp_settings(template.tcp_settings().clone());
             if let Some(p) = sentinel_password {
                 let settings = info.redis_settings().clone().set_password(p);
                 info = info.set_redis_settings(settings);
             }
-            let client = client(info, ca_pem).map_err(ConnectError::Url)?;
+            let client = client(info, ca_pem).map_err(|e| ConnectError::Url(Box::new(e)))?;
             conns.push(
                 ConnectionManager::new_lazy_with_config(client, manager_config())
-                    .map_err(ConnectError::Setup)?,
+                    .map_err(|e| ConnectError::Setup(Box::new(e)))?,
             );
         }
         Ok(Self::found(
@@ -576,31 +570,16 @@ fn owner_in(slots: &Value, slot: i64, asked: &str) -> Option<(String, u16)> {
     })
 }
 
-/// Why [`crate::Store::connect`] refused to start.
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    #[error("the store URL is invalid ({0}); expected {forms}", forms = URL_FORMS)]
-    Url(redis::RedisError),
-    #[error("the store URL is invalid ({0}); expected {forms}", forms = URL_FORMS)]
-    UrlForm(#[from] UrlError),
-    #[error(transparent)]
-    Prefix(#[from] ConfigError),
-    #[error("could not set up the redis connection: {0}")]
-    Setup(redis::RedisError),
-    /// A CA certificate only makes sense for a TLS (`rediss://`) URL.
-    #[error("a CA certificate was given for a plain redis:// URL; it is used only with rediss://")]
-    CaWithoutTls,
-    #[error("the CA certificate is not PEM ({0}); expected one or more -----BEGIN CERTIFICATE----- blocks")]
-    InvalidCa(String),
-    /// A PostgreSQL URL the store cannot use (its form, or a prefix too
-    /// long for a schema name).
-    #[error(transparent)]
-    Postgres(Box<crate::store::postgres::PgStartError>),
-}
+/// A CA file that holds no PEM certificate, and what it should hold.
+const NOT_PEM: &str = "the CA certificate is not PEM";
+const PEM_BLOCKS: &str = "expected one or more -----BEGIN CERTIFICATE----- blocks";
+/// A CA file given for a URL without TLS.
+pub(super) const CA_WITHOUT_TLS: &str =
+    "a CA certificate was given for a plain redis:// URL; it is used only with rediss://";
 
-impl From<crate::store::postgres::PgStartError> for ConnectError {
-    fn from(e: crate::store::postgres::PgStartError) -> Self {
-        Self::Postgres(Box::new(e))
+impl From<UrlError> for ConnectError {
+    fn from(e: UrlError) -> Self {
+        Self::Url(Box::new(e))
     }
 }
 
@@ -611,11 +590,13 @@ pub(super) fn check_ca(pem: &[u8]) -> Result<(), ConnectError> {
     use rustls::pki_types::CertificateDer;
     let mut found = 0;
     for cert in CertificateDer::pem_slice_iter(pem) {
-        cert.map_err(|e| ConnectError::InvalidCa(e.to_string()))?;
+        cert.map_err(|e| ConnectError::Ca(format!("{NOT_PEM} ({e}); {PEM_BLOCKS}").into()))?;
         found += 1;
     }
     if found == 0 {
-        return Err(ConnectError::InvalidCa("no certificate in it".into()));
+        return Err(ConnectError::Ca(
+            format!("{NOT_PEM} (no certificate in it); {PEM_BLOCKS}").into(),
+        ));
     }
     Ok(())
 }

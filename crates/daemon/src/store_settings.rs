@@ -1,6 +1,6 @@
-//! The Redis server's settings that weaken the guarantees (see
+//! The store server's settings that weaken the guarantees (see
 //! `Store::setting_warnings`), watched for as long as the process runs:
-//! read at start, every [`REDIS_SETTINGS_RECHECK`], and at once after the
+//! read at start, every [`STORE_SETTINGS_RECHECK`], and at once after the
 //! store found a new primary (a failover). A warning is logged when it
 //! appears and when it clears, each setting is a gauge that is 1 while it
 //! is wrong, and the controller puts the current warnings in every
@@ -14,7 +14,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use crate::config::{PRIMARY_CHANGE_POLL, REDIS_SETTINGS_RECHECK};
+use crate::config::{PRIMARY_CHANGE_POLL, STORE_SETTINGS_RECHECK};
 use crate::metrics::Label;
 
 /// The running watch; stops when dropped.
@@ -27,9 +27,9 @@ pub struct SettingsWatch {
 impl SettingsWatch {
     /// Starts watching `store`'s server and registers the gauge in
     /// `registry`. Returns after the first reading (bounded by a second:
-    /// a Redis that does not answer yet is read again later).
+    /// a store that does not answer yet is read again later).
     pub async fn start(store: Store, registry: &mut Registry) -> Self {
-        Self::start_every(store, registry, REDIS_SETTINGS_RECHECK).await
+        Self::start_every(store, registry, STORE_SETTINGS_RECHECK).await
     }
 
     /// Like [`SettingsWatch::start`], reading the settings every `recheck`.
@@ -38,9 +38,10 @@ impl SettingsWatch {
         for setting in SettingWarning::SETTINGS {
             let _ = gauges.get_or_create(&[("setting", setting)]);
         }
+        // Named before the store was: dashboards and alerts use the name.
         registry.register(
             "redis_setting_unsafe",
-            "1 while this setting of the Redis server weakens a guarantee (the log says how)",
+            "1 while this setting of the store's server weakens a guarantee (the log says how)",
             gauges.clone(),
         );
         let (tx, current) = watch::channel(Vec::new());
@@ -92,7 +93,7 @@ impl State {
         let warnings = match read.await {
             Ok(w) => w,
             Err(e) => {
-                tracing::debug!(error = %e, "could not read the Redis server's settings");
+                tracing::debug!(error = %e, "could not read the store server's settings");
                 return false;
             }
         };
@@ -104,11 +105,7 @@ impl State {
         }
         for b in &before {
             if !warnings.iter().any(|w| w.setting == b.setting) {
-                tracing::info!(
-                    setting = b.setting,
-                    "redis {} is no longer a concern",
-                    b.setting
-                );
+                tracing::info!(setting = b.setting, "{} is no longer a concern", b.setting);
             }
         }
         for setting in SettingWarning::SETTINGS {
