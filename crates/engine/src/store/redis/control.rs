@@ -2,6 +2,7 @@
 //! timings the nodes adopt, the members it prefers, and a term that Redis
 //! lost.
 
+use super::reply::Flag;
 use super::{scripts, RedisStore};
 use crate::config::ElectionConfig;
 use crate::store::StoreError;
@@ -86,5 +87,6 @@ impl RedisStore {
         let key = self.keys().group(group).term;
         self.run("restore_term.lua", scripts::RESTORE_TERM.key(key).arg(term))
             .await
+            .map(|Flag(raised)| raised)
     }
 }

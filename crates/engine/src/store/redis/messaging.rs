@@ -4,7 +4,7 @@
 
 use redis::{AsyncConnectionConfig, Value};
 
-use super::reply::{read, Nodes, Published};
+use super::reply::{read, Flag, Int, Nodes, Published, Uint};
 use super::stream::{next_stream_id, StreamReader};
 use super::{scripts, RedisStore};
 use crate::config;
@@ -19,7 +19,7 @@ impl RedisStore {
         subscription: &str,
         inbox_max: u64,
     ) -> Result<u64, StoreError> {
-        let delivered: i64 = self
+        let Int(delivered) = self
             .run(
                 "subscribe.lua",
                 scripts::SUBSCRIBE
@@ -42,6 +42,7 @@ impl RedisStore {
                 .arg(subscription),
         )
         .await
+        .map(|Flag(was)| was)
     }
 
     /// Publishes a batch in one script (publish.lua). The call is one
@@ -121,15 +122,17 @@ impl RedisStore {
         read: &InboxCursor,
         taken: u64,
     ) -> Result<(u64, u64), StoreError> {
-        self.run(
-            "ack.lua",
-            scripts::ACK
-                .key(self.keys.inbox(node))
-                .key(self.keys.node(node))
-                .arg(next_stream_id(&read.0))
-                .arg(taken),
-        )
-        .await
+        let (Uint(backlog), Uint(dropped)) = self
+            .run(
+                "ack.lua",
+                scripts::ACK
+                    .key(self.keys.inbox(node))
+                    .key(self.keys.node(node))
+                    .arg(next_stream_id(&read.0))
+                    .arg(taken),
+            )
+            .await?;
+        Ok((backlog, dropped))
     }
 
     pub async fn inbox_state(&self, node: &str) -> Result<(u64, u64), StoreError> {

@@ -26,7 +26,7 @@ use redis::{FromRedisValue, IntoConnectionInfo, ProtocolVersion, Value};
 pub(crate) use keys::{GroupKeys, Keys};
 pub use replication::ReplicaAcks;
 use replication::Replication;
-use reply::read;
+use reply::{read, Flag, Int, Text};
 use route::{check_ca, manager_config, tcp_settings, CA_WITHOUT_TLS};
 use route::{Route, Topology};
 pub(crate) use stream::StreamReader;
@@ -351,6 +351,7 @@ impl RedisStore {
                 .arg(if withdraw { "1" } else { "0" }),
         )
         .await
+        .map(|Flag(released)| released)
     }
 
     /// A release to a named successor (handover.lua).
@@ -363,7 +364,7 @@ impl RedisStore {
         successor: &str,
         window_ms: u64,
     ) -> Result<Handover, StoreError> {
-        let code = self
+        let Int(code) = self
             .run(
                 "handover.lua",
                 scripts::HANDOVER
@@ -422,7 +423,8 @@ impl RedisStore {
         for (field, value) in metadata {
             invocation.arg(field).arg(value);
         }
-        let (_now, previous): (Value, String) = self.run("register.lua", &mut invocation).await?;
+        let (_now, Text(previous)): (Value, Text) =
+            self.run("register.lua", &mut invocation).await?;
         Ok((!previous.is_empty() && previous != incarnation).then_some(previous))
     }
 
@@ -460,6 +462,7 @@ impl RedisStore {
                 .arg(value),
         )
         .await
+        .map(|Flag(written)| written)
     }
 
     pub(crate) async fn sweep(&self, batch: usize) -> Result<Sweep, StoreError> {
@@ -483,5 +486,6 @@ impl RedisStore {
                 .arg(incarnation),
         )
         .await
+        .map(|Flag(removed)| removed)
     }
 }

@@ -4,6 +4,18 @@
 //! by the first element which shape it is where a script answers in
 //! several. [`read`] names the script: any other reply is a
 //! [`StoreError::Reply`] saying which script and which element.
+//!
+//! Elements are read through the strict types here, not redis-rs's own
+//! (whose `bool` takes nil and "OK", whose `u64` wraps a negative number
+//! and whose `Vec` reads nil as empty): a broken reply is an error, not a
+//! plausible outcome. A list is required, save where nil can only mean
+//! none (a group's members and priorities, the node list, the config).
+//!
+//! Text is read lossily (invalid UTF-8 replaced), not refused: node ids,
+//! topics, reasons and incarnations in a reply may have been written by
+//! any client of the store, and one bad byte in one member's id must not
+//! make a whole group state, sweep or node list unreadable to every node;
+//! at worst that one member is named inexactly.
 
 use std::collections::BTreeMap;
 
@@ -20,10 +32,61 @@ pub(super) fn read<T: FromRedisValue>(script: &str, reply: Value) -> Result<T, S
     T::from_redis_value(reply).map_err(|e| StoreError::Reply(format!("{script}: {e}")))
 }
 
+/// An integer: a Lua number, or one in a string (a hash field).
+pub(super) struct Int(pub i64);
+
+impl FromRedisValue for Int {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let n = match &v {
+            Value::Int(n) => Some(*n),
+            Value::BulkString(b) => std::str::from_utf8(b).ok().and_then(|s| s.parse().ok()),
+            _ => None,
+        };
+        n.map(Int)
+            .ok_or_else(|| format!("expected an integer, got {v:?}").into())
+    }
+}
+
+/// A term, a time or a count: an integer, never negative.
+pub(super) struct Uint(pub u64);
+
+impl FromRedisValue for Uint {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        let Int(n) = Int::from_redis_value(v)?;
+        let fits = u64::try_from(n).map(Uint);
+        fits.map_err(|_| format!("expected a non-negative integer, got {n}").into())
+    }
+}
+
+/// A script's yes or no: the integer 1 or 0, nothing else.
+pub(super) struct Flag(pub bool);
+
+impl FromRedisValue for Flag {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        match v {
+            Value::Int(n @ (0 | 1)) => Ok(Flag(n == 1)),
+            other => Err(format!("expected 0 or 1, got {other:?}").into()),
+        }
+    }
+}
+
+/// A string or a number as text, invalid UTF-8 replaced (module doc).
+pub(super) struct Text(pub String);
+
+impl FromRedisValue for Text {
+    fn from_redis_value(v: Value) -> Result<Self, ParsingError> {
+        match v {
+            Value::BulkString(b) => Ok(Text(String::from_utf8_lossy(&b).into_owned())),
+            Value::SimpleString(s) => Ok(Text(s)),
+            Value::Int(n) => Ok(Text(n.to_string())),
+            other => Err(format!("expected a string, got {other:?}").into()),
+        }
+    }
+}
+
 /// A reply array taken element by element, in the order the script
 /// answers them (a struct literal evaluates its fields in written order).
-/// A missing element reads as nil (Lua's false): one that only some
-/// answers have is read as an `Option`.
+/// A missing element reads as nil (Lua's false).
 struct Fields(std::vec::IntoIter<Value>);
 
 impl Fields {
@@ -40,22 +103,60 @@ impl Fields {
         T::from_redis_value_ref(&value).map_err(|_| format!("{name}: got {value:?}").into())
     }
 
-    /// A term, a time or a count: an integer, never negative.
+    fn int(&mut self, name: &str) -> Result<i64, ParsingError> {
+        self.next(name).map(|Int(n)| n)
+    }
+
     fn uint(&mut self, name: &str) -> Result<u64, ParsingError> {
-        let n: i64 = self.next(name)?;
-        u64::try_from(n).map_err(|_| format!("{name}: got {n}").into())
+        self.next(name).map(|Uint(n)| n)
+    }
+
+    fn text(&mut self, name: &str) -> Result<String, ParsingError> {
+        self.next(name).map(|Text(s)| s)
+    }
+
+    /// The next element, a list.
+    fn list(&mut self, name: &str) -> Result<Fields, ParsingError> {
+        match self.0.next().unwrap_or(Value::Nil) {
+            Value::Array(items) => Ok(Self(items.into_iter())),
+            other => Err(format!("{name}: got {other:?}").into()),
+        }
+    }
+
+    /// The next element, a list, or nil (or nothing) for an empty one.
+    fn list_or_nil(&mut self, name: &str) -> Result<Fields, ParsingError> {
+        if let None | Some(Value::Nil) = self.0.as_slice().first() {
+            self.0.next();
+            return Ok(Self(Vec::new().into_iter()));
+        }
+        self.list(name)
+    }
+
+    fn is_done(&self) -> bool {
+        self.0.as_slice().is_empty()
+    }
+
+    /// The remaining elements, each read by `read` (which may take several).
+    fn each<T, C: FromIterator<T>>(
+        mut self,
+        mut read: impl FnMut(&mut Self) -> Result<T, ParsingError>,
+    ) -> Result<C, ParsingError> {
+        std::iter::from_fn(|| (!self.is_done()).then(|| read(&mut self))).collect()
     }
 }
 
 /// A group's timings from its config hash (`{ttlMs, renewIntervalMs,
 /// retryIntervalMs}`): all three present and valid, or nothing (a
 /// half-written or invalid config is ignored, not half-applied, and never
-/// fails the reply).
+/// fails the reply). Elements after the three are ignored: the script reads
+/// the hash with HMGET by name, so a field added to the end of that list
+/// leaves the three where they are, and must not make every node drop the
+/// timings without an error.
 fn group_config(value: Value) -> Option<ElectionConfig> {
-    let ms = |v: &Value| u64::try_from(i64::from_redis_value_ref(v).ok()?).ok();
+    let ms = |v: &Value| Uint::from_redis_value_ref(v).ok().map(|Uint(n)| n);
     match value {
         Value::Array(fields) => match &fields[..] {
-            [ttl, renew, retry] => adopted_timings(ms(ttl), ms(renew), ms(retry)),
+            [ttl, renew, retry, ..] => adopted_timings(ms(ttl), ms(renew), ms(retry)),
             _ => None,
         },
         _ => None,
@@ -78,24 +179,26 @@ fn split_lease(value: &str) -> (&str, &str) {
 impl FromRedisValue for Claim {
     fn from_redis_value(reply: Value) -> Result<Self, ParsingError> {
         let mut f = Fields::of(reply)?;
-        Ok(match f.next::<i64>("outcome")? {
+        Ok(match f.int("outcome")? {
             1 => Claim::Won {
                 term: f.uint("term")?,
-                fresh: f.next::<i64>("fresh")? == 1,
+                fresh: f.int("fresh")? == 1,
                 config: group_config(f.next("config")?),
             },
             _ => Claim::Lost {
                 term: f.uint("term")?,
-                pttl_ms: f.next("pttl ms")?,
-                holder: f.next("holder id")?,
+                pttl_ms: f.int("pttl ms")?,
+                holder: f.text("holder id")?,
                 config: group_config(f.next("config")?),
-                deferred: match f.next::<Option<String>>("reason")? {
-                    Some(reason) => Some(Deferral {
+                deferred: if f.is_done() {
+                    None
+                } else {
+                    let reason = f.text("reason")?;
+                    Some(Deferral {
                         reason: DeferReason::parse(&reason)
                             .ok_or_else(|| format!("unknown deferral {reason:?}"))?,
-                        to: f.next("candidate")?,
-                    }),
-                    None => None,
+                        to: f.text("candidate")?,
+                    })
                 },
             },
         })
@@ -106,14 +209,14 @@ impl FromRedisValue for Claim {
 impl FromRedisValue for Renewal {
     fn from_redis_value(reply: Value) -> Result<Self, ParsingError> {
         let mut f = Fields::of(reply)?;
-        Ok(match f.next::<i64>("outcome")? {
+        Ok(match f.int("outcome")? {
             1 => Renewal::Renewed {
                 config: group_config(f.next("config")?),
                 term: f.uint("term")?,
             },
             0 => Renewal::Gone,
             _ => {
-                let lease: String = f.next("lease value")?;
+                let lease = f.text("lease value")?;
                 let (holder, incarnation) = split_lease(&lease);
                 Renewal::Replaced {
                     holder: holder.to_owned(),
@@ -129,13 +232,15 @@ impl FromRedisValue for Renewal {
 impl FromRedisValue for GroupState {
     fn from_redis_value(reply: Value) -> Result<Self, ParsingError> {
         let mut f = Fields::of(reply)?;
-        let lease: Option<String> = f.next("lease value")?;
+        let lease: Option<Text> = f.next("lease value")?;
         let term = f.uint("term")?;
-        let pttl: i64 = f.next("pttl ms")?;
+        let pttl = f.int("pttl ms")?;
         let now_ms = f.uint("now ms")?;
-        let members: Vec<(String, u64)> = f.next("live members")?;
-        let set: BTreeMap<String, String> = f.next("priorities")?;
-        let preferred: Option<String> = f.next("preferred")?;
+        let members: Vec<(String, u64)> = (f.list_or_nil("live members")?)
+            .each(|m| Ok((m.text("member id")?, m.uint("member expiry")?)))?;
+        let set: BTreeMap<String, String> = (f.list_or_nil("priorities")?)
+            .each(|p| Ok((p.text("member id")?, p.text("priority")?)))?;
+        let preferred: Option<Text> = f.next("preferred")?;
         let mut priorities = BTreeMap::new();
         let mut problems = BTreeMap::new();
         for (id, _) in &members {
@@ -149,13 +254,13 @@ impl FromRedisValue for GroupState {
             }
         }
         Ok(GroupState {
-            holder: lease.map(|v| split_lease(&v).0.to_owned()),
+            holder: lease.map(|Text(v)| split_lease(&v).0.to_owned()),
             term,
             lease_pttl_ms: u64::try_from(pttl).ok(),
             members,
             priorities,
             problems,
-            preferred: preferred.map(|p| p.split_whitespace().map(str::to_owned).collect()),
+            preferred: preferred.map(|Text(p)| p.split_whitespace().map(str::to_owned).collect()),
             now_ms,
         })
     }
@@ -165,11 +270,11 @@ impl FromRedisValue for GroupState {
 impl FromRedisValue for Heartbeat {
     fn from_redis_value(reply: Value) -> Result<Self, ParsingError> {
         let mut f = Fields::of(reply)?;
-        Ok(match f.next::<i64>("outcome")? {
+        Ok(match f.int("outcome")? {
             1 => Heartbeat::Extended,
             0 => Heartbeat::Expired,
             _ => Heartbeat::Displaced {
-                incarnation: f.next("incarnation")?,
+                incarnation: f.text("incarnation")?,
             },
         })
     }
@@ -180,9 +285,9 @@ impl FromRedisValue for Sweep {
     fn from_redis_value(reply: Value) -> Result<Self, ParsingError> {
         let mut f = Fields::of(reply)?;
         Ok(Sweep {
-            swept: f.next("swept ids")?,
+            swept: f.list("swept ids")?.each(|ids| ids.text("swept id"))?,
             now_ms: f.uint("now ms")?,
-            next_expiry_ms: u64::try_from(f.next::<i64>("earliest expiry")?).ok(),
+            next_expiry_ms: u64::try_from(f.int("earliest expiry")?).ok(),
         })
     }
 }
@@ -195,10 +300,9 @@ impl FromRedisValue for Nodes {
     fn from_redis_value(reply: Value) -> Result<Self, ParsingError> {
         let mut f = Fields::of(reply)?;
         let now = f.uint("now")?;
-        let rows: Vec<Value> = f.next("nodes")?;
-        let node = |row| -> Result<NodeInfo, ParsingError> {
-            let mut n = Fields::of(row)?;
-            let id = n.next("id")?;
+        let node = |rows: &mut Fields| -> Result<NodeInfo, ParsingError> {
+            let mut n = rows.list("node")?;
+            let id = n.text("id")?;
             let lease_until_ms = n.uint("lease_until")?;
             Ok(NodeInfo {
                 id,
@@ -207,7 +311,7 @@ impl FromRedisValue for Nodes {
                 last_heartbeat_ms: n.uint("heartbeat_at")?,
                 backlog: n.uint("backlog")?,
                 dropped: n.uint("dropped")?,
-                groups: (n.next::<String>("groups")?)
+                groups: (n.text("groups")?)
                     .split(',')
                     .filter(|g| !g.is_empty())
                     .map(str::to_owned)
@@ -215,7 +319,7 @@ impl FromRedisValue for Nodes {
                 live: lease_until_ms > now,
             })
         };
-        Ok(Nodes(rows.into_iter().map(node).collect::<Result<_, _>>()?))
+        Ok(Nodes(f.list_or_nil("nodes")?.each(node)?))
     }
 }
 
@@ -225,7 +329,7 @@ pub(super) struct Published(pub Vec<PublishOutcome>);
 
 impl FromRedisValue for Published {
     fn from_redis_value(reply: Value) -> Result<Self, ParsingError> {
-        let text = String::from_redis_value(reply)?;
+        let Text(text) = Text::from_redis_value(reply)?;
         let words: Vec<&str> = text.split(' ').filter(|w| !w.is_empty()).collect();
         let number = |w: &str| w.parse::<u64>().map_err(|_| format!("{w:?} is no number"));
         let outcome = |pair: &[&str]| -> Result<PublishOutcome, ParsingError> {
@@ -317,11 +421,109 @@ mod tests {
         let negative = Value::Array(vec![Value::Array(vec![]), Value::Int(-5), Value::Int(-1)]);
         assert_eq!(
             error(read("sweep.lua", negative)),
-            "sweep.lua: Incompatible type - now ms: got -5"
+            "sweep.lua: Incompatible type - now ms: got int(-5)"
         );
         assert!(error(read("sweep.lua", Value::Int(1))).contains("expected an array"));
         let odd = read::<Published>("publish.lua", bulk("12 3 -1"));
         assert!(matches!(odd, Err(StoreError::Reply(t)) if t.contains("3 words, not pairs")));
+    }
+
+    /// The reply error of `script` for `reply`, read as `T`.
+    fn refused<T: FromRedisValue>(script: &str, reply: Value) -> String {
+        match read::<T>(script, reply.clone()) {
+            Err(StoreError::Reply(text)) => text,
+            Err(other) => panic!("{reply:?}: {other:?}"),
+            Ok(_) => panic!("{script} read {reply:?}"),
+        }
+    }
+
+    #[test]
+    fn a_flag_is_the_integer_0_or_1_and_nothing_else() {
+        assert!(matches!(read("release.lua", Value::Int(1)), Ok(Flag(true))));
+        assert!(matches!(
+            read("release.lua", Value::Int(0)),
+            Ok(Flag(false))
+        ));
+        for reply in [
+            Value::Nil,
+            Value::Okay,
+            bulk("1"),
+            Value::SimpleString("OK".into()),
+            Value::Int(2),
+        ] {
+            let text = refused::<Flag>("release.lua", reply);
+            assert!(text.contains("release.lua: ") && text.contains("0 or 1"));
+        }
+    }
+
+    #[test]
+    fn a_required_list_refuses_nil_and_a_list_that_may_be_nil_reads_empty() {
+        let sweep = Value::Array(vec![Value::Nil, Value::Int(5), Value::Int(-1)]);
+        assert!(refused::<Sweep>("sweep.lua", sweep).ends_with("swept ids: got nil"));
+        let empty_group = Value::Array(vec![
+            Value::Nil,
+            Value::Int(0),
+            Value::Int(-2),
+            Value::Int(5000),
+            Value::Nil,
+            Value::Nil,
+            Value::Nil,
+        ]);
+        let state: GroupState = read("group_state.lua", empty_group).unwrap();
+        assert!(state.members.is_empty() && state.holder.is_none());
+        let Nodes(nodes) = read("list_nodes.lua", Value::Array(vec![Value::Int(5)])).unwrap();
+        assert!(nodes.is_empty());
+        // An odd member list lacks an expiry.
+        let odd = Value::Array(vec![
+            Value::Nil,
+            Value::Int(0),
+            Value::Int(-2),
+            Value::Int(5000),
+            Value::Array(vec![bulk("a")]),
+        ]);
+        assert!(refused::<GroupState>("group_state.lua", odd).ends_with("member expiry: got nil"));
+    }
+
+    #[test]
+    fn numbers_and_texts_are_refused_where_the_other_is_due() {
+        // A negative count, where redis-rs's u64 would wrap it.
+        let ack = Value::Array(vec![Value::Int(3), Value::Int(-1)]);
+        assert!(refused::<(Uint, Uint)>("ack.lua", ack).contains("got -1"));
+        // A deferral with its reason nil.
+        let lost = Value::Array(vec![
+            Value::Int(0),
+            Value::Int(7),
+            Value::Int(250),
+            bulk(""),
+            Value::Nil,
+            Value::Nil,
+            bulk("b"),
+        ]);
+        assert!(refused::<Claim>("claim.lua", lost).ends_with("reason: got nil"));
+        assert!(refused::<Int>("handover.lua", Value::Double(1.0)).contains("expected an integer"));
+    }
+
+    #[test]
+    fn text_with_invalid_utf8_is_read_with_the_bytes_replaced() {
+        let id = Value::BulkString(b"ns/pod-\xff".to_vec());
+        let Text(text) = read("heartbeat.lua", id).unwrap();
+        assert_eq!(text, "ns/pod-\u{fffd}");
+    }
+
+    #[test]
+    fn a_config_with_more_than_three_fields_keeps_its_timings() {
+        let mut fields = vec![bulk("3000"), bulk("1000"), bulk("500")];
+        assert_eq!(
+            group_config(Value::Array(fields.clone())).unwrap().ttl_ms,
+            3000
+        );
+        fields.push(bulk("later"));
+        assert_eq!(
+            group_config(Value::Array(fields.clone())).unwrap().ttl_ms,
+            3000
+        );
+        fields.truncate(2);
+        assert!(group_config(Value::Array(fields)).is_none());
     }
 
     #[test]
