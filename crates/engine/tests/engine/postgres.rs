@@ -146,6 +146,39 @@ async fn a_version_1_schema_is_upgraded_in_place_and_keeps_its_leases() {
     );
 }
 
+/// A function that answers without a column the store reads (here
+/// `group_state` as version 1 defined it, without the priorities) is a
+/// reply error naming the statement and the column, not a panic of the
+/// process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_missing_a_column_is_an_error_naming_it() {
+    let test = "a_reply_missing_a_column_is_an_error_naming_it";
+    let Some(server) = shared_database(test) else {
+        return;
+    };
+    let pg = database(&server);
+    PgStore::open(&pg.url(), "lh").await.unwrap();
+    pg.psql(
+        "DROP FUNCTION lh.group_state(text);
+         CREATE FUNCTION lh.group_state(p_group text)
+         RETURNS TABLE (o_holder text, o_term bigint, o_pttl bigint, o_now bigint,
+                        o_members text[], o_until bigint[])
+         LANGUAGE sql AS $$ SELECT NULL::text, 0::bigint, NULL::bigint, lh.now_ms(),
+                                   '{}'::text[], '{}'::bigint[] $$;",
+    )
+    .unwrap();
+    let store = leasehold_engine::Store::connect(&pg.url(), "lh").unwrap();
+    match store.group_state("test/g").await {
+        Err(leasehold_engine::StoreError::Reply(text)) => {
+            assert!(
+                text.starts_with("GroupState: column o_priorities"),
+                "{text}"
+            );
+        }
+        other => panic!("a reply without o_priorities read as {other:?}"),
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_schema_is_refused_and_left_as_it_is() {
     let Some(pg) = server("a_newer_schema_is_refused_and_left_as_it_is") else {

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use tokio_postgres::types::FromSql;
 use tokio_postgres::Config;
 
 use super::endpoint::{self, Endpoint};
@@ -213,7 +214,7 @@ impl PgStore {
         &self,
         op: Op,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+    ) -> Result<Vec<Answer>, StoreError> {
         let session = self.session().await.map_err(failed)?;
         self.query_on(&session, op, params).await
     }
@@ -225,12 +226,13 @@ impl PgStore {
         session: &Arc<Session>,
         op: Op,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<Vec<tokio_postgres::Row>, StoreError> {
+    ) -> Result<Vec<Answer>, StoreError> {
         let result = session.query(op, &self.shared.schema, params).await;
-        result.map_err(|e| {
+        let rows = result.map_err(|e| {
             self.shared.slot.failed(session, &e);
             statement_failed(e)
-        })
+        })?;
+        Ok(rows.into_iter().map(|row| Answer { op, row }).collect())
     }
 
     /// Runs `op`, returning how many rows it changed.
@@ -252,7 +254,7 @@ impl PgStore {
         &self,
         op: Op,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<tokio_postgres::Row, StoreError> {
+    ) -> Result<Answer, StoreError> {
         self.query(op, params)
             .await?
             .into_iter()
@@ -263,11 +265,25 @@ impl PgStore {
     /// The database's clock, in ms since the epoch.
     pub async fn time_ms(&self) -> Result<u64, StoreError> {
         let row = self.query_one(Op::Time, &[]).await?;
-        Ok(row.get::<_, i64>("now_ms").max(0) as u64)
+        Ok(row.get::<i64>("now_ms")?.max(0) as u64)
     }
 
     pub async fn ping(&self) -> Result<(), StoreError> {
         self.query(Op::Ping, &[]).await.map(drop)
+    }
+}
+
+/// A row of `op`'s answer, read by column name: a column that is missing
+/// or of another type is a [`StoreError::Reply`] naming both, not a panic.
+pub(super) struct Answer {
+    op: Op,
+    row: tokio_postgres::Row,
+}
+
+impl Answer {
+    pub(super) fn get<'a, T: FromSql<'a>>(&'a self, column: &str) -> Result<T, StoreError> {
+        let value = self.row.try_get(column);
+        value.map_err(|e| StoreError::Reply(format!("{:?}: column {column}: {e}", self.op)))
     }
 }
 

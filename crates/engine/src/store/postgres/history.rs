@@ -38,15 +38,15 @@ impl History {
                 &[&meta],
             )
             .await?;
-        let timeline: String = row.get("timeline");
+        let timeline: String = row.try_get("timeline")?;
         Ok(Self {
-            system: row.get("system"),
+            system: row.try_get("system")?,
             // Eight hex digits, by the WAL file naming; a server that named
             // them otherwise reads as timeline 0, another history.
             timeline: u32::from_str_radix(&timeline, 16).unwrap_or(0),
-            started_us: row.get("started_us"),
+            started_us: row.try_get("started_us")?,
             // The schema's meta table exists: migrate() made it first.
-            meta_oid: row.get::<_, Option<i64>>("meta_oid").unwrap_or(0) as u32,
+            meta_oid: row.try_get::<_, Option<i64>>("meta_oid")?.unwrap_or(0) as u32,
         })
     }
 

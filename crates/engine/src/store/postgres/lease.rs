@@ -12,9 +12,7 @@
 //! `UPDATE` whose `WHERE` is checked again on the newest row version after
 //! a concurrent writer commits.
 
-use tokio_postgres::Row;
-
-use super::handle::{failed, PgStore};
+use super::handle::{failed, Answer, PgStore};
 use super::session::Op;
 use crate::config::ElectionConfig;
 use crate::store::candidacy::Candidacy;
@@ -28,13 +26,13 @@ pub(super) fn big(n: u64) -> i64 {
 }
 
 /// A bigint column of `row` (a term, a time, a count) as the engine's u64.
-pub(super) fn count(row: &Row, column: &str) -> u64 {
-    row.get::<_, i64>(column).max(0) as u64
+pub(super) fn count(row: &Answer, column: &str) -> Result<u64, StoreError> {
+    Ok(row.get::<i64>(column)?.max(0) as u64)
 }
 
 /// A text column of `row` that only some outcomes set ("" when NULL).
-pub(super) fn text(row: &Row, column: &str) -> String {
-    row.get::<_, Option<String>>(column).unwrap_or_default()
+pub(super) fn text(row: &Answer, column: &str) -> Result<String, StoreError> {
+    Ok(row.get::<Option<String>>(column)?.unwrap_or_default())
 }
 
 /// A priority as PostgreSQL's int (at most MAX_PRIORITY, so it fits).
@@ -43,13 +41,17 @@ fn priority(p: u32) -> i32 {
 }
 
 /// The group's timings in a row of `claim` or `renew`, when set and valid.
-fn timings(row: &Row) -> Option<ElectionConfig> {
-    let ms = |column| u64::try_from(row.get::<_, Option<i64>>(column)?).ok();
-    adopted_timings(
-        ms("o_ttl_ms"),
-        ms("o_renew_interval_ms"),
-        ms("o_retry_interval_ms"),
-    )
+fn timings(row: &Answer) -> Result<Option<ElectionConfig>, StoreError> {
+    let ms = |column| -> Result<_, StoreError> {
+        Ok(row
+            .get::<Option<i64>>(column)?
+            .and_then(|n| u64::try_from(n).ok()))
+    };
+    Ok(adopted_timings(
+        ms("o_ttl_ms")?,
+        ms("o_renew_interval_ms")?,
+        ms("o_retry_interval_ms")?,
+    ))
 }
 
 impl PgStore {
@@ -90,22 +92,22 @@ impl PgStore {
             .into_iter()
             .next()
             .ok_or_else(|| StoreError::Reply("claim: no row".into()))?;
-        let term = count(&row, "o_term");
-        let config = timings(&row);
-        Ok(if row.get("o_won") {
+        let term = count(&row, "o_term")?;
+        let config = timings(&row)?;
+        Ok(if row.get("o_won")? {
             Claim::Won {
                 term,
-                fresh: row.get("o_fresh"),
+                fresh: row.get("o_fresh")?,
                 config,
             }
         } else {
             Claim::Lost {
                 term,
-                pttl_ms: row.get("o_wait_ms"),
-                holder: text(&row, "o_holder"),
+                pttl_ms: row.get("o_wait_ms")?,
+                holder: text(&row, "o_holder")?,
                 config,
-                deferred: match row.get::<_, Option<String>>("o_defer") {
-                    Some(reason) => Some(deferral(&reason, text(&row, "o_defer_to"))?),
+                deferred: match row.get::<Option<String>>("o_defer")? {
+                    Some(reason) => Some(deferral(&reason, text(&row, "o_defer_to")?)?),
                     None => None,
                 },
             }
@@ -145,15 +147,15 @@ impl PgStore {
                 ],
             )
             .await?;
-        Ok(match row.get::<_, i32>("o_status") {
+        Ok(match row.get::<i32>("o_status")? {
             1 => Renewal::Renewed {
-                term: count(&row, "o_term"),
-                config: timings(&row),
+                term: count(&row, "o_term")?,
+                config: timings(&row)?,
             },
             0 => Renewal::Gone,
             _ => Renewal::Replaced {
-                holder: text(&row, "o_holder"),
-                incarnation: text(&row, "o_incarnation"),
+                holder: text(&row, "o_holder")?,
+                incarnation: text(&row, "o_incarnation")?,
             },
         })
     }
@@ -171,7 +173,7 @@ impl PgStore {
         let row = self
             .query_one(Op::Release, &[&group, &id, &incarnation, &term, &withdraw])
             .await?;
-        Ok(row.get("released"))
+        row.get("released")
     }
 
     /// A release to a named successor (sql/v2.sql's hand_over).
@@ -197,7 +199,7 @@ impl PgStore {
                 ],
             )
             .await?;
-        Ok(Handover::from_code(i64::from(row.get::<_, i32>("outcome"))))
+        Ok(Handover::from_code(i64::from(row.get::<i32>("outcome")?)))
     }
 
     pub(crate) async fn write_preferred(
@@ -212,15 +214,15 @@ impl PgStore {
 
     pub(crate) async fn group_state(&self, group: &str) -> Result<GroupState, StoreError> {
         let row = self.query_one(Op::GroupState, &[&group]).await?;
-        let ids: Vec<String> = row.get("o_members");
-        let until: Vec<i64> = row.get("o_until");
-        let priorities: Vec<i32> = row.get("o_priorities");
-        let problems: Vec<String> = row.get("o_problems");
-        let preferred: Option<Vec<String>> = row.get("o_preferred");
-        let pttl: Option<i64> = row.get("o_pttl");
+        let ids: Vec<String> = row.get("o_members")?;
+        let until: Vec<i64> = row.get("o_until")?;
+        let priorities: Vec<i32> = row.get("o_priorities")?;
+        let problems: Vec<String> = row.get("o_problems")?;
+        let preferred: Option<Vec<String>> = row.get("o_preferred")?;
+        let pttl: Option<i64> = row.get("o_pttl")?;
         Ok(GroupState {
-            holder: row.get("o_holder"),
-            term: count(&row, "o_term"),
+            holder: row.get("o_holder")?,
+            term: count(&row, "o_term")?,
             lease_pttl_ms: pttl.map(|ms| ms.max(0) as u64),
             priorities: ids
                 .iter()
@@ -240,7 +242,7 @@ impl PgStore {
                 .zip(until)
                 .map(|(id, ms)| (id, ms.max(0) as u64))
                 .collect(),
-            now_ms: count(&row, "o_now"),
+            now_ms: count(&row, "o_now")?,
         })
     }
 
@@ -270,10 +272,10 @@ impl PgStore {
     pub(crate) async fn setting_warnings(&self) -> Result<Vec<SettingWarning>, StoreError> {
         let row = self.query_one(Op::Settings, &[]).await?;
         Ok(warnings(
-            &row.get::<_, String>("fsync"),
-            &text(&row, "synchronous_commit"),
-            &row.get::<_, String>("standby_names"),
-            row.get::<_, i64>("standbys"),
+            &row.get::<String>("fsync")?,
+            &text(&row, "synchronous_commit")?,
+            &row.get::<String>("standby_names")?,
+            row.get::<i64>("standbys")?,
         ))
     }
 }

@@ -49,7 +49,7 @@ impl PgStore {
         let row = self
             .query_one(Op::Subscribe, &[&node, &subscription, &big(inbox_max)])
             .await?;
-        Ok(count(&row, "delivered"))
+        count(&row, "delivered")
     }
 
     pub(crate) async fn unsubscribe(
@@ -101,8 +101,8 @@ impl PgStore {
         }
         rows.iter()
             .map(|row| {
-                let node: String = row.get("o_node");
-                Ok(match row.get::<_, i64>("o_code") {
+                let node: String = row.get("o_node")?;
+                Ok(match row.get::<i64>("o_code")? {
                     -1 => PublishOutcome::InboxFull { node },
                     -2 => PublishOutcome::NotLive { node },
                     id => PublishOutcome::Delivered {
@@ -152,44 +152,44 @@ impl PgStore {
         let row = self
             .query_one(Op::AckInbox, &[&node, &seq(read), &big(taken)])
             .await?;
-        Ok((count(&row, "o_backlog"), count(&row, "o_dropped")))
+        Ok((count(&row, "o_backlog")?, count(&row, "o_dropped")?))
     }
 
     pub(crate) async fn inbox_state(&self, node: &str) -> Result<(u64, u64), StoreError> {
         let rows = self.query(Op::InboxState, &[&node]).await?;
-        Ok(rows
-            .first()
-            .map_or((0, 0), |row| (count(row, "backlog"), count(row, "dropped"))))
+        match rows.first() {
+            Some(row) => Ok((count(row, "backlog")?, count(row, "dropped")?)),
+            None => Ok((0, 0)),
+        }
     }
 
     pub(crate) async fn subscriptions(&self, node: &str) -> Result<Vec<String>, StoreError> {
         let rows = self.query(Op::Subscriptions, &[&node]).await?;
-        Ok(rows.iter().map(|r| r.get("pattern")).collect())
+        rows.iter().map(|r| r.get("pattern")).collect()
     }
 
     pub(crate) async fn list_nodes(&self) -> Result<Vec<NodeInfo>, StoreError> {
         let rows = self.query(Op::ListNodes, &[]).await?;
-        Ok(rows
-            .iter()
+        rows.iter()
             .map(|row| {
-                let lease_until_ms = count(row, "lease_until_ms");
-                let groups: String = row.get("groups");
-                NodeInfo {
-                    id: row.get("id"),
+                let lease_until_ms = count(row, "lease_until_ms")?;
+                let groups: String = row.get("groups")?;
+                Ok(NodeInfo {
+                    id: row.get("id")?,
                     lease_until_ms,
-                    registered_at_ms: count(row, "registered_at_ms"),
-                    last_heartbeat_ms: count(row, "heartbeat_at_ms"),
-                    backlog: count(row, "backlog"),
-                    dropped: count(row, "dropped"),
+                    registered_at_ms: count(row, "registered_at_ms")?,
+                    last_heartbeat_ms: count(row, "heartbeat_at_ms")?,
+                    backlog: count(row, "backlog")?,
+                    dropped: count(row, "dropped")?,
                     groups: groups
                         .split(',')
                         .filter(|g| !g.is_empty())
                         .map(str::to_owned)
                         .collect(),
-                    live: lease_until_ms > count(row, "now_ms"),
-                }
+                    live: lease_until_ms > count(row, "now_ms")?,
+                })
             })
-            .collect())
+            .collect()
     }
 
     /// Announces one engine event on the events channel.
@@ -288,22 +288,22 @@ impl PgReader {
         let mut reads: Vec<(i16, i64, Read)> = rows
             .into_iter()
             .map(|row| {
-                let queue: i16 = row.get("queue");
-                let seq: i64 = row.get("seq");
-                let entry = match row.get("kind") {
+                let queue: i16 = row.get("queue")?;
+                let seq: i64 = row.get("seq")?;
+                let entry = match row.get("kind")? {
                     "recovered" => Entry::Recovered,
                     "command" => Entry::Command {
-                        from: row.get("sender"),
-                        payload: row.get("payload"),
+                        from: row.get("sender")?,
+                        payload: row.get("payload")?,
                     },
                     _ => {
-                        let topic: String = row.get("topic");
+                        let topic: String = row.get("topic")?;
                         Entry::Message(Message {
-                            id: count(&row, "msg_id"),
+                            id: count(&row, "msg_id")?,
                             topic: (!topic.is_empty()).then_some(topic),
-                            from: row.get("sender"),
-                            payload: row.get("payload"),
-                            retained: row.get("retained"),
+                            from: row.get("sender")?,
+                            payload: row.get("payload")?,
+                            retained: row.get("retained")?,
                         })
                     }
                 };
@@ -316,9 +316,9 @@ impl PgReader {
                     cursor: InboxCursor(seq.to_string()),
                     entry,
                 };
-                (queue, seq, read)
+                Ok((queue, seq, read))
             })
-            .collect();
+            .collect::<Result<_, StoreError>>()?;
         // Commands first, each queue in order.
         reads.sort_by_key(|(queue, seq, _)| (*queue, *seq));
         Ok(reads.into_iter().map(|(_, _, read)| read).collect())

@@ -40,7 +40,7 @@ impl PgStore {
                 ],
             )
             .await?;
-        let previous: String = row.get("previous");
+        let previous: String = row.get("previous")?;
         Ok((!previous.is_empty() && previous != incarnation).then_some(previous))
     }
 
@@ -53,11 +53,11 @@ impl PgStore {
         let row = self
             .query_one(Op::Heartbeat, &[&id, &incarnation, &big(lease_ms)])
             .await?;
-        Ok(match row.get::<_, i32>("o_status") {
+        Ok(match row.get::<i32>("o_status")? {
             1 => Heartbeat::Extended,
             0 => Heartbeat::Expired,
             _ => Heartbeat::Displaced {
-                incarnation: text(&row, "o_incarnation"),
+                incarnation: text(&row, "o_incarnation")?,
             },
         })
     }
@@ -78,16 +78,16 @@ impl PgStore {
     pub(crate) async fn sweep(&self, batch: usize) -> Result<Sweep, StoreError> {
         let batch = i32::try_from(batch).unwrap_or(i32::MAX);
         let row = self.query_one(Op::Sweep, &[&batch]).await?;
-        let next: Option<i64> = row.get("o_next");
+        let next: Option<i64> = row.get("o_next")?;
         Ok(Sweep {
-            swept: row.get("o_swept"),
-            now_ms: count(&row, "o_now"),
+            swept: row.get("o_swept")?,
+            now_ms: count(&row, "o_now")?,
             next_expiry_ms: next.map(|ms| ms.max(0) as u64),
         })
     }
 
     pub(crate) async fn unregister(&self, id: &str, incarnation: &str) -> Result<bool, StoreError> {
         let row = self.query_one(Op::Unregister, &[&id, &incarnation]).await?;
-        Ok(row.get("removed"))
+        row.get("removed")
     }
 }

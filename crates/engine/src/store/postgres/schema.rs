@@ -140,8 +140,8 @@ async fn create_missing(tx: &Transaction<'_>, at: &At<'_>, s: &str) -> Result<()
             &[&format!("{s}.meta")],
         )
         .await
-        .map_err(|e| at.query(e))?
-        .get::<_, bool>("has_meta");
+        .and_then(|row| row.try_get::<_, bool>("has_meta"))
+        .map_err(|e| at.query(e))?;
     if !has_meta {
         tx.batch_execute(&format!(
             "CREATE TABLE {s}.meta (key text PRIMARY KEY, value text NOT NULL)"
@@ -161,8 +161,8 @@ async fn version(tx: &Transaction<'_>, at: &At<'_>, s: &str) -> Result<i32, PgSt
             &[],
         )
         .await
-        .map_err(|e| at.query(e))?
-        .map(|row| row.get("value"));
+        .and_then(|row| row.map(|row| row.try_get("value")).transpose())
+        .map_err(|e| at.query(e))?;
     let found = match text.as_deref().map(str::parse::<i32>) {
         None => 0,
         Some(Ok(n)) if n >= 1 => n,

@@ -344,19 +344,20 @@ async fn check_server(client: &Client, target: &Target) -> Result<(), PgStartErr
             &[],
         )
         .await
+        .and_then(|row| Ok((row.try_get("version")?, row.try_get("number")?, row.try_get("standby")?)))
         .map_err(|source| PgStartError::Query {
             target: target.clone(),
             source,
         })?;
-    let version: String = row.get("version");
-    if row.get::<_, i32>("number") < MIN_SERVER_VERSION {
+    let (version, number, standby): (String, i32, bool) = row;
+    if number < MIN_SERVER_VERSION {
         return Err(PgStartError::Version {
             target: target.clone(),
             found: version,
             needed: MIN_SERVER_VERSION / 10_000,
         });
     }
-    if row.get("standby") {
+    if standby {
         return Err(PgStartError::Standby {
             target: target.clone(),
         });
