@@ -48,6 +48,10 @@ enum Command {
 }
 
 fn main() -> std::process::ExitCode {
+    if let Err(e) = leasehold_daemon::store_args::adopt_deprecated_variables() {
+        eprintln!("error: {e}");
+        return std::process::ExitCode::FAILURE;
+    }
     let cli = Cli::parse();
     // The guard waits for signals with them blocked on its one thread, so it
     // runs before any runtime thread exists that a signal could land on.

@@ -285,8 +285,10 @@ async fn step_down_hands_the_lease_to_another_member(server) {
 }
 }
 
-/// The store flags' older names and variables still work, the new ones win
-/// over them, and `--help` marks the old ones deprecated.
+/// The store flags' older names and variables still work, in clap's order
+/// (a command line over the environment, whichever name either uses; a new
+/// variable over its older name), two values for one flag are refused, and
+/// `--help` marks the old names deprecated.
 #[tokio::test]
 async fn the_deprecated_store_names_still_work_and_say_so() {
     let redis = testkit::RedisServer::start();
@@ -306,39 +308,107 @@ async fn the_deprecated_store_names_still_work_and_say_so() {
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
     let url = redis.url();
+    // Each `nowhere` names no server: a run that reads it fails.
+    let nowhere = "redis://127.0.0.1:1";
     for (args, envs) in [
         (vec!["--redis-url", url.as_str()], vec![]),
         (vec![], vec![("LEASEHOLD_REDIS_URL", url.as_str())]),
-        // The new name wins over the old one, which names no server here.
         (
             vec!["--store-url", url.as_str()],
-            vec![("LEASEHOLD_REDIS_URL", "redis://127.0.0.1:1")],
+            vec![("LEASEHOLD_REDIS_URL", nowhere)],
+        ),
+        // A chart sets the old variable; an old flag in its extraArgs wins.
+        (
+            vec!["--redis-url", url.as_str()],
+            vec![("LEASEHOLD_REDIS_URL", nowhere)],
+        ),
+        (
+            vec!["--redis-url", url.as_str()],
+            vec![("LEASEHOLD_STORE_URL", nowhere)],
+        ),
+        (
+            vec![],
+            vec![
+                ("LEASEHOLD_STORE_URL", url.as_str()),
+                ("LEASEHOLD_REDIS_URL", url.as_str()),
+            ],
+        ),
+        // A bad value in an old variable loses to a flag by either name.
+        (
+            vec!["--store-url", url.as_str(), "--redis-replica-acks", "all"],
+            vec![("LEASEHOLD_REDIS_REPLICA_ACKS", "many")],
         ),
     ] {
-        let (ok, out) = nodes(&args, &envs);
-        assert!(ok && out.contains("ns/a"), "{args:?} {envs:?}: {out}");
+        let (ok, out, err) = nodes(&args, &envs);
+        assert!(ok && out.contains("ns/a"), "{args:?} {envs:?}: {out} {err}");
     }
+    // Two stores, by the two names of a flag or of a variable: refused.
+    let (ok, _, err) = nodes(&["--store-url", url.as_str(), "--redis-url", nowhere], &[]);
+    assert!(
+        !ok && err.contains("the argument '--store-url <STORE_URL>' cannot be used multiple times"),
+        "{err}"
+    );
+    let (ok, _, err) = nodes(
+        &[],
+        &[
+            ("LEASEHOLD_STORE_URL", url.as_str()),
+            ("LEASEHOLD_REDIS_URL", nowhere),
+        ],
+    );
+    assert!(
+        !ok && err.contains(
+            "LEASEHOLD_STORE_URL and LEASEHOLD_REDIS_URL (its deprecated name) are set to \
+             different values: set LEASEHOLD_STORE_URL only"
+        ),
+        "{err}"
+    );
+
+    // An old variable reaches its flag when nothing else sets it.
+    let (ok, _, err) = nodes(
+        &["--store-url", url.as_str()],
+        &[("LEASEHOLD_REDIS_REPLICA_ACKS", "many")],
+    );
+    assert!(
+        !ok && err.contains("invalid value 'many' for '--store-replica-acks"),
+        "{err}"
+    );
+
     let help = Command::new(env!("CARGO_BIN_EXE_leasehold"))
         .args(["agent", "--help"])
         .output()
         .expect("run leasehold");
     let help = String::from_utf8_lossy(&help.stdout);
-    let deprecated = help.split("Deprecated names").nth(1).unwrap_or_default();
-    for flag in [
-        "--redis-url",
-        "--redis-password-file",
-        "--redis-replica-acks",
+    let lines: Vec<&str> = help.lines().collect();
+    // Each new flag's entry, up to the next flag's, names its old names.
+    let indent = |l: &str| l.len() - l.trim_start().len();
+    for name in [
+        "url",
+        "password-file",
+        "sentinel-password-file",
+        "ca-file",
+        "replica-acks",
+        "replica-wait-ms",
     ] {
+        let flag = format!("--store-{name} <");
+        let at = lines
+            .iter()
+            .position(|l| l.trim_start().starts_with(&flag))
+            .unwrap_or_else(|| panic!("no {flag} in --help: {help}"));
+        let end = lines[at + 1..]
+            .iter()
+            .position(|l| l.trim_start().starts_with('-') && indent(l) <= indent(lines[at]))
+            .map_or(lines.len(), |n| at + 1 + n);
+        let entry = lines[at..end].join("\n");
+        let variable = format!("LEASEHOLD_REDIS_{}", name.to_uppercase().replace('-', "_"));
         assert!(
-            deprecated.contains(flag),
-            "{flag} is not under the deprecated names: {help}"
+            entry.contains(&format!("Deprecated names: --redis-{name}, {variable}")),
+            "{entry}"
         );
     }
-    // Only they: the flags after them keep their own section.
-    assert!(!deprecated.contains("--pod-name"), "{help}");
     assert!(
         help.lines()
             .next()

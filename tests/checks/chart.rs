@@ -209,10 +209,10 @@ fn the_default_install_is_least_privilege_and_locked_down() {
     assert_eq!(strings(&c["args"])[0], "controller");
     assert!(env(c, "POD_NAME").is_some() && env(c, "POD_NAMESPACE").is_some());
     assert_eq!(
-        env(c, "LEASEHOLD_STORE_URL").unwrap()["value"],
+        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
         "redis://redis:6379"
     );
-    assert!(env(c, "LEASEHOLD_STORE_PASSWORD_FILE").is_none());
+    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_none());
 
     // Metrics Service and PDB by default; no ServiceMonitor, no Redis.
     let svc = one(&docs, "Service");
@@ -266,7 +266,7 @@ fn each_option_renders_what_it_says() {
     assert_eq!(rc["securityContext"]["readOnlyRootFilesystem"], true);
     let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
-        env(c, "LEASEHOLD_STORE_URL").unwrap()["value"],
+        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
         "redis://rel-leasehold-redis.ops.svc:6379"
     );
 
@@ -274,7 +274,7 @@ fn each_option_renders_what_it_says() {
     let docs_ = docs(&template(&helm, &["store.existingSecret=redis-auth"]).unwrap());
     let spec = &controller(&docs_)["spec"]["template"]["spec"];
     let c = &spec["containers"][0];
-    let file = env(c, "LEASEHOLD_STORE_PASSWORD_FILE").unwrap()["value"]
+    let file = env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").unwrap()["value"]
         .as_str()
         .unwrap()
         .to_owned();
@@ -285,13 +285,13 @@ fn each_option_renders_what_it_says() {
     // Lease writes wait for every replica by default, or the count given.
     let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
-        env(c, "LEASEHOLD_STORE_REPLICA_ACKS").unwrap()["value"],
+        env(c, "LEASEHOLD_REDIS_REPLICA_ACKS").unwrap()["value"],
         "all"
     );
     let docs_ = docs(&template(&helm, &["store.replicaAcks=2"]).unwrap());
     let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(
-        env(c, "LEASEHOLD_STORE_REPLICA_ACKS").unwrap()["value"],
+        env(c, "LEASEHOLD_REDIS_REPLICA_ACKS").unwrap()["value"],
         "2"
     );
 
@@ -564,19 +564,19 @@ fn the_sentinels_password_is_a_file_from_its_own_secret() {
     let spec = &controller(&docs_)["spec"]["template"]["spec"];
     let c = &spec["containers"][0];
     assert_eq!(
-        env(c, "LEASEHOLD_STORE_URL").unwrap()["value"],
+        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
         "redis+sentinel://s1:26379,s2:26379/mymaster"
     );
     assert_eq!(
-        env(c, "LEASEHOLD_STORE_SENTINEL_PASSWORD_FILE").unwrap()["value"],
-        "/etc/leasehold/store-sentinel-password/password"
+        env(c, "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE").unwrap()["value"],
+        "/etc/leasehold/redis-sentinel-password/password"
     );
-    assert!(env(c, "LEASEHOLD_STORE_PASSWORD_FILE").is_none());
+    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_none());
     let mount = c["volumeMounts"]
         .as_sequence()
         .expect("volumeMounts")
         .iter()
-        .find(|m| m["mountPath"] == "/etc/leasehold/store-sentinel-password")
+        .find(|m| m["mountPath"] == "/etc/leasehold/redis-sentinel-password")
         .expect("the sentinels' password mounted");
     assert_eq!(mount["readOnly"], true);
     let volume = spec["volumes"]
@@ -595,8 +595,8 @@ fn the_sentinels_password_is_a_file_from_its_own_secret() {
     let docs_ = docs(&template(&helm, &sets).unwrap());
     let spec = &controller(&docs_)["spec"]["template"]["spec"];
     let c = &spec["containers"][0];
-    assert!(env(c, "LEASEHOLD_STORE_PASSWORD_FILE").is_some());
-    assert!(env(c, "LEASEHOLD_STORE_SENTINEL_PASSWORD_FILE").is_some());
+    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_some());
+    assert!(env(c, "LEASEHOLD_REDIS_SENTINEL_PASSWORD_FILE").is_some());
     assert_eq!(c["volumeMounts"].as_sequence().unwrap().len(), 2);
     let secrets: Vec<&str> = spec["volumes"]
         .as_sequence()
@@ -862,10 +862,10 @@ fn a_postgres_store_url_reaches_the_controller() {
     let spec = &controller(&docs_)["spec"]["template"]["spec"];
     let c = &spec["containers"][0];
     assert_eq!(
-        env(c, "LEASEHOLD_STORE_URL").unwrap()["value"],
+        env(c, "LEASEHOLD_REDIS_URL").unwrap()["value"],
         "postgres://app@db-0:5432,db-1:5432/app?target_session_attrs=read-write"
     );
-    assert!(env(c, "LEASEHOLD_STORE_PASSWORD_FILE").is_some());
+    assert!(env(c, "LEASEHOLD_REDIS_PASSWORD_FILE").is_some());
     let err = template(&helm, &["store.url=mysql://x"]).unwrap_err();
     assert!(err.to_string().contains("store.url"), "{err}");
 }
@@ -902,7 +902,7 @@ fn the_deprecated_redis_values_render_as_the_store_values() {
     let (old, new) = (render(&sets("redis")), render(&sets("store")));
     assert_eq!(old, new, "redis.* and store.* render differently");
     assert!(
-        new.contains("/etc/leasehold/store-sentinel-password"),
+        new.contains("/etc/leasehold/redis-sentinel-password"),
         "{new}"
     );
     assert_ne!(new, render(&[]), "the values changed nothing");
@@ -917,4 +917,80 @@ fn the_deprecated_redis_values_render_as_the_store_values() {
     let both = docs(&both);
     let c = &controller(&both)["spec"]["template"]["spec"]["containers"][0];
     assert_eq!(env(c, "LEASEHOLD_PREFIX").unwrap()["value"], "new");
+}
+
+/// The first line where `rendered` leaves `golden`, with its neighbours.
+fn first_difference(golden: &str, rendered: &str) -> String {
+    let (g, r): (Vec<&str>, Vec<&str>) = (golden.lines().collect(), rendered.lines().collect());
+    let at = (0..g.len().max(r.len()))
+        .find(|&i| g.get(i) != r.get(i))
+        .unwrap_or(g.len());
+    let around = |lines: &[&str]| {
+        lines[at.saturating_sub(3).min(lines.len())..(at + 3).min(lines.len())].join("\n")
+    };
+    format!(
+        "line {}:\n--- the chart of 57d1055:\n{}\n--- today's chart:\n{}",
+        at + 1,
+        around(&g),
+        around(&r)
+    )
+}
+
+/// Values written for the chart before the `store.*` values render, byte
+/// for byte, what that chart (commit 57d1055) rendered for them: a release
+/// upgraded with its values unchanged sees no change, and the kustomize or
+/// post-renderer patches that address its variables, volumes and mount
+/// paths by name still apply. The cases are
+/// `tests/checks/fixtures/chart-57d1055/NAME.sets` (one `--set` a line),
+/// and `NAME.yaml` is that chart's render of them (made by `generate.sh`
+/// there, from git): the defaults and every `redis.*` key set.
+#[test]
+fn the_old_values_render_what_the_chart_of_57d1055_rendered() {
+    let Some(helm) = helm_or_skip("old values") else {
+        return;
+    };
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/checks/fixtures/chart-57d1055");
+    let mut cases: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "sets"))
+        .collect();
+    cases.sort();
+    let mut keys_set = std::collections::BTreeSet::new();
+    for case in &cases {
+        let sets = std::fs::read_to_string(case).unwrap();
+        let sets: Vec<&str> = sets.lines().collect();
+        keys_set.extend(sets.iter().filter_map(|s| {
+            let (key, _) = s.strip_prefix("redis.")?.split_once('=')?;
+            Some(key.to_owned())
+        }));
+        let golden = case.with_extension("yaml");
+        let golden = std::fs::read_to_string(&golden)
+            .unwrap_or_else(|e| panic!("{}: {e} (run generate.sh there)", golden.display()));
+        let rendered = template(&helm, &sets).unwrap_or_else(|e| panic!("{case:?}: {e}"));
+        assert!(
+            rendered == golden,
+            "{}: today's chart renders other manifests than the chart of 57d1055 did for these \
+             values, at {}",
+            case.display(),
+            first_difference(&golden, &rendered)
+        );
+    }
+    // The cases: the defaults, and every key under redis: set by one.
+    assert!(
+        cases.iter().any(|c| c.ends_with("defaults.sets")),
+        "no defaults case in {}: {cases:?}",
+        dir.display()
+    );
+    let values: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(format!("{CHART}/values.yaml")).unwrap())
+            .unwrap();
+    let unset: Vec<&str> = values["redis"]
+        .as_mapping()
+        .expect("a redis: block in values.yaml")
+        .keys()
+        .filter_map(Value::as_str)
+        .filter(|key| !keys_set.contains(*key))
+        .collect();
+    assert!(unset.is_empty(), "redis.* keys no case sets: {unset:?}");
 }

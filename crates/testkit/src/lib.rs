@@ -242,7 +242,6 @@ pub fn controller_args(
             prefix: prefix.into(),
             store_replica_acks: Some(leasehold_engine::ReplicaAcks::All),
             store_replica_wait_ms: Some(250),
-            deprecated: Default::default(),
         },
         pod_name: "controller-0".into(),
         namespace: namespace.into(),
