@@ -29,7 +29,7 @@ const BELOW: &str = "crates/engine/src/store/";
 /// Lines that may name a store: (a path or path prefix, a fragment the line
 /// holds, why). An entry that allows nothing fails the check too, so the
 /// list cannot outlive what it was for.
-const ALLOWED: [(&str, &str, &str); 16] = [
+const ALLOWED: [(&str, &str, &str); 18] = [
     (
         "crates/daemon/src/store_args.rs",
         "redis_",
@@ -94,6 +94,11 @@ const ALLOWED: [(&str, &str, &str); 16] = [
         "src/demo/mod.rs",
         "Server",
         "the two of them, by their types",
+    ),
+    (
+        "src/demo/mod.rs",
+        "(Local::",
+        "the one started, held until the demo ends",
     ),
     (
         "src/demo/mod.rs",
