@@ -1,5 +1,5 @@
-//! `leasehold demo`: three nodes in one group on a real Redis or
-//! PostgreSQL, no cluster.
+//! `leasehold demo`: three nodes in one group on a real store of either
+//! kind, no cluster.
 //! It shows the leader, crashes it (no release: its lease must expire), shows
 //! who took over and how long it took, then steps the new leader down and
 //! shows the handover. Timings are short so it ends in a few seconds.

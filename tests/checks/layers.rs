@@ -13,7 +13,7 @@ use serde_json::Value;
 /// One dependency of a workspace member, as cargo itself reads the
 /// manifest (`cargo metadata`): whatever table spelled it, `[dependencies]`,
 /// `[dependencies.kube]`, `[target.'cfg(unix)'.dependencies]`, a renamed
-/// package. Reading the text instead missed all but the first.
+/// package. A reader of the text would see only the plain tables.
 struct Dependency {
     /// The package's name, and the name it is renamed to, if any.
     names: Vec<String>,

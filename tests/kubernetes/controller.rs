@@ -127,7 +127,6 @@ fn context(
         pods,
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(30),
-        metrics: metrics.clone(),
         store_settings: tokio::sync::watch::channel(Vec::new()).1,
         memory: Memory::new(metrics, false),
     })

@@ -14,7 +14,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{DefaultBodyLimit, FromRequest};
+use axum::extract::{DefaultBodyLimit, FromRequest, Request};
 use axum::http::header::CONTENT_TYPE;
 use axum::response::IntoResponse;
 use axum::routing::get;
@@ -202,41 +202,37 @@ pub async fn serve(listener: TcpListener, app: Router, stop: impl Future<Output 
 }
 
 /// `app` as the server runs it: the path's extra slashes trimmed
-/// (`/healthz/` is `/healthz`), and a body read by [`Body`] within
-/// [`HTTP_BODY_TIMEOUT`] of the request's arrival and no larger than
-/// [`HTTP_MAX_BODY`].
+/// (`/healthz/` is `/healthz`), and every body read by [`read_whole`]
+/// within [`HTTP_BODY_TIMEOUT`] of the request's arrival and no larger
+/// than [`HTTP_MAX_BODY`].
 fn layered(app: Router) -> NormalizePath<RequestBodyDeadline<Router>> {
+    let app = app.layer(axum::middleware::from_fn(read_whole));
     let app = app.layer(DefaultBodyLimit::max(HTTP_MAX_BODY));
     NormalizePath::trim_trailing_slash(RequestBodyDeadline::new(app, HTTP_BODY_TIMEOUT))
 }
 
-/// A request's body, read whole: the extractor of every handler that takes
-/// one, refusing in the one shape with 413 past [`HTTP_MAX_BODY`] and 408
-/// when the body has not arrived within [`HTTP_BODY_TIMEOUT`].
-pub struct Body(pub Bytes);
-
-impl<S: Send + Sync> FromRequest<S> for Body {
-    type Rejection = Refusal;
-
-    async fn from_request(request: axum::extract::Request, state: &S) -> Result<Self, Refusal> {
-        let failed = match Bytes::from_request(request, state).await {
-            Ok(body) => return Ok(Self(body)),
-            Err(failed) => failed,
-        };
-        let mut causes = std::iter::successors(Some(&failed as &dyn Error), |e| (*e).source());
-        Err(if failed.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            let max = HTTP_MAX_BODY;
-            let text = format!("the request body is over {max} bytes, the most this server reads");
-            Refusal::new(413, text)
-        } else if causes.any(|e| e.is::<TimeoutError>()) {
-            let secs = HTTP_BODY_TIMEOUT.as_secs();
-            let text = format!("the request body did not arrive within {secs} s");
-            Refusal::new(408, text)
-        } else {
-            let text = format!("reading the request body failed: {}", failed.body_text());
-            Refusal::new(400, text)
-        })
-    }
+/// Every request's body read whole before its route runs (a handler takes
+/// it as `Bytes`), one that takes none too: 413 past [`HTTP_MAX_BODY`], 408
+/// when it has not arrived within [`HTTP_BODY_TIMEOUT`], in the one shape.
+async fn read_whole(request: Request, next: axum::middleware::Next) -> Result<Response, Refusal> {
+    let (parts, body) = request.into_parts();
+    let failed = match Bytes::from_request(Request::from_parts(parts.clone(), body), &()).await {
+        Ok(body) => return Ok(next.run(Request::from_parts(parts, body.into())).await),
+        Err(failed) => failed,
+    };
+    let mut causes = std::iter::successors(Some(&failed as &dyn Error), |e| (*e).source());
+    Err(if failed.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        let max = HTTP_MAX_BODY;
+        let text = format!("the request body is over {max} bytes, the most this server reads");
+        Refusal::new(413, text)
+    } else if causes.any(|e| e.is::<TimeoutError>()) {
+        let secs = HTTP_BODY_TIMEOUT.as_secs();
+        let text = format!("the request body did not arrive within {secs} s");
+        Refusal::new(408, text)
+    } else {
+        let text = format!("reading the request body failed: {}", failed.body_text());
+        Refusal::new(400, text)
+    })
 }
 
 #[cfg(test)]
@@ -305,7 +301,7 @@ mod tests {
     async fn a_body_past_the_limit_is_a_413_and_one_that_never_arrives_a_408() {
         let app = Router::new().route(
             "/",
-            axum::routing::post(|Body(body): Body| async move { body.len().to_string() }),
+            axum::routing::post(|body: Bytes| async move { body.len().to_string() }),
         );
         let bytes = |n| axum::body::Body::from(vec![b'x'; n]);
         let at_limit = ask(&app, "POST", "/", bytes(HTTP_MAX_BODY)).await;
@@ -322,5 +318,21 @@ mod tests {
         assert_eq!(status, 408, "{late}");
         assert!(late.contains("did not arrive within 10 s"), "{late}");
         assert_eq!(started.elapsed(), HTTP_BODY_TIMEOUT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_route_that_takes_no_body_refuses_one_too_large_or_too_slow_all_the_same() {
+        let app = Router::new().route("/", axum::routing::post(|| async { "done" }));
+        let bytes = |n| axum::body::Body::from(vec![b'x'; n]);
+        assert_eq!(
+            ask(&app, "POST", "/", bytes(10)).await,
+            (200, "done".into())
+        );
+        let (status, over) = ask(&app, "POST", "/", bytes(HTTP_MAX_BODY + 1)).await;
+        assert_eq!(status, 413, "{over}");
+        assert!(over.contains("over 1048576 bytes"), "{over}");
+        let never = futures::stream::pending::<Result<Bytes, std::io::Error>>();
+        let (status, late) = ask(&app, "POST", "/", axum::body::Body::from_stream(never)).await;
+        assert_eq!(status, 408, "{late}");
     }
 }

@@ -17,7 +17,7 @@ pub mod types {
     pub const LABEL_CONFLICT: &str = "LabelConflict";
     /// The store server's settings keep the guarantees; False names what to
     /// change. Not part of Ready: the group works, with a weaker guarantee.
-    /// Named before the store was, as two reasons below: alerts use them.
+    /// Its name, as two reasons' below, stays for either store: alerts match it.
     pub const STORE_SETTINGS_SAFE: &str = "RedisSettingsSafe";
     /// The last `leasehold.dev/step-down-to` request: True when the leader
     /// was asked to hand over, False (with the reason) when it was

@@ -81,8 +81,8 @@ async fn read_slice(
     }))
 }
 
-/// What this replica wrote is filed under `NAMESPACE/SERVICE`.
-fn key(group: &LeaderGroup, service: &str) -> String {
+/// What this replica wrote of a Service is filed under `NAMESPACE/SERVICE`.
+pub(crate) fn service_key(group: &LeaderGroup, service: &str) -> String {
     format!("{}/{service}", group.namespace().unwrap_or_default())
 }
 
@@ -174,7 +174,7 @@ impl EndpointWriter {
         active: &impl Fn() -> bool,
     ) -> Result<(), EndpointError> {
         let namespace = group.namespace().unwrap_or_default();
-        let key = format!("{namespace}/{}", service.name);
+        let key = service_key(group, &service.name);
         let uid = group.metadata.uid.clone().ok_or(EndpointError::NoUid)?;
         let api: Api<Service> = Api::namespaced(client.clone(), &namespace);
         // Twice at most: a creation that finds the Service made meanwhile
@@ -217,7 +217,7 @@ impl EndpointWriter {
 
     fn service_known(&self, group: &LeaderGroup, service: &LeaderService) -> bool {
         locked(&self.services)
-            .get(&key(group, &service.name))
+            .get(&service_key(group, &service.name))
             .is_some_and(|(uid, known)| {
                 Some(uid.as_str()) == group.metadata.uid.as_deref() && known == service
             })
@@ -252,7 +252,7 @@ impl EndpointWriter {
             return Err(EndpointError::Disabled);
         }
         let namespace = group.namespace().unwrap_or_default();
-        let key = format!("{namespace}/{}", desired.service.name);
+        let key = service_key(group, &desired.service.name);
         let known = self.written(&key, group, &desired.service);
         if known.as_ref().is_some_and(|w| &w.endpoint == desired) {
             return Ok(Outcome::Unchanged);
@@ -286,7 +286,7 @@ impl EndpointWriter {
         known: Option<Written>,
         active: &impl Fn() -> bool,
     ) -> Result<Outcome, EndpointError> {
-        let key = &key(group, &desired.service.name);
+        let key = &service_key(group, &desired.service.name);
         let name = desired.slice_name();
         let mut current = known.map(|w| Current {
             rank: w.endpoint.rank(),
@@ -394,7 +394,7 @@ impl EndpointWriter {
             return Ok(());
         }
         let namespace = group.namespace().unwrap_or_default();
-        let key = format!("{namespace}/{service}");
+        let key = service_key(group, service);
         self.retain(|known| known != key);
         let services: Api<Service> = Api::namespaced(client.clone(), &namespace);
         if let Some(found) = services

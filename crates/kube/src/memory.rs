@@ -13,15 +13,15 @@ use kube::core::PartialObjectMeta;
 use kube::ResourceExt;
 
 use crate::crd::{LeaderGroup, LeaderGroupStatus};
-use crate::endpoint_writer::EndpointWriter;
+use crate::endpoint_writer::{service_key, EndpointWriter};
 use crate::label_writes::LabelWrites;
 use crate::metrics::ControllerMetrics;
 use crate::neighbourhood::Neighbours;
 use crate::pod_status::PodStatuses;
 use leasehold_engine::sync::locked;
 
-/// What one group's reconciles remember of each other.
-#[derive(Debug, Default)]
+/// What one group's reconciles remember of each other (kept unless empty).
+#[derive(Debug, Default, PartialEq)]
 pub struct GroupMemory {
     /// Refused label patches in a row, for the back-off of
     /// `reconcile::refusal_delay`; a reconcile that completes clears it.
@@ -40,8 +40,8 @@ pub struct GroupMemory {
 pub struct Memory {
     /// By group (`NAMESPACE/NAME`).
     groups: Mutex<HashMap<String, GroupMemory>>,
-    /// Each group's metric series (the same figures as `Context::metrics`).
-    metrics: Arc<ControllerMetrics>,
+    /// The controller's series; each group's go with the group.
+    pub metrics: Arc<ControllerMetrics>,
     /// The leader endpoints' writer, with what it wrote by `NAMESPACE/SERVICE`.
     pub endpoints: EndpointWriter,
     /// Each namespace's groups and pods, indexed once per change.
@@ -55,9 +55,9 @@ pub struct Memory {
 
 /// `NAMESPACE/NAME` of the group, and `NAMESPACE/SERVICE` of its Service.
 fn keys_of(group: &LeaderGroup) -> (String, Option<String>) {
-    let namespace = group.namespace().unwrap_or_default();
     let service = group.spec.service.as_ref();
-    let service = service.map(|s| format!("{namespace}/{}", s.name));
+    let service = service.map(|s| service_key(group, &s.name));
+    let namespace = group.namespace().unwrap_or_default();
     (format!("{namespace}/{}", group.name_any()), service)
 }
 
@@ -74,9 +74,13 @@ impl Memory {
         }
     }
 
-    /// `f` of the memory of group `NAMESPACE/NAME` (empty at first).
+    /// `f` of group `NAMESPACE/NAME`'s memory, kept while it holds anything: a read files none.
     pub fn of<T>(&self, group: &str, f: impl FnOnce(&mut GroupMemory) -> T) -> T {
-        f(locked(&self.groups).entry(group.to_owned()).or_default())
+        let mut groups = locked(&self.groups);
+        let mut memory = groups.remove(group).unwrap_or_default();
+        let result = f(&mut memory);
+        (memory != GroupMemory::default()).then(|| groups.insert(group.to_owned(), memory));
+        result
     }
 
     /// Drops what is remembered of a deleted group: its own memory, its
@@ -297,5 +301,28 @@ mod tests {
         assert_eq!(holding(&memory, &text(), &group("db"), "db-0"), ALL);
         assert!(!rebuilt(&memory, "shop"));
         assert!(rebuilt(&memory, "ops"), "no group is in ops any more");
+    }
+
+    #[test]
+    fn a_read_keeps_nothing_and_a_memory_cleared_is_dropped() {
+        let (memory, _registry) = filled();
+        let kept = |key: &str| locked(&memory.groups).contains_key(key);
+        memory.forget(&group("web"));
+        // What a reconcile that ends after the Delete reads and writes back.
+        let since = memory.of("shop/web", |m| m.holder_gone_since_ms);
+        memory.of("shop/web", |m| {
+            (m.holder_gone_since_ms, m.refusals) = (since, 0)
+        });
+        assert_eq!(since, None);
+        assert!(!kept("shop/web"), "a forgotten group stays forgotten");
+        memory.of("shop/db", |m| {
+            m.refusals = 0;
+            m.holder_gone_since_ms = None;
+        });
+        assert!(kept("shop/db"), "its last written status is still held");
+        memory.of("shop/db", |m| m.last_written = None);
+        assert!(!kept("shop/db"));
+        memory.of("shop/db", |m| m.refusals = 1);
+        assert!(kept("shop/db"));
     }
 }

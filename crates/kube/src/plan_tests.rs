@@ -380,7 +380,7 @@ fn two_groups_writing_one_label_key_on_one_pod_get_a_condition_not_a_flap() {
 }
 
 #[test]
-fn redis_unavailable_leaves_every_label_as_it_is() {
+fn an_unavailable_store_leaves_every_label_as_it_is() {
     let prev = run(
         &group("web", spec(), None),
         &[pod("a", None)],
@@ -448,7 +448,7 @@ fn status_is_written_only_when_something_a_user_reads_changed() {
 }
 
 #[test]
-fn a_term_lost_by_redis_is_restored_from_the_status() {
+fn a_term_lost_by_the_store_is_restored_from_the_status() {
     let prev = LeaderGroupStatus {
         term: Some(7),
         ..Default::default()
@@ -690,7 +690,7 @@ fn unsafe_store_settings_are_a_condition_of_every_group_but_not_unreadiness() {
     );
     assert!(c.message.contains("allkeys-lru"), "{}", c.message);
     assert_eq!(cond(&p.status, "Ready").status, "True");
-    // While Redis cannot be read, the last report stands.
+    // While the store cannot be read, the last report stands.
     let mut later = g.clone();
     later.status = Some(p.status.clone());
     let down = run(&later, &pods, &StoreView::Unavailable("down".into()));
@@ -889,7 +889,7 @@ fn during_a_rollout_a_leader_on_an_old_revision_hands_over_once_to_a_ready_updat
         .any(|e| e.reason == event_reasons::HANDOVER_REQUESTED && e.note.contains("revision v2")));
     assert!(p.write_status);
     // Asked once per term: the next reconcile in the same term asks nothing,
-    // and writes no preferred members again (Redis has them now).
+    // and writes no preferred members again (the store has them now).
     let g = group("web", spec(), Some(p.status.clone()));
     let StoreView::Available(mut written) = state(Some("a"), 4, &["a", "b", "c"]) else {
         unreachable!()
@@ -914,7 +914,7 @@ fn a_rollout_prefers_an_updated_member_from_its_arrival_and_hands_over_only_to_a
             &state(Some("a"), 4, &["a", "b", "c"]),
         );
         assert_eq!(p.hand_over, None, "ready {ready:?}");
-        // Preferred in Redis already, so that a free seat (the next old
+        // Preferred in the store already, so that a free seat (the next old
         // pod deleted the moment this one turns ready) goes to it.
         assert_eq!(p.status.rollout.as_ref().unwrap().preferred, ["shop/c"]);
         assert_eq!(
@@ -1001,12 +1001,12 @@ fn a_step_down_and_a_step_down_to_together_leave_the_handover_for_the_next_leade
 }
 
 #[test]
-fn the_preferred_members_are_written_when_redis_holds_other_ones() {
+fn the_preferred_members_are_written_when_the_store_holds_other_ones() {
     let g = group("web", spec(), None);
     let StoreView::Available(mut s) = state(Some("a"), 4, &["a", "b", "c"]) else {
         unreachable!()
     };
-    // Redis holds the list already: nothing to write.
+    // The store holds the list already: nothing to write.
     s.preferred = Some(vec!["shop/c".into()]);
     let p = run(
         &g,
@@ -1035,7 +1035,7 @@ fn a_rollout_never_hands_over_to_a_member_of_lower_priority() {
 }
 
 #[test]
-fn the_end_of_a_rollout_removes_the_preferred_members_from_redis() {
+fn the_end_of_a_rollout_removes_the_preferred_members_from_the_store() {
     let previous = LeaderGroupStatus {
         rollout: Some(crate::crd::Rollout {
             revision: "v2".into(),

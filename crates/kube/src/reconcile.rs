@@ -60,7 +60,6 @@ pub struct Context {
     pub swept: Mutex<Vec<(String, u64)>>,
     /// Requeue interval: the safety net under the watch and store events.
     pub resync: Duration,
-    pub metrics: Arc<ControllerMetrics>,
     /// The store server's unsafe settings, as last read (for a condition).
     pub store_settings: tokio::sync::watch::Receiver<Vec<leasehold_engine::SettingWarning>>,
     /// What reconciles remember of each other, and of what they read.
@@ -232,7 +231,7 @@ pub async fn reconcile(
     group: Arc<LeaderGroup>,
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
-    let _timer = Timer(Instant::now(), &ctx.metrics);
+    let _timer = Timer(Instant::now(), &ctx.memory.metrics);
     if !ctx.leadership.is_leader() {
         // A standby keeps its caches warm and writes nothing.
         return Ok(Action::requeue(ctx.resync));
@@ -290,7 +289,7 @@ pub async fn reconcile(
     });
     let figures =
         crate::metrics::GroupFigures::of(&plan.status, group.spec.election_config().ok().as_ref());
-    ctx.metrics.observe_group(
+    ctx.memory.metrics.observe_group(
         &namespace,
         &group.name_any(),
         &figures,
@@ -346,7 +345,7 @@ async fn write_endpoint(
     };
     match result {
         Ok(Outcome::Written) => {
-            ctx.metrics.endpoint_written();
+            ctx.memory.metrics.endpoint_written();
             tracing::info!(
                 service = %desired.service.name,
                 term = desired.term,
@@ -688,7 +687,7 @@ async fn apply_labels(
             pod: change.pod.clone(),
             source,
         })?;
-        ctx.metrics.label_patched();
+        ctx.memory.metrics.label_patched();
     }
     Ok(true)
 }
@@ -772,7 +771,7 @@ pub fn stale(error: &ReconcileError) -> bool {
 /// fast, an unreachable API server takes longer, a refused patch backs off
 /// to the resync ([`refusal_delay`]).
 pub fn error_policy(group: Arc<LeaderGroup>, error: &ReconcileError, ctx: Arc<Context>) -> Action {
-    ctx.metrics.reconcile_failed(error.kind());
+    ctx.memory.metrics.reconcile_failed(error.kind());
     if refused(error) {
         let key = NamespacedName::new(group.namespace().unwrap_or_default(), group.name_any());
         let refusals = ctx.memory.of(&key.to_string(), |m| {

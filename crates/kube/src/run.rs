@@ -169,7 +169,6 @@ pub async fn run_with(
         pods,
         swept: Mutex::new(Vec::new()),
         resync: Duration::from_secs(args.resync_seconds.max(1)),
-        metrics: controller_metrics.clone(),
         store_settings: store_settings.current(),
         memory: Memory::new(controller_metrics.clone(), args.leader_endpoints),
     });

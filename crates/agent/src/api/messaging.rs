@@ -8,11 +8,12 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::stream::{self, Stream, StreamExt};
-use leasehold_daemon::http::{json, Body, Refusal, Response, StatusCode};
+use leasehold_daemon::http::{json, Refusal, Response, StatusCode};
 use leasehold_engine::{Error, Outbound, Overflow, PublishOptions, Published, Retain, To};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -185,7 +186,7 @@ impl From<Published> for Sent {
 pub(super) async fn publish(
     State(state): State<Arc<AgentState>>,
     Params(mut query): Params<PublishQuery>,
-    Body(body): Body,
+    body: Bytes,
 ) -> Result<Response, Refusal> {
     let topic = required(query.topic.take(), "topic", "topic to publish to")?;
     let options = query.options()?;
@@ -355,7 +356,7 @@ impl BatchMessage {
 /// first failure's, and resending is as safe as for one publish.
 pub(super) async fn publish_batch(
     State(state): State<Arc<AgentState>>,
-    Body(body): Body,
+    body: Bytes,
 ) -> Result<Response, Refusal> {
     let fault = std::cell::Cell::new(None);
     let mut reader = serde_json::Deserializer::from_slice(&body);
@@ -435,7 +436,7 @@ pub(super) struct SendQuery {
 pub(super) async fn send(
     State(state): State<Arc<AgentState>>,
     Params(query): Params<SendQuery>,
-    Body(body): Body,
+    body: Bytes,
 ) -> Result<Response, Refusal> {
     let node = required(query.node, "node", "id of the node to send to")?;
     let sent = state

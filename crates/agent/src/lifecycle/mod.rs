@@ -117,6 +117,7 @@ impl Agent {
                     let result = self.step_down(&request.group, request.to.as_deref()).await;
                     tracing::info!(group = %request.group, from = %request.from, to = ?request.to, ?result, "step-down asked by the controller");
                 }
+                // `None` without a command: select! then disables this branch.
                 Some(ended) = async { Some(self.command.as_mut()?.ended().await) } => {
                     self.command = None;
                     return match ended {

@@ -222,8 +222,9 @@ async fn a_lossy_slot_failover_never_gives_a_term_two_holders() {
 /// replica-loss grace is over (`REPLICA_LOSS_GRACE`, 5 s from the loss), so
 /// the group leads again within that, the count's refresh and a retry
 /// interval of the kill (two more to spare), and the leader leads on through the full sync and after it. Never
-/// two leaders. Before, the replica counted from its reconnection, in its
-/// full sync: no leader until the sync was over, about 8 s after the kill.
+/// two leaders. It guards against counting the replica from its
+/// reconnection, in its full sync, which leaves the slot without a leader
+/// until the sync is over (about 8 s after the kill).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_that_rejoins_the_slot_in_a_full_sync_holds_no_lease_back() {
     const CFG: ElectionConfig = ElectionConfig {

@@ -917,7 +917,7 @@ async fn a_fresh_store_on_a_running_redis_does_not_wait_a_ttl() {
     let n = node(&redis, "test/first").await;
     let joined = Instant::now();
     let g = n.join(GROUP, cfg).unwrap();
-    // Before: about one ttl (3000 ms) after this first claim.
+    // Within the epoch's hold, not a ttl (3000 ms) after this first claim.
     eventually(
         Duration::from_millis(leasehold_engine::TERM_EPOCH_HOLD_MS + 3 * cfg.retry_interval_ms),
         "the first lease is handed out after the epoch's hold, not a ttl",

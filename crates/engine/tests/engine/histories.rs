@@ -37,8 +37,8 @@ async fn leads(g: &Group, limit: Duration, what: &str) -> u64 {
 
 /// a leads under term t and the snapshot is taken; b leads under the next
 /// term and dies with the Redis process; Redis comes back on the snapshot,
-/// which knows only t. Before terms carried the store's history, c was
-/// handed b's term again.
+/// which knows only t. Without the store's history in its terms, c would
+/// be handed b's term again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_restarted_on_an_older_snapshot_never_repeats_a_term() {
     let mut redis = RedisServer::start();

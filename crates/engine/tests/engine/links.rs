@@ -109,8 +109,9 @@ on_both_stores! {
 /// comes back. It stops leading at its first unanswered renewal, and after
 /// half a ttl without an answer it stops claiming too, so its lease (kept
 /// standing by the claims that landed) runs out and another node leads
-/// within 2 ttl + a retry interval of the cut. Before, its claims went on
-/// landing and kept its lease standing: no leader for the whole 3 s.
+/// within 2 ttl + a retry interval of the cut. It guards against claims
+/// that go on landing and keep its lease standing, with no leader for the
+/// whole 3 s.
 async fn a_leader_whose_replies_stop_coming_back_gives_the_seat_up(server) {
     let mut tally = Tally::default();
     let members = three(&server, &mut tally).await;

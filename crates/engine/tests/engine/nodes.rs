@@ -588,8 +588,8 @@ async fn password_in_the_url_authenticates() {
 
 /// A node whose registration was swept (its hash gone) does not bring a
 /// partial hash back when its groups change: the `groups` field is written
-/// only while this incarnation's registration stands. Before, the HSET
-/// recreated `P:node:ID` with that one field: no lease, no incarnation, a
+/// only while this incarnation's registration stands. A plain HSET would
+/// recreate `P:node:ID` with that one field: no lease, no incarnation, a
 /// stray that no sweep removes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_swept_node_does_not_recreate_its_hash_when_its_groups_change() {
@@ -617,9 +617,9 @@ async fn a_swept_node_does_not_recreate_its_hash_when_its_groups_change() {
 
 /// The tests' "Redis restarts empty" is empty even when a snapshot was
 /// written meanwhile (a `SAVE`, or a replica's full sync): each server has
-/// a directory of its own, cleared at every start. Before, snapshots went
-/// to the working directory and every later start loaded them, which made
-/// the chaos suite's data-loss faults restore stale leases.
+/// a directory of its own, cleared at every start. A snapshot left in a
+/// shared directory would be loaded by every later start, and the chaos
+/// suite's data-loss faults would restore stale leases.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_test_redis_is_empty_even_after_a_snapshot() {
     let mut redis = RedisServer::start();

@@ -398,9 +398,9 @@ async fn a_pooler_in_transaction_mode_is_refused_at_start_and_session_mode_serve
 /// published gets it, as a subscriber or from the retained copy: never
 /// neither. The publisher is held, after it read who subscribes, by a lock
 /// the test takes on another subscriber's queues row; the node subscribes
-/// meanwhile. Before, the subscribe ran through (its read of the retained
-/// copies did not see the uncommitted one) and the message reached the
-/// other subscriber only.
+/// meanwhile. It guards against a subscribe that runs through (its read of
+/// the retained copies not seeing the uncommitted one) while the message
+/// reaches the other subscriber only.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_subscribe_racing_a_retained_publish_gets_the_message() {
     use std::time::Duration;
@@ -512,11 +512,10 @@ async fn batches_retaining_the_same_topics_in_opposite_orders_never_deadlock() {
 /// more than two of x's leases, and x stays live throughout (a subscribe
 /// of x waiting behind the publisher included: it holds x's row, KEY
 /// SHARE, which a heartbeat's FOR UPDATE waited for) and an ack of its
-/// inbox answers at once. Before, publishers locked the receivers'
-/// node rows, which heartbeats and acks lock too: x's heartbeats waited
-/// (in the bench, 338 ms on average and the acks 25 ms, behind batches to
-/// the same inbox), and here x's lease ran out and the ack hit the
-/// statement timeout.
+/// inbox answers at once. It guards against publishers that lock the
+/// receivers' node rows, which heartbeats and acks lock too: x's
+/// heartbeats would wait behind batches to the same inbox, its lease run
+/// out and the ack hit the statement timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_publisher_in_flight_holds_up_no_heartbeat_and_no_ack() {
     use std::time::Duration;
@@ -583,10 +582,10 @@ async fn a_publisher_in_flight_holds_up_no_heartbeat_and_no_ack() {
 /// A sweep and a publisher never deadlock over the expired subscribers
 /// they both touch. Nodes a and b subscribe and expire, b first; a
 /// publisher has locked a's queues row (publishers lock them in id order)
-/// when the sweep starts, and then wants b's. Before, the sweep removed
-/// its batch in expiry order: it held b's row while it waited for a's, the
-/// publisher waited for b's, and PostgreSQL ended one of them with
-/// "deadlock detected". Now the sweep goes in id order too.
+/// when the sweep starts, and then wants b's. A sweep that removed its
+/// batch in expiry order would hold b's row while it waited for a's, the
+/// publisher would wait for b's, and PostgreSQL would end one of them with
+/// "deadlock detected": so the sweep goes in id order too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_and_a_publisher_never_deadlock() {
     use leasehold_engine::test_hooks;

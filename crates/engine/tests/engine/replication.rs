@@ -44,11 +44,10 @@ fn unconfirmed(url: &str) -> Store {
 }
 
 on_both_stores! {
-/// The reproduction of the issue: A leads and releases under term 1
-/// (replicated); replication stalls; B claims on the primary; the replica
-/// is promoted without B's claim, and C claims on it. Before, B and C both
-/// led under term 2. Now B's claim is never confirmed, so B never leads:
-/// term 2 has one holder (and C's term, of a new history, is above it).
+/// A leads and releases under term 1 (replicated); replication stalls; B
+/// claims on the primary; the replica is promoted without B's claim, and C
+/// claims on it. It guards against B and C both leading under term 2: B's
+/// claim is never confirmed, so B never leads, and term 2 has one holder (and C's term, of a new history, is above it).
 /// On PostgreSQL B's commit waits for the standby and never returns.
 async fn a_promoted_lagging_replica_never_hands_out_a_term_twice(primary: own) {
     let (replica, link) = primary.replica().await;
@@ -134,8 +133,8 @@ on_both_stores! {
 /// store counts as born again there. Here replicas are not waited for, so
 /// b leads under term 2 on a claim the replica never got; after the
 /// failover b's connection follows the new primary (as a Sentinel client's
-/// would). Before, c got term 2 there at once, a second holder of term 2.
-/// Now no lease is handed out for one ttl, b's claims meanwhile lift the
+/// would). It guards against c getting term 2 there at once, a second
+/// holder of term 2: no lease is handed out for one ttl, b's claims meanwhile lift the
 /// counter to the term it remembers, and the next leader's term is above 2.
 /// (On PostgreSQL the promotion starts a new timeline.)
 async fn a_promoted_replica_is_a_store_born_again(primary: own) {
@@ -199,8 +198,8 @@ async fn a_promoted_replica_is_a_store_born_again(primary: own) {
 /// A primary that loses its replica (here the replica is promoted, as in a
 /// failover the node has not followed yet) is believed only after the
 /// replica-loss grace (5 s): until then the leader's renewals wait for the
-/// replica that left, are not confirmed, and it stops leading. Before,
-/// the primary's "no replica" confirmed every write within a second.
+/// replica that left, are not confirmed, and it stops leading. It guards
+/// against the primary's "no replica" confirming every write at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_that_lost_its_replica_is_believed_only_after_a_grace() {
     let mut primary = StoreServer::Redis(RedisServer::start());
@@ -249,8 +248,9 @@ async fn a_primary_that_lost_its_replica_is_believed_only_after_a_grace() {
 /// empty replica attaches (its full sync waits 5 s, Redis's
 /// `repl-diskless-sync-delay`) and a leads on; the replica is promoted in
 /// the middle of its sync: a stops leading and stays so for the grace.
-/// Before (e8aa0d1) a stopped leading as soon as the replica attached; with
-/// only replicas in sync counted, a led on after the promotion.
+/// It guards against both ways to get this wrong: counting a syncing
+/// replica at once (a stops leading as soon as it attaches), and counting
+/// only replicas in sync with no grace (a leads on after the promotion).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_in_its_full_sync_holds_nothing_back_but_its_loss_counts() {
     let primary = RedisServer::start();
@@ -307,8 +307,8 @@ on_both_stores! {
 /// goes back to it: its data is a branch the history left behind, and
 /// nothing on that server changed, so it cannot tell. b leads on the
 /// promoted replica and dies with it; c then claims on the old primary.
-/// Before, both led under term 2 (the old primary's counter was 1). Now b's
-/// term opens a new epoch on the promoted replica, so c's term, of the old
+/// It guards against both leading under term 2 (the old primary's counter
+/// is 1): b's term opens a new epoch on the promoted replica, so c's term, of the old
 /// branch, is below it: a fenced resource refuses c as stale (and a
 /// claimant that saw b's term lifts the branch above it) but never sees
 /// one term from two holders. Replicas are not waited for here: this is

@@ -213,9 +213,9 @@ async fn nodes_follow_a_forced_failover() {
 /// the switch, with two retry intervals to spare; and when the old primary
 /// rejoins as a replica (Sentinel converts it some seconds later, then its
 /// full sync waits 5 s, `repl-diskless-sync-delay`), the leader leads on
-/// under its term. Before, every claim waited for the old primary while it
-/// was in its full sync, and on for the call's whole bound: no leader for
-/// the 15-20 s until that sync was over.
+/// under its term. It guards against claims that wait for the old primary
+/// in its full sync, each for the call's whole bound, which leaves the
+/// group without a leader until that sync is over (15-20 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forced_failover_on_redis_defaults_is_over_within_the_hold() {
     const CFG: ElectionConfig = ElectionConfig {
@@ -508,11 +508,11 @@ async fn a_sentinel_in_the_minority_is_not_believed() {
 /// replication id): what it confirms alone and then loses with it is met
 /// by the next promotion as a store born again too (no lease for one ttl,
 /// a new term epoch; `replication::a_promoted_replica_is_a_store_born_again`
-/// shows that holding with no replica waited for at all). Before, claims
-/// on it waited for the old primary's count of replicas for 5 s
-/// (`REPLICA_LOSS_GRACE`), and then for the old primary's full sync once
-/// it rejoined: 15-20 s without a leader after each failover on Redis's
-/// default `repl-diskless-sync-delay`.
+/// shows that holding with no replica waited for at all). It guards
+/// against claims on it that wait for the old primary's count of replicas
+/// for 5 s (`REPLICA_LOSS_GRACE`), then for the old primary's full sync
+/// once it rejoins: 15-20 s without a leader after each failover on
+/// Redis's default `repl-diskless-sync-delay`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_primary_with_no_replica_in_sync_confirms_alone_after_the_hold() {
     let d = Deployment::start(1, DOWN_AFTER_MS).await;
