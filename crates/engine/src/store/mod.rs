@@ -130,23 +130,6 @@ impl Store {
         Self::connect_with_options(url, prefix, options)
     }
 
-    /// Like [`Store::connect`], with the password given apart from the URL
-    /// (read from a mounted secret file, say) and, for a private CA, its
-    /// certificate. A password here wins over one in the URL.
-    pub fn connect_with(
-        url: &str,
-        prefix: &str,
-        password: Option<&str>,
-        ca_pem: Option<&[u8]>,
-    ) -> Result<Self, ConnectError> {
-        let options = ConnectOptions {
-            password,
-            ca_pem,
-            ..ConnectOptions::default()
-        };
-        Self::connect_with_options(url, prefix, options)
-    }
-
     /// Like [`Store::connect`], for any URL form: `redis://` and `rediss://`
     /// name the server; `redis+sentinel://` names sentinels that name the
     /// primary; `redis+cluster://` names nodes of a Redis Cluster, in which
