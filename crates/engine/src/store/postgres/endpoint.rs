@@ -204,7 +204,10 @@ pub(super) fn connector(
     let config = match (check, ca_pem) {
         (Check::Nothing, _) | (_, None) => builder
             .dangerous()
-            .with_custom_certificate_verifier(Arc::new(Unchecked(provider)))
+            .with_custom_certificate_verifier(Arc::new(Lenient {
+                chain: None,
+                provider,
+            }))
             .with_no_client_auth(),
         (check, Some(pem)) => {
             let mut roots = RootCertStore::empty();
@@ -219,13 +222,17 @@ pub(super) fn connector(
             if found == 0 {
                 return Err(TlsError::InvalidCa("no certificate in it".into()));
             }
-            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(|e| TlsError::InvalidCa(e.to_string()))?;
+            let webpki =
+                WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                    .build()
+                    .map_err(|e| TlsError::InvalidCa(e.to_string()))?;
             if check == Check::Chain {
                 builder
                     .dangerous()
-                    .with_custom_certificate_verifier(Arc::new(ChainOnly(webpki)))
+                    .with_custom_certificate_verifier(Arc::new(Lenient {
+                        chain: Some(webpki),
+                        provider,
+                    }))
                     .with_no_client_auth()
             } else {
                 builder.with_webpki_verifier(webpki).with_no_client_auth()
@@ -253,63 +260,18 @@ pub(super) fn refused_certificate(e: &tokio_postgres::Error) -> Option<String> {
     None
 }
 
-/// `require` without a CA: any certificate, but the handshake's own
-/// signatures are still checked (the session is encrypted to whoever holds
-/// the certificate's key).
+/// A check short of webpki's full one: with no chain, `require` without a
+/// CA (any certificate); with one, `verify-ca` (the chain to the CA,
+/// whatever host name the certificate was made for). Either way the
+/// handshake's own signatures are still checked (the session is encrypted
+/// to whoever holds the certificate's key).
 #[derive(Debug)]
-struct Unchecked(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Lenient {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    provider: Arc<CryptoProvider>,
 }
 
-/// `verify-ca`: the chain to the CA, whatever host name the certificate
-/// was made for.
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -318,10 +280,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(rustls::CertificateError::NotValidForName))
             | Err(rustls::Error::InvalidCertificate(
                 rustls::CertificateError::NotValidForNameContext { .. },
@@ -336,7 +298,12 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -345,11 +312,18 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 
