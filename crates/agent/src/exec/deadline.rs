@@ -65,14 +65,8 @@ impl Deadline {
 
     /// A line the agent wrote (without its newline).
     pub fn parse(line: &str) -> Option<Self> {
-        let mut words = line.split(' ');
-        let (Some("until"), Some(until), Some("grace"), Some(grace), None) = (
-            words.next(),
-            words.next(),
-            words.next(),
-            words.next(),
-            words.next(),
-        ) else {
+        let words: Vec<&str> = line.split(' ').collect();
+        let ["until", until, "grace", grace] = words[..] else {
             return None;
         };
         Some(Self {
