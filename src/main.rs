@@ -29,9 +29,9 @@ enum Command {
     /// Reflect the store's state into LeaderGroups and pod labels (in the cluster).
     Controller(leasehold_kube::run::ControllerArgs),
     /// List the registered nodes: lease left, last heartbeat, groups, inbox backlog and drops.
-    Nodes(ops::NodesArgs),
+    Nodes(ops::ListArgs),
     /// List the groups that registered nodes have joined: leader, term, expiry, members.
-    Groups(ops::GroupsArgs),
+    Groups(ops::ListArgs),
     /// Publish one message to a topic (the payload from an argument or standard input).
     Publish(ops::PublishArgs),
     /// Print the messages of topics or patterns as they arrive, until interrupted.

@@ -35,13 +35,7 @@ pub struct Common {
 }
 
 #[derive(Debug, clap::Args)]
-pub struct NodesArgs {
-    #[command(flatten)]
-    common: Common,
-}
-
-#[derive(Debug, clap::Args)]
-pub struct GroupsArgs {
+pub struct ListArgs {
     #[command(flatten)]
     common: Common,
 }
@@ -164,7 +158,7 @@ fn print_json(value: &Value) {
     );
 }
 
-pub async fn nodes(args: NodesArgs) -> anyhow::Result<()> {
+pub async fn nodes(args: ListArgs) -> anyhow::Result<()> {
     let store = args.common.store.connect()?;
     let now = store.time_ms().await.map_err(anyhow::Error::msg)?;
     let nodes = store.list_nodes().await.map_err(anyhow::Error::msg)?;
@@ -220,7 +214,7 @@ pub async fn nodes(args: NodesArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub async fn groups(args: GroupsArgs) -> anyhow::Result<()> {
+pub async fn groups(args: ListArgs) -> anyhow::Result<()> {
     let store = args.common.store.connect()?;
     // Groups are found through their members' registrations: a group no
     // registered node has joined is not listed.
