@@ -71,13 +71,6 @@ enum Inner {
     Postgres(PgStore),
 }
 
-impl GroupRef {
-    /// A group made by one store handed to another: a bug of the caller.
-    fn mismatch() -> StoreError {
-        StoreError::Reply("a group of another store".into())
-    }
-}
-
 impl std::fmt::Debug for Store {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match &self.inner {
@@ -105,7 +98,8 @@ macro_rules! on_group {
         match (&$store.inner, $group) {
             (Inner::Redis($s), GroupRef::Redis($g)) => $call,
             (Inner::Postgres($s), GroupRef::Postgres($g)) => $call,
-            _ => Err(GroupRef::mismatch()),
+            // A group made by one store handed to another: a bug of the caller.
+            _ => Err(StoreError::Reply("a group of another store".into())),
         }
     };
 }
