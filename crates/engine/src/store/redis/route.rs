@@ -109,28 +109,21 @@ pub(crate) fn parse(url: &str) -> Result<Parsed, UrlError> {
     let mut seen = std::collections::HashSet::new();
     hosts.retain(|h| seen.insert(h.clone()));
     let mut segments = path.split('/').filter(|s| !s.is_empty());
-    let (topology, db) = if kind == "sentinel" {
+    let topology = if kind == "sentinel" {
         let master = segments.next().ok_or(UrlError::NoMaster)?;
-        let db = segments.next().unwrap_or("0");
-        (
-            Topology::Sentinel {
-                sentinels: hosts.clone(),
-                master: master.to_owned(),
-            },
-            db,
-        )
-    } else {
-        let db = segments.next().unwrap_or("0");
-        if db != "0" {
-            return Err(UrlError::ClusterDatabase(db.to_owned()));
+        Topology::Sentinel {
+            sentinels: hosts.clone(),
+            master: master.to_owned(),
         }
-        (
-            Topology::Cluster {
-                seeds: hosts.clone(),
-            },
-            db,
-        )
+    } else {
+        Topology::Cluster {
+            seeds: hosts.clone(),
+        }
     };
+    let db = segments.next().unwrap_or("0");
+    if kind == "cluster" && db != "0" {
+        return Err(UrlError::ClusterDatabase(db.to_owned()));
+    }
     if segments.next().is_some() {
         return Err(UrlError::TooManySegments(path.to_owned()));
     }
