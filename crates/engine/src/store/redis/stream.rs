@@ -122,10 +122,8 @@ async fn read_streams(
                 Some(Value::Array(flat)) => flat,
                 _ => return Err(bad("fields")),
             };
-            let stream_id = match pair.pop() {
-                Some(v) => String::from_redis_value(v).map_err(|_| bad("id"))?,
-                None => return Err(bad("id")),
-            };
+            let stream_id = String::from_redis_value(pair.pop().expect("two items"));
+            let stream_id = stream_id.map_err(|_| bad("id"))?;
             let mut fields = Vec::with_capacity(flat.len() / 2);
             let mut it = flat.into_iter();
             while let (Some(name), Some(value)) = (it.next(), it.next()) {
