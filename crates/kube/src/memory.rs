@@ -85,7 +85,9 @@ impl Memory {
 
     /// Drops what is remembered of a deleted group: its own memory, its
     /// series, and what was written into its Service's slice (the Service
-    /// and the slice go with the group: owner references).
+    /// and the slice go with the group: owner references). A reconcile
+    /// still running at the deletion can file some of it again; the next
+    /// resync's [`Memory::keep_only`] drops that.
     pub fn forget(&self, group: &LeaderGroup) {
         let (key, service) = keys_of(group);
         let (other_group, other_service) =
