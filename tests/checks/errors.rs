@@ -133,20 +133,7 @@ fn module_file(file: &Path, (name, path): &(String, Option<String>)) -> PathBuf 
 /// Each `file:line` of a `Result<_, String>` under the `src` directories
 /// given, outside test code.
 fn string_errors(srcs: &[PathBuf]) -> Vec<String> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    for src in srcs {
-        walk(src, &mut files);
-    }
+    let files: Vec<PathBuf> = srcs.iter().flat_map(|src| crate::rust_files(src)).collect();
     let mut test_files = Vec::new();
     let mut found = Vec::new();
     for file in &files {

@@ -22,18 +22,7 @@ type Module = Vec<String>;
 /// `store.rs` are `["store"]`). A package with both has two crates: the
 /// other root is left out, and each is read on its own.
 fn modules(src: &Path, root: &str) -> BTreeMap<Module, PathBuf> {
-    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-        for entry in std::fs::read_dir(dir).expect("read_dir").flatten() {
-            let path = entry.path();
-            if path.is_dir() {
-                walk(&path, out);
-            } else if path.extension().is_some_and(|e| e == "rs") {
-                out.push(path);
-            }
-        }
-    }
-    let mut files = Vec::new();
-    walk(src, &mut files);
+    let mut files = crate::rust_files(src);
     let other_root = if root == "lib.rs" {
         "main.rs"
     } else {

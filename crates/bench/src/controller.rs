@@ -799,19 +799,14 @@ async fn leader_changes(admin: &kube::Client, namespace: &str) -> anyhow::Result
         .sum())
 }
 
+/// The controller's waits look every 100 ms: each look is a read of the
+/// bench's own caches, not a process.
 async fn wait_until(
     limit: Duration,
     what: &str,
-    mut check: impl FnMut() -> bool,
+    check: impl FnMut() -> bool,
 ) -> anyhow::Result<()> {
-    let start = Instant::now();
-    while !check() {
-        if start.elapsed() > limit {
-            bail!("not within {limit:?}: {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
+    crate::promotion::until("controller", Duration::from_millis(100), limit, what, check).await
 }
 
 /// The CRD, the controller's namespace, and its user bound to cluster-admin.
