@@ -156,6 +156,19 @@ pub enum ConfigError {
     },
 }
 
+fn check_bounds(option: &'static str, value: u64, min: u64, max: u64) -> Result<(), ConfigError> {
+    if (min..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(ConfigError::OutOfBounds {
+            option,
+            value,
+            min,
+            max,
+        })
+    }
+}
+
 fn check_ms(option: &'static str, value: u64) -> Result<(), ConfigError> {
     if (1..=MAX_MS).contains(&value) {
         Ok(())
@@ -175,16 +188,7 @@ pub const MAX_PRIORITY: u32 = 100;
 /// Checks a candidate's priority; `option` names it in the error (the
 /// agent's flag, the engine's argument).
 pub fn validate_priority(option: &'static str, value: u32) -> Result<(), ConfigError> {
-    if value <= MAX_PRIORITY {
-        Ok(())
-    } else {
-        Err(ConfigError::OutOfBounds {
-            option,
-            value: u64::from(value),
-            min: 0,
-            max: u64::from(MAX_PRIORITY),
-        })
-    }
+    check_bounds(option, value.into(), 0, MAX_PRIORITY.into())
 }
 
 /// Timings of one group's election. A group's leader keeps its lease for
@@ -321,21 +325,9 @@ impl InboxConfig {
     }
 
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let check = |option, value, min, max| {
-            if (min..=max).contains(&value) {
-                Ok(())
-            } else {
-                Err(ConfigError::OutOfBounds {
-                    option,
-                    value,
-                    min,
-                    max,
-                })
-            }
-        };
-        check("inbox_max_length", self.max_length, 1, MAX_INBOX_LENGTH)?;
-        check("lag_threshold", self.lag_threshold, 1, self.max_length)?;
-        check(
+        check_bounds("inbox_max_length", self.max_length, 1, MAX_INBOX_LENGTH)?;
+        check_bounds("lag_threshold", self.lag_threshold, 1, self.max_length)?;
+        check_bounds(
             "max_message_size",
             self.max_message_size,
             1,

@@ -221,29 +221,24 @@ impl Protocol {
     }
 }
 
+impl LeaderGroupStatus {
+    /// The condition of type `type_`, if the status has one.
+    pub fn condition(&self, type_: &str) -> Option<Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_).cloned()
+    }
+}
+
 impl LeaderService {
     /// Why the Service cannot be written, by the schema's rules, for API
     /// servers that do not enforce CEL (and for what the schema cannot
     /// say: unique, required port names).
     pub fn error(&self) -> Option<String> {
-        let label = |s: &str| {
-            let b = s.as_bytes();
-            !b.is_empty()
-                && b.len() <= 63
-                && b[0].is_ascii_lowercase()
-                && b[b.len() - 1] != b'-'
-                && b.iter()
-                    .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-        };
+        let label = |s: &str| dns_label(s) && s.len() <= 63 && s.as_bytes()[0].is_ascii_lowercase();
         // An IANA service name, as Kubernetes checks a port's name.
         let port_name = |s: &str| {
-            let b = s.as_bytes();
-            (1..=15).contains(&b.len())
-                && b.iter()
-                    .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-                && b.iter().any(u8::is_ascii_lowercase)
-                && b[0] != b'-'
-                && b[b.len() - 1] != b'-'
+            dns_label(s)
+                && s.len() <= 15
+                && s.bytes().any(|c| c.is_ascii_lowercase())
                 && !s.contains("--")
         };
         if !label(&self.name) {
@@ -527,9 +522,7 @@ impl LeaderGroupSpec {
         config.validate()?;
         Ok(config)
     }
-}
 
-impl LeaderGroupSpec {
     /// Why `roleLabel` cannot be used, by the schema's rules, for API
     /// servers that do not enforce CEL: it must be a label key, and not a
     /// key the selector matches on.
@@ -577,21 +570,21 @@ fn label_key_error(key: &str) -> Option<&'static str> {
         return Some("the name part may hold only letters, digits, '-', '_' and '.'");
     }
     if let Some(prefix) = prefix {
-        let label_ok = |l: &str| {
-            let b = l.as_bytes();
-            !b.is_empty()
-                && b.iter()
-                    .all(|&c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-')
-                && b[0] != b'-'
-                && b[b.len() - 1] != b'-'
-        };
-        if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(label_ok) {
+        if prefix.is_empty() || prefix.len() > 253 || !prefix.split('.').all(dns_label) {
             return Some(
                 "the prefix must be a DNS subdomain (lowercase letters, digits, '-' and '.')",
             );
         }
     }
     None
+}
+
+/// Not empty, lowercase letters, digits and '-' only, no '-' at either
+/// end: what every DNS label Kubernetes checks has in common.
+fn dns_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    let allowed = |c: &u8| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-';
+    !b.is_empty() && b.iter().all(allowed) && b[0] != b'-' && b[b.len() - 1] != b'-'
 }
 
 /// A spec error in the resource's own field names (`ttlMs`, not `ttl_ms`),

@@ -257,13 +257,9 @@ impl ControllerMetrics {
             .get_or_create(&labels)
             .set(figures.takeover_bound_s);
         let counted = before.map_or(0, |b| b.transitions);
-        if next.transitions > counted {
-            g.changes
-                .get_or_create(&labels)
-                .inc_by((next.transitions - counted) as u64);
-        } else {
-            let _ = g.changes.get_or_create(&labels);
-        }
+        // Created even with no change, so the series is there from the start.
+        let changes = (next.transitions - counted).max(0) as u64;
+        g.changes.get_or_create(&labels).inc_by(changes);
         for (kind, count) in PROBLEM_KINDS.iter().zip(figures.problems) {
             let [ns, group] = labels.clone();
             g.problems

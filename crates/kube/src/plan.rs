@@ -213,11 +213,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let (requested, handled_step_down_to, handover_condition) = if step_down.is_none() {
         step_down_to_on_annotation(group, &previous, &seat, &mut events)
     } else {
-        let kept = previous
-            .conditions
-            .iter()
-            .find(|c| c.type_ == types::HANDOVER)
-            .cloned();
+        let kept = previous.condition(types::HANDOVER);
         (None, previous.handled_step_down_to.clone(), kept)
     };
     let hand_over = requested
@@ -417,11 +413,7 @@ fn endpoint_condition(
 ) -> Option<Condition> {
     group.spec.service.as_ref()?;
     let Some(e) = planned else {
-        return previous
-            .conditions
-            .iter()
-            .find(|c| c.type_ == types::LEADER_ENDPOINT)
-            .cloned();
+        return previous.condition(types::LEADER_ENDPOINT);
     };
     let holds = match &e.leader {
         Some(a) => format!("{} ({})", a.pod, a.ip),
@@ -474,37 +466,26 @@ fn awaiting_successor(
 /// pod is labelled; so is an unusable `spec.service`, and no endpoint is
 /// written.
 fn spec_validity(spec: &LeaderGroupSpec) -> (Condition, Option<ElectionConfig>) {
-    match spec.election_config() {
-        Ok(config) => (
-            match (
-                spec.role_label_error(),
-                spec.service.as_ref().and_then(LeaderService::error),
-            ) {
-                (None, None) => condition(
-                    types::SPEC_VALID,
-                    true,
-                    reasons::VALID,
-                    "the timings are within their bounds",
-                ),
-                (Some(why), _) => {
-                    condition(types::SPEC_VALID, false, reasons::INVALID_ROLE_LABEL, why)
-                }
-                (None, Some(why)) => {
-                    condition(types::SPEC_VALID, false, reasons::INVALID_SERVICE, why)
-                }
-            },
-            Some(config),
+    let invalid = |reason, why| condition(types::SPEC_VALID, false, reason, why);
+    let config = match spec.election_config() {
+        Ok(config) => config,
+        Err(e) => {
+            let why = crate::crd::spec_error_message(&e);
+            return (invalid(reasons::INVALID_TIMINGS, why), None);
+        }
+    };
+    let service_error = spec.service.as_ref().and_then(LeaderService::error);
+    let valid = match (spec.role_label_error(), service_error) {
+        (None, None) => condition(
+            types::SPEC_VALID,
+            true,
+            reasons::VALID,
+            "the timings are within their bounds",
         ),
-        Err(e) => (
-            condition(
-                types::SPEC_VALID,
-                false,
-                reasons::INVALID_TIMINGS,
-                crate::crd::spec_error_message(&e),
-            ),
-            None,
-        ),
-    }
+        (Some(why), _) => invalid(reasons::INVALID_ROLE_LABEL, why),
+        (None, Some(why)) => invalid(reasons::INVALID_SERVICE, why),
+    };
+    (valid, Some(config))
 }
 
 /// Rule: the store server's unsafe settings are reported on every group,
@@ -938,6 +919,11 @@ fn report_sweeps(
     })
 }
 
+/// The value of `group`'s annotation `key`, if set.
+fn annotation(group: &LeaderGroup, key: &str) -> Option<String> {
+    group.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
 /// Rule: each new value of the step-down annotation asks the holder to
 /// step down, once; the value handled is kept in the status.
 fn step_down_on_annotation(
@@ -946,12 +932,7 @@ fn step_down_on_annotation(
     holder: Option<&str>,
     events: &mut Vec<PlannedEvent>,
 ) -> (Option<String>, Option<String>) {
-    let annotation = group
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(STEP_DOWN_ANNOTATION))
-        .cloned();
+    let annotation = annotation(group, STEP_DOWN_ANNOTATION);
     if annotation.is_none() || annotation == previous.handled_step_down {
         return (None, previous.handled_step_down.clone());
     }
@@ -978,17 +959,8 @@ fn step_down_to_on_annotation(
     seat: &Seat<'_>,
     events: &mut Vec<PlannedEvent>,
 ) -> (Option<Handover>, Option<String>, Option<Condition>) {
-    let kept = previous
-        .conditions
-        .iter()
-        .find(|c| c.type_ == types::HANDOVER)
-        .cloned();
-    let annotation = group
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(STEP_DOWN_TO_ANNOTATION))
-        .cloned();
+    let kept = previous.condition(types::HANDOVER);
+    let annotation = annotation(group, STEP_DOWN_TO_ANNOTATION);
     // Removing the annotation forgets the value handled, so the same pod
     // can be asked for again.
     if annotation.is_none() || annotation == previous.handled_step_down_to {

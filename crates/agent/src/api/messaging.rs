@@ -403,23 +403,16 @@ pub(super) async fn publish_batch(
             }
         })
         .collect();
-    let Some((status, index, text)) = first_failure else {
-        let answer = BatchAnswer {
-            error: None,
-            failed: 0,
-            results,
-        };
-        return Ok(json(StatusCode::OK, &answer));
+    // Refused as a whole only when every message failed, with the first's status.
+    let status = match &first_failure {
+        Some((status, ..)) if failed == total => *status,
+        _ => StatusCode::OK,
     };
-    let status = if failed < total {
-        StatusCode::OK
-    } else {
-        status
-    };
-    let error =
-        format!("{failed} of {total} messages failed; the first, messages[{index}]: {text}");
+    let error = first_failure.map(|(_, index, text)| {
+        format!("{failed} of {total} messages failed; the first, messages[{index}]: {text}")
+    });
     let answer = BatchAnswer {
-        error: Some(error),
+        error,
         failed,
         results,
     };

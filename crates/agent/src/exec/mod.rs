@@ -239,11 +239,7 @@ impl Run {
     }
 
     fn sent_since(&self, lease: &Leadership, since: Option<Instant>) -> bool {
-        sent_since(
-            lease,
-            Duration::from_millis(self.group.timings().ttl_ms),
-            since,
-        )
+        sent_since(lease, self.group.timings().ttl(), since)
     }
 }
 

@@ -114,16 +114,6 @@ impl Store {
         Self::connect_with_options(url, prefix, ConnectOptions::default())
     }
 
-    /// Like [`Store::connect`], for a `rediss://` URL whose server certificate
-    /// is signed by the CA in `ca_pem` (PEM) rather than a public one.
-    pub fn connect_with_ca(url: &str, prefix: &str, ca_pem: &[u8]) -> Result<Self, ConnectError> {
-        let options = ConnectOptions {
-            ca_pem: Some(ca_pem),
-            ..ConnectOptions::default()
-        };
-        Self::connect_with_options(url, prefix, options)
-    }
-
     /// Like [`Store::connect`], for any URL form: `redis://` and `rediss://`
     /// name the server; `redis+sentinel://` names sentinels that name the
     /// primary; `redis+cluster://` names nodes of a Redis Cluster, in which

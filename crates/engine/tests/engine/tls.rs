@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use leasehold_engine::{ElectionConfig, Node, Store};
+use leasehold_engine::{ConnectOptions, ElectionConfig, Node, Store};
 use testkit::{eventually, node_config, one_leader};
 
 struct TlsRedis {
@@ -110,7 +110,12 @@ async fn tls_with_a_private_ca_works_end_to_end() {
         renew_interval_ms: 1_000,
         retry_interval_ms: 5_000,
     };
-    let store = || Store::connect_with_ca(&redis.url(), "lh", &redis.ca()).unwrap();
+    let ca = redis.ca();
+    let options = || ConnectOptions {
+        ca_pem: Some(&ca),
+        ..ConnectOptions::default()
+    };
+    let store = || Store::connect_with_options(&redis.url(), "lh", options()).unwrap();
     store().ping().await.unwrap();
     let a = Node::start(store(), "test/a", node_config()).await.unwrap();
     let b = Node::start(store(), "test/b", node_config()).await.unwrap();
@@ -153,7 +158,6 @@ async fn tls_with_an_untrusted_certificate_is_an_error_not_a_panic() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_tls_checks_the_certificate_as_sslmode_says() {
     use leasehold_engine::store::postgres::PgStore;
-    use leasehold_engine::ConnectOptions;
     use testkit::postgres::LocalPostgres;
     if let Some(why) = testkit::postgres::missing() {
         testkit::lacks(

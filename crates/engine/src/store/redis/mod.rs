@@ -231,22 +231,28 @@ impl RedisStore {
         self.noted(result.map_err(Into::into))
     }
 
-    /// A claim or renewal (`call`, an invocation of `script`) with the
-    /// `WAIT` for the replicas in the same request (see [`ReplicaAcks`]);
-    /// the caller checks the confirmation when the write took a lease, and
-    /// gives up on the call after `within`.
-    async fn write_lease(
+    /// A claim or renewal (`call`, an invocation of `script`, whose file is
+    /// `name`) with the `WAIT` for the replicas in the same request (see
+    /// [`ReplicaAcks`]), given up after `within`. An outcome that `took` the
+    /// lease counts only once the replicas in sync have the lease too.
+    async fn write_lease<T: FromRedisValue>(
         &self,
-        script: &redis::Script,
+        (name, script): (&str, &redis::Script),
         call: &redis::ScriptInvocation<'_>,
         within: Duration,
-    ) -> Result<(Value, replication::Confirmation), StoreError> {
+        took: fn(&T) -> bool,
+    ) -> Result<T, StoreError> {
         let mut primary = self.route.primary().await?;
         let result = self
             .replication
             .write(&mut primary.conn, primary.generation, script, call, within)
             .await;
-        self.noted(result)
+        let (reply, confirmation) = self.noted(result)?;
+        let outcome = read(name, reply)?;
+        if took(&outcome) {
+            self.noted(confirmation.check())?;
+        }
+        Ok(outcome)
     }
 
     // ---- election ----
@@ -282,13 +288,8 @@ impl RedisStore {
             .arg(candidacy.priority)
             .arg(candidacy.defer_ms)
             .arg(candidacy.problem.as_deref().unwrap_or(""));
-        let (reply, confirmation) = self.write_lease(&scripts::CLAIM, &call, within).await?;
-        let claim = read("claim.lua", reply)?;
-        if let Claim::Won { .. } = claim {
-            // Leading only once the replicas in sync have the lease too.
-            self.noted(confirmation.check())?;
-        }
-        Ok(claim)
+        let won = |c: &Claim| matches!(c, Claim::Won { .. });
+        (self.write_lease(("claim.lua", &scripts::CLAIM), &call, within, won)).await
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -319,12 +320,8 @@ impl RedisStore {
             .arg(if hint { "1" } else { "0" })
             .arg(candidacy.priority)
             .arg(candidacy.problem.as_deref().unwrap_or(""));
-        let (reply, confirmation) = self.write_lease(&scripts::RENEW, &call, within).await?;
-        let renewal = read("renew.lua", reply)?;
-        if let Renewal::Renewed { .. } = renewal {
-            self.noted(confirmation.check())?;
-        }
-        Ok(renewal)
+        let renewed = |r: &Renewal| matches!(r, Renewal::Renewed { .. });
+        (self.write_lease(("renew.lua", &scripts::RENEW), &call, within, renewed)).await
     }
 
     /// Compare-and-delete (release.lua), announced on the release channel.
