@@ -808,6 +808,10 @@ fn bad_flags_are_refused_with_clear_errors_and_touch_nothing() {
             "POD_NAME",
         ),
         (
+            agent(&["--group", "g", "--cluster", "East/1"]),
+            "--cluster \"East/1\" is invalid: it contains a character outside the allowed set; a cluster name is 1 to 63 lowercase letters",
+        ),
+        (
             agent(&[
                 "--group",
                 "g",

@@ -134,6 +134,7 @@ fn lint_passes_with_the_defaults_and_with_each_option_set() {
         &[],
         &["redis.deploy=true"],
         &["watchNamespace=team-a"],
+        &["clusterName=east"],
         &["metrics.serviceMonitor.enabled=true"],
         &["podDisruptionBudget.enabled=false"],
         &["store.existingSecret=redis-auth", "store.caSecret=redis-ca"],
@@ -281,6 +282,16 @@ fn each_option_renders_what_it_says() {
     assert!(file.starts_with(c["volumeMounts"][0]["mountPath"].as_str().unwrap()));
     assert_eq!(spec["volumes"][0]["secret"]["secretName"], "redis-auth");
     assert!(kind(&docs_, "Secret").is_empty());
+
+    // A cluster's name reaches the controller; without one, no flag.
+    let args = |docs_: &[Value]| controller(docs_)["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    let named = docs(&template(&helm, &["clusterName=east"]).unwrap());
+    assert!(args(&named)
+        .as_sequence()
+        .unwrap()
+        .contains(&Value::from("--cluster=east")));
+    let plain = serde_yaml::to_string(&args(&docs_)).unwrap();
+    assert!(!plain.contains("--cluster"), "{plain}");
 
     // Lease writes wait for every replica by default, or the count given.
     let c = &controller(&docs_)["spec"]["template"]["spec"]["containers"][0];
@@ -503,6 +514,7 @@ fn bad_values_are_refused_with_the_key_named() {
         ),
         (&["podAntiAffinity=sometimes"], "podAntiAffinity"),
         (&["watchNamespace=Team_A"], "watchNamespace"),
+        (&["clusterName=east/1"], "clusterName"),
         (&["store.replicaAcks=many"], "store.replicaAcks"),
         (&["store.replicaAcks=0"], "store.replicaAcks"),
         (&["redis.replicaAcks=0"], "redis.replicaAcks"),

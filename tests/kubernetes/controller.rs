@@ -129,6 +129,7 @@ fn context(
         resync: Duration::from_secs(30),
         store_settings: tokio::sync::watch::channel(Vec::new()).1,
         memory: Memory::new(metrics, false),
+        cluster: None,
     })
 }
 
@@ -558,12 +559,14 @@ async fn plan_follows(
         let view = StoreView::Available(state);
         let p = plan(&Observed {
             group: &g,
+            cluster: None,
             pods: &pods,
             others: &[],
             store: &view,
             swept: &[],
             local_now_ms: 0,
             store_warnings: &[],
+            last_read_ms: None,
             holder_gone_since_ms: Some(0),
         });
         let labelled = p
@@ -845,6 +848,7 @@ async fn a_sweep_by_another_node_is_reflected_in_the_group() {
             .iter()
             .map(|m| leasehold_kube::crd::Member {
                 node: format!("shop/{m}"),
+                cluster: None,
                 pod: Some((*m).into()),
                 role: leasehold_kube::crd::MemberRole::Follower,
                 problem: None,

@@ -19,6 +19,9 @@ pub struct AgentArgs {
     /// The pod's namespace (downward API): the namespace of the LeaderGroups.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     pub namespace: String,
+    /// This pod's cluster, when groups span clusters that share a store: the node id is then CLUSTER/NAMESPACE/POD_NAME. Give every cluster that shares the store its own name, the same as its controller's --cluster.
+    #[arg(long, env = "LEASEHOLD_CLUSTER")]
+    pub cluster: Option<String>,
     /// Node id to use instead of NAMESPACE/POD_NAME (outside Kubernetes).
     #[arg(long, env = "LEASEHOLD_NODE_ID")]
     pub node_id: Option<String>,

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use leasehold_daemon::error::FlagError;
-use leasehold_daemon::names::{validate_object_name, NamespacedName};
+use leasehold_daemon::names::{validate_cluster_name, validate_object_name, NamespacedName, PodId};
 use leasehold_engine::config::{
     validate_name, ConfigError, ElectionConfig, InboxConfig, NodeConfig,
 };
@@ -57,13 +57,22 @@ impl Settings {
         })
     }
 
-    /// `--node-id`, or `NAMESPACE/POD_NAME`.
+    /// `--node-id`, or `[CLUSTER/]NAMESPACE/POD_NAME`.
     fn node_id(args: &AgentArgs) -> Result<String, FlagError> {
+        if let Some(cluster) = &args.cluster {
+            validate_cluster_name("--cluster", cluster)
+                .map_err(|e| FlagError::worded("--cluster", e.to_string()))?;
+        }
         let node_id = match (&args.node_id, &args.pod_name) {
             (Some(id), _) => id.clone(),
             (None, Some(pod)) => {
                 object_name("POD_NAME", pod)?;
-                NamespacedName::new(&args.namespace, pod).to_string()
+                let id = PodId {
+                    cluster: args.cluster.as_deref(),
+                    namespace: &args.namespace,
+                    pod,
+                };
+                id.to_string()
             }
             (None, None) => {
                 return Err(FlagError::worded(

@@ -40,6 +40,9 @@ pub mod reasons {
     pub const STORE_UNAVAILABLE: &str = "RedisUnavailable";
     pub const LEASE_HELD: &str = "LeaseHeld";
     pub const LEASE_HELD_BY_NODE_WITHOUT_POD: &str = "LeaseHeldByNodeWithoutPod";
+    pub const LEASE_HELD_IN_OTHER_CLUSTER: &str = "LeaseHeldInOtherCluster";
+    pub const LEADER_IN_OTHER_CLUSTER: &str = "LeaderInOtherCluster";
+    pub const LEADER_UNCONFIRMED: &str = "LeaderUnconfirmed";
     pub const NO_LEADER: &str = "NoLeader";
     pub const NO_CONFLICT: &str = "NoConflict";
     pub const SAME_ROLE_LABEL: &str = "SameRoleLabel";

@@ -366,9 +366,15 @@ pub enum MemberProblem {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct Member {
-    /// Node id, `NAMESPACE/POD`.
+    /// Node id: `NAMESPACE/POD`, or `CLUSTER/NAMESPACE/POD` once the
+    /// clusters that share the store are named.
     pub node: String,
-    /// The pod, when the node id names a pod of this namespace.
+    /// The member's cluster, once clusters are named: this one's, or
+    /// another's (whose controller labels its pod).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// The pod, when the node id names a pod of this namespace (in this
+    /// cluster or in `cluster`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod: Option<String>,
     pub role: MemberRole,
@@ -444,7 +450,8 @@ pub struct LastSweep {
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct LeaderGroupStatus {
-    /// The leader pod.
+    /// The leader pod: `CLUSTER/POD` once clusters are named, whichever
+    /// cluster it runs in.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub leader: Option<String>,
     /// The lease holder's node id.

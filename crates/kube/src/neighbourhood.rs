@@ -88,12 +88,17 @@ impl Neighbourhood {
     /// that no other group with that key selects (see [`PodsRead`]).
     ///
     /// [`PodsRead`]: crate::plan::PodsRead
-    pub fn pods_for(&self, group: &LeaderGroup, store: &StoreView) -> Vec<PodView> {
+    pub fn pods_for(
+        &self,
+        group: &LeaderGroup,
+        store: &StoreView,
+        cluster: Option<&str>,
+    ) -> Vec<PodView> {
         let namespace = group.metadata.namespace.as_deref().unwrap_or_default();
         let name = group.metadata.name.as_deref().unwrap_or_default();
         let key = &group.spec.role_label;
         let own = PodSelector::new(&group.spec.selector);
-        let named = named_pods(namespace, store);
+        let named = named_pods(&plan::Locality { cluster, namespace }, store);
         let mut candidates: BTreeSet<usize> = named
             .iter()
             .filter_map(|pod| self.by_name.get(pod).copied())

@@ -27,7 +27,7 @@
 //! workload's pods among equals.
 
 use crate::crd::{Failback, Handover, Member, Placement, Rollout};
-use crate::pods::{pod_of, time_of, PodView};
+use crate::pods::{time_of, Locality, PodView};
 
 /// How long after its creation an updated pod that is not ready yet is
 /// preferred: the time from its agent's join to its readiness in a rollout
@@ -57,7 +57,8 @@ pub struct Placed {
 /// The group as placement sees it.
 pub struct Seat<'a> {
     pub placement: &'a Placement,
-    pub namespace: &'a str,
+    /// The cluster and namespace whose pods this controller sees.
+    pub locality: Locality<'a>,
     /// The live holder and its term.
     pub holder: Option<&'a str>,
     pub term: u64,
@@ -72,8 +73,10 @@ pub struct Seat<'a> {
 }
 
 impl Seat<'_> {
+    /// The member's pod, when it is one of this cluster's (another
+    /// cluster's pods are not seen: not on the updated revision, not ready).
     fn pod(&self, member: &Member) -> Option<&PodView> {
-        let name = pod_of(&member.node, self.namespace)?;
+        let name = self.locality.pod(&member.node)?;
         self.pods.iter().find(|p| p.name == name)
     }
 
@@ -189,11 +192,7 @@ pub fn place(seat: &Seat<'_>) -> Placed {
         seat.holder,
     )
     .or_else(|| best(at_top, seat.holder));
-    let preferred = choice.map(|m| {
-        pod_of(&m.node, seat.namespace)
-            .unwrap_or(&m.node)
-            .to_owned()
-    });
+    let preferred = choice.map(|m| seat.locality.shown(&m.node).unwrap_or(m.node.clone()));
     let hand_over = hand_over(seat, updated, &ready_nodes);
     Placed {
         preferred,
@@ -305,7 +304,8 @@ pub enum Refusal {
 }
 
 /// Rule: a new value of the step-down-to annotation names a pod of the
-/// group's namespace; the leader is asked to hand over to it when it is a
+/// group's namespace (`CLUSTER/POD` for a pod of another cluster, once
+/// clusters are named); the leader is asked to hand over to it when it is a
 /// live member that may lead, and otherwise the request is refused with
 /// the reason (the leader leads on).
 pub fn requested(seat: &Seat<'_>, pod: &str) -> Result<Handover, Refusal> {
@@ -315,7 +315,14 @@ pub fn requested(seat: &Seat<'_>, pod: &str) -> Result<Handover, Refusal> {
     let Some(holder) = seat.holder else {
         return Err(no_leader());
     };
-    let node = format!("{}/{pod}", seat.namespace);
+    let node = match (seat.locality.cluster, pod.split_once('/')) {
+        (Some(_), Some((cluster, name))) => Locality {
+            cluster: Some(cluster),
+            ..seat.locality
+        }
+        .node_id(name),
+        _ => seat.locality.node_id(pod),
+    };
     if node == holder {
         return Err(Refusal::AlreadyLeads {
             pod: pod.to_owned(),

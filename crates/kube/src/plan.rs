@@ -19,7 +19,7 @@ use crate::crd::{
 };
 use crate::endpoint::{Address, LeaderEndpoint};
 use crate::placement::{self, Seat};
-pub use crate::pods::{pod_of, time_of, PodView};
+pub use crate::pods::{pod_of, time_of, Locality, Place, PodView};
 use crate::selector::{PodSelector, SelectorIndex};
 use leasehold_engine::config::ElectionConfig;
 use leasehold_engine::store::GroupState;
@@ -32,6 +32,7 @@ pub const FOLLOWER: &str = "follower";
 /// Reasons of the Kubernetes Events the controller records.
 pub mod event_reasons {
     pub const LEADER_ELECTED: &str = "LeaderElected";
+    pub const LEADER_UNCONFIRMED: &str = "LeaderUnconfirmed";
     pub const LEADER_LOST: &str = "LeaderLost";
     pub const NODES_SWEPT: &str = "NodesSwept";
     pub const STEP_DOWN_REQUESTED: &str = "StepDownRequested";
@@ -58,6 +59,9 @@ pub enum StoreView {
 
 pub struct Observed<'a> {
     pub group: &'a LeaderGroup,
+    /// This controller's cluster (`--cluster`), when groups span clusters:
+    /// it labels only this cluster's pods.
+    pub cluster: Option<&'a str>,
     pub pods: &'a [PodView],
     pub others: &'a [OtherGroup],
     pub store: &'a StoreView,
@@ -67,6 +71,10 @@ pub struct Observed<'a> {
     pub local_now_ms: u64,
     /// What is wrong with the store server's settings, as last read.
     pub store_warnings: &'a [SettingWarning],
+    /// When (ms, the local clock) the group's state was last read from the
+    /// store, or first failed to be, when it never was (see
+    /// [`while_store_is_unavailable`]).
+    pub last_read_ms: Option<u64>,
     /// When (ms, the store's clock) this controller first found the group without
     /// the holder its status names, if it has (see [`awaiting_successor`]).
     pub holder_gone_since_ms: Option<u64>,
@@ -156,6 +164,10 @@ pub struct Plan {
 pub fn plan(observed: &Observed<'_>) -> Plan {
     let group = observed.group;
     let namespace = group.metadata.namespace.as_deref().unwrap_or_default();
+    let here = Locality {
+        cluster: observed.cluster,
+        namespace,
+    };
     let previous = group.status.clone().unwrap_or_default();
     let role_label_ok = group.spec.role_label_error().is_none();
     let (spec_valid, config) = spec_validity(&group.spec);
@@ -177,8 +189,12 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
             ..Plan::default()
         };
     }
-    let holder_pod = holder.and_then(|h| pod_of(h, namespace));
-    let members = members(state, holder, namespace, &pods, observed.pods, &previous);
+    let holder_pod = holder.and_then(|h| here.pod(h));
+    let leader_elsewhere = holder.and_then(|h| match here.place(h) {
+        Place::Elsewhere { cluster, pod } => Some((cluster, pod)),
+        _ => None,
+    });
+    let members = members(state, holder, &here, &pods, observed.pods, &previous);
     // An unusable role label is reported (SpecValid) and nothing is labelled:
     // the API server would refuse every patch.
     let labels = if role_label_ok {
@@ -186,7 +202,8 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     } else {
         Vec::new()
     };
-    let mut events = leader_change_events(&previous, holder, holder_pod, term);
+    let shown_holder = holder.and_then(|h| here.shown(h));
+    let mut events = leader_change_events(&previous, holder, shown_holder.as_deref(), term);
     report_unhealthy(&previous, &members, &mut events);
     let last_sweep = report_sweeps(&previous, observed.swept, &mut events);
     let (step_down, handled_step_down) =
@@ -194,7 +211,7 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
     let listed: Vec<Member> = members.iter().map(|m| m.member.clone()).collect();
     let seat = Seat {
         placement: &group.spec.placement,
-        namespace,
+        locality: here,
         holder,
         term,
         members: &listed,
@@ -216,13 +233,21 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         let kept = previous.condition(types::HANDOVER);
         (None, previous.handled_step_down_to.clone(), kept)
     };
+    // Across clusters, placement's own moves (and the timings, below) are
+    // made by the controller of the leader's cluster alone, so two
+    // controllers never take turns writing them or asking for handovers.
+    let seat_is_ours = observed.cluster.is_none() || holder_pod.is_some();
     let hand_over = requested
-        .or(placed.hand_over)
+        .or(placed.hand_over.filter(|_| seat_is_ours))
         .filter(|_| step_down.is_none());
     if let Some(h) = &hand_over {
         events.push(handover_event(h, placed.rollout.as_ref()));
     }
-    let preferred_nodes = preferred_nodes_to_write(state, placed.rollout.as_ref());
+    let preferred_nodes = if seat_is_ours {
+        preferred_nodes_to_write(state, placed.rollout.as_ref())
+    } else {
+        PreferredMembers::Keep
+    };
 
     let leader_pod = holder_pod
         .filter(|p| observed.pods.iter().any(|pod| pod.name == *p))
@@ -256,19 +281,21 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
             reasons::STORE_REACHABLE,
             "the group's state was read from the store",
         ),
-        leader_elected(holder, leader_pod.as_deref(), term),
+        leader_elected(holder, leader_pod.as_deref(), leader_elsewhere, term),
         label_conflict(&conflicts),
         store_settings(observed.store_warnings),
         readiness(
             labelled && service_error.is_none(),
             leader_pod.as_deref(),
             leader_pod_ready,
+            leader_elsewhere,
         ),
     ];
     next_conditions.extend(handover_condition);
     next_conditions.extend(endpoint_condition(group, endpoint.as_ref(), &previous));
     let status = LeaderGroupStatus {
-        leader: leader_pod,
+        // `CLUSTER/POD` once clusters are named, wherever it runs.
+        leader: shown_holder.filter(|_| leader_pod.is_some() || leader_elsewhere.is_some()),
         holder: holder.map(str::to_owned),
         term: (term > 0).then_some(term as i64),
         leader_since: match (holder, &previous.leader_since) {
@@ -309,7 +336,9 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
             .flatten()
             .min(),
         restore_term,
-        config,
+        // Across clusters, the leader's cluster's timings are the group's:
+        // two clusters' specs that differ never take turns in the store.
+        config: config.filter(|_| seat_is_ours),
         awaiting_successor: None,
         endpoint,
         retire_service: retired_service(group, &previous),
@@ -318,8 +347,23 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
 
 /// Rule: the Ready condition (the `READY` column) is True when a leader
 /// is elected and labelled, nothing in the spec is wrong, and the leader's
-/// pod is Ready: what a client of the leader needs.
-fn readiness(labelled: bool, leader_pod: Option<&str>, pod_ready: Option<bool>) -> Condition {
+/// pod is Ready: what a client of the leader needs. A leader in another
+/// cluster is no leader a client here reaches through a label or slice of
+/// this cluster's: not Ready, and the reason says where it leads.
+fn readiness(
+    labelled: bool,
+    leader_pod: Option<&str>,
+    pod_ready: Option<bool>,
+    elsewhere: Option<(&str, &str)>,
+) -> Condition {
+    if let Some((cluster, pod)) = elsewhere {
+        return condition(
+            types::READY,
+            false,
+            reasons::LEADER_IN_OTHER_CLUSTER,
+            format!("the leader is pod {pod} of cluster {cluster}: no pod of this cluster is labelled leader"),
+        );
+    }
     match (labelled, leader_pod, pod_ready) {
         (true, Some(_), Some(true)) => condition(
             types::READY,
@@ -350,7 +394,7 @@ fn readiness(labelled: bool, leader_pod: Option<&str>, pod_ready: Option<bool>) 
 
 /// Rule: the leader Service's slice holds the holder's pod address at the
 /// term, or no address when no one holds the lease (or the holder is no
-/// pod of this namespace). While the holder's pod is not in the cache or
+/// pod of this namespace and cluster). While the holder's pod is not in the cache or
 /// has no known IP (it could not be read), nothing is written: the slice
 /// keeps what it has.
 fn leader_endpoint(
@@ -513,7 +557,15 @@ fn store_settings(warnings: &[SettingWarning]) -> Condition {
 }
 
 /// Rule: while the store cannot be read, every label stays as it is (a guess
-/// could label two pods); only the conditions say so.
+/// could label two pods); only the conditions say so. Across clusters
+/// (`--cluster`), once the lease this controller last saw must have run
+/// out (a ttl after its last read of the store), the leader label comes
+/// off this cluster's pods, once, with a `LeaderUnconfirmed` warning: a
+/// cluster that shares the store may have elected a leader meanwhile, and
+/// a client here must not be sent to a leader nobody can confirm. In one
+/// cluster the label stays: no leader can be elected that this controller
+/// would not see once the store answers, and a leader whose lease still
+/// runs (the controller alone cut off) keeps serving.
 fn while_store_is_unavailable(
     observed: &Observed<'_>,
     previous: &LeaderGroupStatus,
@@ -522,6 +574,29 @@ fn while_store_is_unavailable(
     reason: &str,
 ) -> Plan {
     let group = observed.group;
+    let now_ms = observed.local_now_ms;
+    // When the lease last seen must have run out, across clusters.
+    let runs_out_at = match (observed.cluster, observed.last_read_ms, config) {
+        (Some(_), Some(read), Some(c)) => Some(read + c.ttl_ms),
+        _ => None,
+    };
+    let unconfirmed = runs_out_at.is_some_and(|at| now_ms >= at);
+    let ready = if unconfirmed {
+        let unread = now_ms - observed.last_read_ms.unwrap_or(now_ms);
+        condition(
+            types::READY,
+            false,
+            reasons::LEADER_UNCONFIRMED,
+            format!("the store has not answered for {unread} ms, longer than the lease: no pod of this cluster is labelled leader until it answers"),
+        )
+    } else {
+        condition(
+            types::READY,
+            false,
+            reasons::STORE_UNAVAILABLE,
+            "the group's state cannot be read",
+        )
+    };
     let mut next = vec![
         spec_valid,
         condition(
@@ -530,12 +605,7 @@ fn while_store_is_unavailable(
             reasons::STORE_UNAVAILABLE,
             reason,
         ),
-        condition(
-            types::READY,
-            false,
-            reasons::STORE_UNAVAILABLE,
-            "the group's state cannot be read",
-        ),
+        ready,
     ];
     next.extend(
         previous
@@ -551,16 +621,56 @@ fn while_store_is_unavailable(
             })
             .cloned(),
     );
-    let now = time_of(observed.local_now_ms);
+    let now = time_of(now_ms);
     let mut status = previous.clone();
     status.conditions =
         conditions::merge(&previous.conditions, next, &now, group.metadata.generation);
     status.observed_generation = group.metadata.generation;
+    let mut labels = Vec::new();
+    let mut events = Vec::new();
+    if unconfirmed {
+        let sorted = PodsOfGroup::sort(observed);
+        let key = &group.spec.role_label;
+        labels = (observed.pods.iter())
+            .filter(|p| sorted.labellable(&p.name))
+            .filter(|p| p.labels.get(key).map(String::as_str) == Some(LEADER))
+            .map(|p| LabelChange {
+                pod: p.name.clone(),
+                key: key.clone(),
+                value: Some(FOLLOWER.to_owned()),
+            })
+            .collect();
+        if !labels.is_empty() {
+            let pods: Vec<&str> = labels.iter().map(|c| c.pod.as_str()).collect();
+            events.push(PlannedEvent {
+                reason: event_reasons::LEADER_UNCONFIRMED,
+                note: format!(
+                    "the store has not answered for a lease's length: leader label taken off pod {} (another cluster may elect a leader meanwhile)",
+                    pods.join(", ")
+                ),
+                warning: true,
+            });
+        }
+        status.leader = None;
+    }
     let write_status = status != *previous;
     Plan {
+        labels,
         status,
         write_status,
-        config,
+        events,
+        // Across clusters, written only by the leader's cluster, once seen.
+        config: config.filter(|_| observed.cluster.is_none()),
+        // Looked at again when the lease seen last must have run out, and
+        // after it as often as a lease lasts, to relabel once the store
+        // answers.
+        look_again_ms: runs_out_at.zip(config).map(|(at, c)| {
+            if unconfirmed {
+                c.ttl_ms
+            } else {
+                at - now_ms
+            }
+        }),
         ..Plan::default()
     }
 }
@@ -675,7 +785,7 @@ struct PlannedMember<'a> {
 fn members<'a>(
     state: &'a GroupState,
     holder: Option<&str>,
-    namespace: &str,
+    here: &Locality<'_>,
     sorted: &PodsOfGroup<'_>,
     pods: &[PodView],
     previous: &LeaderGroupStatus,
@@ -693,16 +803,24 @@ fn members<'a>(
     list.sort();
     list.into_iter()
         .map(|(node, _)| {
-            let pod = pod_of(node, namespace);
-            let problem = match pod {
-                None => Some(MemberProblem::OtherNamespace),
-                Some(p) if !pods.iter().any(|pod| pod.name == p) => {
+            let place = here.place(node);
+            // A member of another cluster is that cluster's to label.
+            let (pod, cluster) = match place {
+                Place::Here(pod) => (Some(pod), here.cluster),
+                Place::Elsewhere { cluster, pod } => (Some(pod), Some(cluster)),
+                Place::Nowhere => (None, None),
+            };
+            let problem = match place {
+                Place::Nowhere => Some(MemberProblem::OtherNamespace),
+                Place::Elsewhere { .. } => None,
+                Place::Here(p) if !pods.iter().any(|pod| pod.name == p) => {
                     Some(MemberProblem::PodNotFound)
                 }
-                Some(p) if !sorted.selected.contains(p) => Some(MemberProblem::NotSelected),
-                Some(p) if sorted.yielded.contains(p) => Some(MemberProblem::LabelConflict),
-                Some(_) => None,
+                Place::Here(p) if !sorted.selected.contains(p) => Some(MemberProblem::NotSelected),
+                Place::Here(p) if sorted.yielded.contains(p) => Some(MemberProblem::LabelConflict),
+                Place::Here(_) => None,
             };
+            let local_pod = here.pod(node);
             let role = if holder == Some(node) {
                 MemberRole::Leader
             } else {
@@ -712,6 +830,7 @@ fn members<'a>(
             PlannedMember {
                 member: Member {
                     node: node.to_owned(),
+                    cluster: cluster.map(str::to_owned),
                     pod: pod.map(str::to_owned),
                     role,
                     problem,
@@ -726,12 +845,12 @@ fn members<'a>(
                         seen.and_then(|m| m.live_since.clone())
                             .unwrap_or_else(|| time_of(state.now_ms)),
                     ),
-                    revision: pod
+                    revision: local_pod
                         .and_then(|p| pods.iter().find(|v| v.name == p))
                         .and_then(|v| v.revision.clone()),
                     unhealthy: state.problems.get(node).cloned(),
                 },
-                labelled_pod: pod.filter(|_| problem.is_none()),
+                labelled_pod: local_pod.filter(|_| problem.is_none()),
             }
         })
         .collect()
@@ -828,7 +947,7 @@ pub fn role_labels_to_remove(
 fn leader_change_events(
     previous: &LeaderGroupStatus,
     holder: Option<&str>,
-    holder_pod: Option<&str>,
+    shown_holder: Option<&str>,
     term: u64,
 ) -> Vec<PlannedEvent> {
     if holder == previous.holder.as_deref() {
@@ -836,7 +955,7 @@ fn leader_change_events(
     }
     let event = match (holder, &previous.holder) {
         (Some(new), old) => {
-            let who = holder_pod.map_or_else(|| format!("node {new}"), |p| format!("pod {p}"));
+            let who = shown_holder.map_or_else(|| format!("node {new}"), |p| format!("pod {p}"));
             let after = old
                 .as_ref()
                 .map_or_else(String::new, |old| format!(", after node {old}"));
@@ -1028,7 +1147,20 @@ fn preferred_nodes_to_write(
     }
 }
 
-fn leader_elected(holder: Option<&str>, leader_pod: Option<&str>, term: u64) -> Condition {
+fn leader_elected(
+    holder: Option<&str>,
+    leader_pod: Option<&str>,
+    elsewhere: Option<(&str, &str)>,
+    term: u64,
+) -> Condition {
+    if let Some((cluster, pod)) = elsewhere {
+        return condition(
+            types::LEADER_ELECTED,
+            true,
+            reasons::LEASE_HELD_IN_OTHER_CLUSTER,
+            format!("pod {pod} of cluster {cluster} holds the lease under term {term}"),
+        );
+    }
     match (holder, leader_pod) {
         (Some(_), Some(p)) => condition(
             types::LEADER_ELECTED,
@@ -1088,11 +1220,16 @@ pub struct PodsRead {
 }
 
 impl PodsRead {
-    pub fn new(group: &LeaderGroup, others: &[OtherGroup], store: &StoreView) -> Self {
+    pub fn new(
+        group: &LeaderGroup,
+        others: &[OtherGroup],
+        store: &StoreView,
+        cluster: Option<&str>,
+    ) -> Self {
         let namespace = group.metadata.namespace.as_deref().unwrap_or_default();
         let key = group.spec.role_label.clone();
         let same_key = SelectorIndex::new(same_key(group, others).map(|o| &o.selector));
-        let named = named_pods(namespace, store);
+        let named = named_pods(&Locality { cluster, namespace }, store);
         Self {
             own: PodSelector::new(&group.spec.selector),
             key,
@@ -1110,16 +1247,16 @@ impl PodsRead {
     }
 }
 
-/// The pods of `namespace` that the store names as the group's members or
-/// holder.
-pub fn named_pods(namespace: &str, store: &StoreView) -> BTreeSet<String> {
+/// The pods of this cluster and namespace that the store names as the
+/// group's members or holder.
+pub fn named_pods(here: &Locality<'_>, store: &StoreView) -> BTreeSet<String> {
     match store {
         StoreView::Available(state) => state
             .members
             .iter()
             .map(|(node, _)| node.as_str())
             .chain(state.holder.as_deref())
-            .filter_map(|node| pod_of(node, namespace))
+            .filter_map(|node| here.pod(node))
             .map(str::to_owned)
             .collect(),
         StoreView::Unavailable(_) => BTreeSet::new(),

@@ -69,12 +69,14 @@ fn run(g: &LeaderGroup, pods: &[PodView], store: &StoreView) -> Plan {
 fn run_among(g: &LeaderGroup, pods: &[PodView], others: &[OtherGroup], store: &StoreView) -> Plan {
     plan(&Observed {
         group: g,
+        cluster: None,
         pods,
         others,
         store,
         swept: &[],
         local_now_ms: NOW,
         store_warnings: &[],
+        last_read_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     })
 }
@@ -207,13 +209,15 @@ fn a_gone_holder_is_left_alone_for_a_moment_while_a_successor_is_expected() {
     let at = |since: Option<u64>| {
         plan(&Observed {
             group: &g,
+            cluster: None,
             pods: &pods,
             others: &[],
             store: &gone,
             swept: &[],
             local_now_ms: NOW,
             store_warnings: &[],
-            holder_gone_since_ms: since,
+            last_read_ms: Some(NOW),
+        holder_gone_since_ms: since,
         })
     };
     // First seen now: nothing is written, look again after the grace.
@@ -236,12 +240,14 @@ fn a_gone_holder_is_left_alone_for_a_moment_while_a_successor_is_expected() {
     let alone = state(None, 4, &[]);
     let p = plan(&Observed {
         group: &g,
+        cluster: None,
         pods: &pods,
         others: &[],
         store: &alone,
         swept: &[],
         local_now_ms: NOW,
         store_warnings: &[],
+        last_read_ms: Some(NOW),
         holder_gone_since_ms: None,
     });
     assert_eq!(p.awaiting_successor, None);
@@ -599,12 +605,14 @@ fn a_sweep_of_former_members_is_reported_once() {
     let store = state(Some("a"), 1, &["a"]);
     let p = plan(&Observed {
         group: &g,
+        cluster: None,
         pods: &pods,
         others: &[],
         store: &store,
         swept: &swept,
         local_now_ms: NOW,
         store_warnings: &[],
+        last_read_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     });
     let sweep = p.status.last_sweep.clone().expect("lastSweep");
@@ -620,12 +628,14 @@ fn a_sweep_of_former_members_is_reported_once() {
     g2.status = Some(p.status);
     let p = plan(&Observed {
         group: &g2,
+        cluster: None,
         pods: &pods,
         others: &[],
         store: &store,
         swept: &swept,
         local_now_ms: NOW,
         store_warnings: &[],
+        last_read_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     });
     assert!(!p.events.iter().any(|e| e.reason == "NodesSwept"));
@@ -675,12 +685,14 @@ fn unsafe_store_settings_are_a_condition_of_every_group_but_not_unreadiness() {
     }];
     let p = plan(&Observed {
         group: &g,
+        cluster: None,
         pods: &pods,
         others: &[],
         store: &store,
         swept: &[],
         local_now_ms: NOW,
         store_warnings: &warnings,
+        last_read_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     });
     let c = cond(&p.status, "RedisSettingsSafe");
@@ -781,7 +793,7 @@ fn a_plan_on_the_pods_it_reads_equals_one_on_all_pods() {
             // Its own selector an expression, or empty.
             g.spec.selector = selecting("web", next(2));
         }
-        let read = PodsRead::new(&g, &others, &store);
+        let read = PodsRead::new(&g, &others, &store, None);
         let kept: Vec<PodView> = pods
             .iter()
             .filter(|p| read.needs(&p.name, &p.labels))
@@ -810,7 +822,7 @@ fn a_plan_on_the_pods_it_reads_equals_one_on_all_pods() {
             });
         }
         let around = crate::neighbourhood::Neighbourhood::new(groups, pods.clone());
-        let read = around.pods_for(&g, &store);
+        let read = around.pods_for(&g, &store, None);
         assert_eq!(read, kept, "case {case}: {pods:?} {others:?} {store:?}");
         assert_eq!(
             on(&read, &around.others_for(&g, &read)),
@@ -1407,4 +1419,197 @@ fn a_renamed_or_removed_service_is_retired_and_a_bad_one_is_reported_not_written
         c.message
     );
     assert_eq!(cond(&p.status, "Ready").status, "False");
+}
+
+/// A state whose node ids are given whole (`east/shop/a`).
+fn state_of(holder: Option<&str>, term: u64, members: &[&str]) -> StoreView {
+    StoreView::Available(GroupState {
+        holder: holder.map(str::to_owned),
+        term,
+        lease_pttl_ms: holder.map(|_| 12_000),
+        members: (members.iter())
+            .map(|m| ((*m).to_owned(), NOW + 17_000))
+            .collect(),
+        priorities: Default::default(),
+        problems: Default::default(),
+        preferred: None,
+        now_ms: NOW,
+    })
+}
+
+/// A plan of the controller of cluster `cluster`, which last read the
+/// store at `last_read_ms`.
+fn run_in(
+    cluster: &str,
+    g: &LeaderGroup,
+    pods: &[PodView],
+    store: &StoreView,
+    last_read_ms: u64,
+) -> Plan {
+    plan(&Observed {
+        group: g,
+        cluster: Some(cluster),
+        pods,
+        others: &[],
+        store,
+        swept: &[],
+        local_now_ms: NOW,
+        store_warnings: &[],
+        last_read_ms: Some(last_read_ms),
+        holder_gone_since_ms: Some(0),
+    })
+}
+
+#[test]
+fn across_clusters_each_controller_labels_its_own_pods_and_shows_the_others() {
+    // Both clusters run the StatefulSet web: the same pod names.
+    let g = group("web", spec(), None);
+    let store = state_of(
+        Some("west/shop/web-0"),
+        7,
+        &["east/shop/web-0", "east/shop/web-1", "west/shop/web-0"],
+    );
+    let pods = [ready(pod("web-0", None)), pod("web-1", None)];
+    let p = run_in("east", &g, &pods, &store, NOW);
+    assert_eq!(
+        p.labels,
+        vec![change("web-0", Some(FOLLOWER)), change("web-1", Some(FOLLOWER))]
+    );
+    assert_eq!(p.status.leader.as_deref(), Some("west/web-0"));
+    assert_eq!(p.status.holder.as_deref(), Some("west/shop/web-0"));
+    let shown: Vec<_> = (p.status.members.iter())
+        .map(|m| (m.cluster.as_deref(), m.pod.as_deref(), m.role, m.problem))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            (Some("east"), Some("web-0"), MemberRole::Follower, None),
+            (Some("east"), Some("web-1"), MemberRole::Follower, None),
+            (Some("west"), Some("web-0"), MemberRole::Leader, None),
+        ]
+    );
+    let elected = cond(&p.status, "LeaderElected");
+    assert_eq!(
+        (elected.status.as_str(), elected.reason.as_str()),
+        ("True", "LeaseHeldInOtherCluster")
+    );
+    let ready_here = cond(&p.status, "Ready");
+    assert_eq!(
+        (ready_here.status.as_str(), ready_here.reason.as_str()),
+        ("False", "LeaderInOtherCluster")
+    );
+    assert!(
+        ready_here.message.contains("pod web-0 of cluster west"),
+        "{}",
+        ready_here.message
+    );
+    assert_eq!(p.events[0].note, "pod west/web-0 leads under term 7");
+    // The other cluster's controller, on the same state: its pod leads.
+    let p = run_in("west", &g, &[ready(pod("web-0", None))], &store, NOW);
+    assert_eq!(p.labels, vec![change("web-0", Some(LEADER))]);
+    assert_eq!(p.status.leader.as_deref(), Some("west/web-0"));
+    assert_eq!(cond(&p.status, "Ready").status, "True");
+}
+
+#[test]
+fn across_clusters_a_leader_label_here_goes_when_the_lease_moves_to_another_cluster() {
+    let g = group("web", spec(), None);
+    let pods = [pod("web-0", Some(LEADER)), pod("web-1", Some(FOLLOWER))];
+    // west's web-1 leads: not this cluster's web-1.
+    let store = state_of(
+        Some("west/shop/web-1"),
+        8,
+        &["east/shop/web-0", "east/shop/web-1", "west/shop/web-1"],
+    );
+    let p = run_in("east", &g, &pods, &store, NOW);
+    assert_eq!(p.labels, vec![change("web-0", Some(FOLLOWER))]);
+    // A slice here holds no address: the leader is not a pod of this cluster.
+    let mut with_service = spec();
+    with_service.service = Some(serde_json::from_value(serde_json::json!({"name": "web-leader", "ports": [{"port": 80}]})).unwrap());
+    let p = run_in("east", &group("web", with_service, None), &pods, &store, NOW);
+    let endpoint = p.endpoint.expect("the slice is written");
+    assert_eq!((endpoint.term, endpoint.leader), (8, None));
+}
+
+#[test]
+fn across_clusters_only_the_leaders_cluster_moves_the_seat() {
+    let g = group("web", spec(), None);
+    let mut store = state_of(
+        Some("west/shop/web-1"),
+        3,
+        &["east/shop/web-0", "west/shop/web-1"],
+    );
+    if let StoreView::Available(s) = &mut store {
+        // Preferred members left by a rollout that is over.
+        s.preferred = Some(vec!["west/shop/web-1".into()]);
+    }
+    let east = run_in("east", &g, &[pod("web-0", None)], &store, NOW);
+    assert_eq!(east.preferred_nodes, PreferredMembers::Keep);
+    assert_eq!(east.config, None, "the timings are the leader's cluster's");
+    let west = run_in("west", &g, &[ready(pod("web-1", None))], &store, NOW);
+    assert_eq!(west.preferred_nodes, PreferredMembers::Remove);
+    assert_eq!(west.config, Some(ElectionConfig::default()));
+    // A user's request is heard in either cluster, naming a pod of
+    // another as CLUSTER/POD, or one of its own by name alone.
+    let asking = |value: &str| {
+        let mut g = group("web", spec(), None);
+        g.metadata.annotations =
+            Some([(STEP_DOWN_TO_ANNOTATION.to_owned(), value.to_owned())].into());
+        g
+    };
+    let p = run_in("east", &asking("east/web-0"), &[pod("web-0", None)], &store, NOW);
+    let h = p.hand_over.expect("a handover");
+    assert_eq!((h.from.as_str(), h.to.as_str()), ("west/shop/web-1", "east/shop/web-0"));
+    let p = run_in("east", &asking("web-0"), &[pod("web-0", None)], &store, NOW);
+    assert_eq!(p.hand_over.expect("a handover").to, "east/shop/web-0");
+}
+
+#[test]
+fn across_clusters_a_controller_cut_off_from_the_store_unlabels_its_leader_a_ttl_after_its_last_read() {
+    let store = state_of(Some("east/shop/web-0"), 4, &["east/shop/web-0", "east/shop/web-1"]);
+    let pods = [ready(pod("web-0", None)), pod("web-1", None)];
+    let prev = run_in("east", &group("web", spec(), None), &pods, &store, NOW).status;
+    assert_eq!(prev.leader.as_deref(), Some("east/web-0"));
+    let g = group("web", spec(), Some(prev.clone()));
+    let labelled = [pod("web-0", Some(LEADER)), pod("web-1", Some(FOLLOWER))];
+    let down = StoreView::Unavailable("connection refused".into());
+    let ttl = spec().ttl_ms as u64;
+    // Within the ttl of the last read: the labels stay, and the controller
+    // looks again when the lease seen last must have run out.
+    let p = run_in("east", &g, &labelled, &down, NOW - ttl + 300);
+    assert!(p.labels.is_empty() && p.events.is_empty());
+    assert_eq!(p.status.leader.as_deref(), Some("east/web-0"));
+    assert_eq!(p.look_again_ms, Some(300));
+    // A ttl after it: the leader label comes off, once, said in an Event
+    // and in Ready.
+    let p = run_in("east", &g, &labelled, &down, NOW - ttl);
+    assert_eq!(p.labels, vec![change("web-0", Some(FOLLOWER))]);
+    assert_eq!(p.events.len(), 1);
+    assert_eq!(p.events[0].reason, "LeaderUnconfirmed");
+    assert!(p.events[0].warning);
+    assert_eq!(p.status.leader, None);
+    assert_eq!(p.status.holder, prev.holder, "the holder last seen stays shown");
+    let r = cond(&p.status, "Ready");
+    assert_eq!((r.status.as_str(), r.reason.as_str()), ("False", "LeaderUnconfirmed"));
+    assert_eq!(p.look_again_ms, Some(ttl));
+    // Once the store answers, the leader is labelled again.
+    let g = group("web", spec(), Some(p.status));
+    let unlabelled = [pod("web-0", Some(FOLLOWER)), pod("web-1", Some(FOLLOWER))];
+    let p = run_in("east", &g, &unlabelled, &store, NOW);
+    assert_eq!(p.labels, vec![change("web-0", Some(LEADER))]);
+    assert_eq!(p.status.leader.as_deref(), Some("east/web-0"));
+    // In one cluster, the labels stay however long the store is away.
+    let p = plan(&Observed {
+        group: &group("web", spec(), Some(prev)),
+        cluster: None,
+        pods: &labelled,
+        others: &[],
+        store: &down,
+        swept: &[],
+        local_now_ms: NOW,
+        store_warnings: &[],
+        last_read_ms: Some(NOW - 10 * ttl),
+        holder_gone_since_ms: Some(0),
+    });
+    assert!(p.labels.is_empty());
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use leasehold_daemon::names::NamespacedName;
+use leasehold_daemon::names::{NamespacedName, PodId};
 
 /// A pod as the plan needs it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -53,4 +53,73 @@ pub fn time_of(ms: u64) -> Time {
 /// The pod a node id names, if it is `NAMESPACE/POD` in `namespace`.
 pub fn pod_of<'n>(node: &'n str, namespace: &str) -> Option<&'n str> {
     NamespacedName::name_in(node, namespace)
+}
+
+/// Where a member runs, as the controller of one cluster sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place<'n> {
+    /// A pod of this cluster, in the group's namespace: the controller's
+    /// own to label.
+    Here(&'n str),
+    /// A pod of the group's namespace in another cluster that shares the
+    /// store: a member, which that cluster's controller labels.
+    Elsewhere { cluster: &'n str, pod: &'n str },
+    /// No pod of the group's namespace (another namespace, or an id that
+    /// names no pod).
+    Nowhere,
+}
+
+/// The cluster (`--cluster`, `None` while clusters are not named) and
+/// namespace a controller reads a group's node ids from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Locality<'a> {
+    pub cluster: Option<&'a str>,
+    pub namespace: &'a str,
+}
+
+impl Locality<'_> {
+    pub fn place<'n>(&self, node: &'n str) -> Place<'n> {
+        let Some(id) = PodId::parse(node, self.cluster.is_some()) else {
+            return Place::Nowhere;
+        };
+        match id.cluster {
+            _ if id.namespace != self.namespace => Place::Nowhere,
+            cluster if cluster == self.cluster => Place::Here(id.pod),
+            Some(cluster) => Place::Elsewhere {
+                cluster,
+                pod: id.pod,
+            },
+            None => Place::Nowhere,
+        }
+    }
+
+    /// The pod of this cluster that `node` is, if it is one.
+    pub fn pod<'n>(&self, node: &'n str) -> Option<&'n str> {
+        match self.place(node) {
+            Place::Here(pod) => Some(pod),
+            _ => None,
+        }
+    }
+
+    /// The node id of this cluster's pod `pod`.
+    pub fn node_id(&self, pod: &str) -> String {
+        let id = PodId {
+            cluster: self.cluster,
+            namespace: self.namespace,
+            pod,
+        };
+        id.to_string()
+    }
+
+    /// A member's pod as users read it, in any cluster: `POD`, or
+    /// `CLUSTER/POD` once clusters are named.
+    pub fn shown(&self, node: &str) -> Option<String> {
+        match (self.place(node), self.cluster) {
+            (Place::Here(pod), None) => Some(pod.to_owned()),
+            (Place::Here(pod), Some(cluster)) | (Place::Elsewhere { cluster, pod }, _) => {
+                Some(format!("{cluster}/{pod}"))
+            }
+            (Place::Nowhere, _) => None,
+        }
+    }
 }

@@ -64,6 +64,8 @@ pub struct Context {
     pub store_settings: tokio::sync::watch::Receiver<Vec<leasehold_engine::SettingWarning>>,
     /// What reconciles remember of each other, and of what they read.
     pub memory: Memory,
+    /// This cluster's name (`--cluster`), when groups span clusters.
+    pub cluster: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -141,14 +143,17 @@ async fn read_statuses(
     let (StoreView::Available(state), Some(namespace)) = (store, &group.metadata.namespace) else {
         return;
     };
-    let holder_pod =
-        crate::plan::live_holder(state).and_then(|node| crate::plan::pod_of(node, namespace));
+    let here = crate::plan::Locality {
+        cluster: ctx.cluster.as_deref(),
+        namespace,
+    };
+    let holder_pod = crate::plan::live_holder(state).and_then(|node| here.pod(node));
     let member = |p: &PodView| {
         p.revision.is_some()
             && state
                 .members
                 .iter()
-                .any(|(node, _)| crate::plan::pod_of(node, namespace) == Some(p.name.as_str()))
+                .any(|(node, _)| here.pod(node) == Some(p.name.as_str()))
     };
     let rollout = group.spec.placement.prefer_updated && {
         let mut revisions = pods
@@ -240,15 +245,27 @@ pub async fn reconcile(
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
     let store_group = NamespacedName::new(&namespace, group.name_any()).to_string();
     let group = with_own_last_status(&group, &store_group, ctx);
+    let asked_ms = wall_clock_ms();
     let world = World::read(&group, &namespace, &store_group, ctx).await?;
+    let last_read_ms = ctx.cluster.as_ref().and_then(|_| {
+        let read = matches!(world.store, StoreView::Available(_));
+        ctx.memory.of(&store_group, |m| {
+            if read || m.last_read_ms.is_none() {
+                m.last_read_ms = Some(asked_ms);
+            }
+            m.last_read_ms
+        })
+    });
     let plan = plan(&Observed {
         group: &group,
+        cluster: ctx.cluster.as_deref(),
         pods: &world.pods,
         others: &world.others,
         store: &world.store,
         swept: &world.swept,
         local_now_ms: wall_clock_ms(),
         store_warnings: &ctx.store_settings.borrow().clone(),
+        last_read_ms,
         holder_gone_since_ms: ctx.memory.of(&store_group, |m| m.holder_gone_since_ms),
     });
     let since = plan.awaiting_successor.map(|(since, _)| since);
@@ -546,14 +563,14 @@ impl World {
         };
         let (mut pods, others) = match neighbourhood(namespace, ctx)? {
             Some(around) => {
-                let pods = around.pods_for(group, &store);
+                let pods = around.pods_for(group, &store, ctx.cluster.as_deref());
                 let others = around.others_for(group, &pods);
                 (pods, others)
             }
             // Label writes the cache does not show yet are laid over it.
             None => {
                 let others = other_groups(group, namespace, ctx);
-                let read = PodsRead::new(group, &others, &store);
+                let read = PodsRead::new(group, &others, &store, ctx.cluster.as_deref());
                 let pods = cached_pods(namespace, ctx, |name, labels| read.needs(name, labels))?;
                 (pods, others)
             }

@@ -33,7 +33,7 @@ use leasehold_daemon::election_args::election_config;
 use leasehold_daemon::error::{FlagError, StartError};
 use leasehold_daemon::http;
 use leasehold_daemon::metrics::{self, EngineMetrics};
-use leasehold_daemon::names::NamespacedName;
+use leasehold_daemon::names::{validate_cluster_name, NamespacedName, PodId};
 use leasehold_daemon::store_settings::SettingsWatch;
 use leasehold_engine::config::{validate_name, ElectionConfig, NodeConfig};
 use leasehold_engine::events::Event;
@@ -55,7 +55,15 @@ const SWEEP_MEMORY: Duration = Duration::from_secs(600);
 pub struct ControllerArgs {
     #[command(flatten)]
     pub store: leasehold_daemon::store_args::StoreArgs,
-    /// This replica's pod name (downward API); its node id is NAMESPACE/POD.
+    /// This cluster's name, when LeaderGroups span clusters that share a
+    /// store: the same as its agents' --cluster, and one of its own per
+    /// cluster. Node ids are then CLUSTER/NAMESPACE/POD; the controller
+    /// labels only this cluster's pods, and its replicas elect their active
+    /// one apart from other clusters'.
+    #[arg(long, env = "LEASEHOLD_CLUSTER")]
+    pub cluster: Option<String>,
+    /// This replica's pod name (downward API); its node id is
+    /// [CLUSTER/]NAMESPACE/POD.
     #[arg(long, env = "POD_NAME")]
     pub pod_name: String,
     /// This replica's namespace; the replicas elect their active one there.
@@ -139,7 +147,11 @@ pub async fn run_with(
         args.replica_renew_interval_ms,
         args.replica_retry_interval_ms,
     )?;
-    let node_id = NamespacedName::new(&args.namespace, &args.pod_name).to_string();
+    if let Some(cluster) = &args.cluster {
+        validate_cluster_name("--cluster", cluster)
+            .map_err(|e| FlagError::worded("--cluster", e.to_string()))?;
+    }
+    let node_id = own_id(&args, &args.pod_name);
     validate_name("node id", &node_id).map_err(|e| FlagError::new("--namespace/--pod-name", e))?;
     let store = args.store.connect_checked().await?;
     let listener = http::bind(args.listen).await?;
@@ -171,6 +183,7 @@ pub async fn run_with(
         resync: Duration::from_secs(args.resync_seconds.max(1)),
         store_settings: store_settings.current(),
         memory: Memory::new(controller_metrics.clone(), args.leader_endpoints),
+        cluster: args.cluster.clone(),
     });
     let groups: Api<LeaderGroup> = watched(&client, &args);
     // The cache sees every change; a reconcile is triggered only by what
@@ -249,6 +262,18 @@ pub async fn run_with(
     Ok(())
 }
 
+/// The id of `name` in the replica's namespace and cluster: its node id, or
+/// the replicas' group, which is one per cluster (each cluster's controller
+/// labels its own pods).
+fn own_id(args: &ControllerArgs, name: &str) -> String {
+    let id = PodId {
+        cluster: args.cluster.as_deref(),
+        namespace: &args.namespace,
+        pod: name,
+    };
+    id.to_string()
+}
+
 /// This replica's engine node, and its candidacy in the replicas' own
 /// election of the active one.
 async fn start_replica(
@@ -269,10 +294,7 @@ async fn start_replica(
             .map_err(StartError::from)?,
     );
     let leadership = node
-        .join(
-            &NamespacedName::new(&args.namespace, CONTROLLER_GROUP).to_string(),
-            replicas,
-        )
+        .join(&own_id(args, CONTROLLER_GROUP), replicas)
         .map_err(StartError::from)?;
     Ok((node, leadership))
 }

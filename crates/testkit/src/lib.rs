@@ -243,6 +243,7 @@ pub fn controller_args(
             store_replica_acks: Some(leasehold_engine::ReplicaAcks::All),
             store_replica_wait_ms: Some(250),
         },
+        cluster: None,
         pod_name: "controller-0".into(),
         namespace: namespace.into(),
         listen,
