@@ -32,16 +32,16 @@ use testkit::agent::Agent;
 use testkit::kube_api::{ApiServer, User, CONTROLLER_NAMESPACE, CONTROLLER_SERVICE_ACCOUNT};
 use testkit::{eventually_async, free_port, RedisServer, Signal};
 
-const NS: &str = "shop";
+pub(crate) const NS: &str = "shop";
 /// The group's timings: ttl 1000, renew 300, retry 200 ms.
-const TTL: Duration = Duration::from_millis(1000);
-const RETRY: Duration = Duration::from_millis(200);
+pub(crate) const TTL: Duration = Duration::from_millis(1000);
+pub(crate) const RETRY: Duration = Duration::from_millis(200);
 
 /// How long a leader change may take to show as labels: the old lease's
 /// ttl (a SIGKILLed leader), a claim on the next retry tick, then the
 /// engine event, a reconcile and the label patches; two retry intervals and
 /// a second of margin for the API server on a busy machine.
-fn label_bound() -> Duration {
+pub(crate) fn label_bound() -> Duration {
     TTL + 2 * RETRY + Duration::from_secs(2)
 }
 
@@ -57,7 +57,7 @@ struct LabelState {
     history: Vec<(String, Option<String>)>,
 }
 
-struct LabelWatch {
+pub(crate) struct LabelWatch {
     state: Arc<Mutex<LabelState>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -69,7 +69,7 @@ impl Drop for LabelWatch {
 }
 
 impl LabelWatch {
-    fn start(client: kube::Client) -> Self {
+    pub(crate) fn start(client: kube::Client) -> Self {
         let state = Arc::new(Mutex::new(LabelState::default()));
         let api: Api<Pod> = Api::namespaced(client, NS);
         let shared = state.clone();
@@ -127,7 +127,7 @@ impl LabelWatch {
         Self { state, task }
     }
 
-    fn leader(&self) -> Option<String> {
+    pub(crate) fn leader(&self) -> Option<String> {
         let s = self.state.lock().unwrap();
         s.roles
             .iter()
@@ -135,7 +135,7 @@ impl LabelWatch {
             .map(|(n, _)| n.clone())
     }
 
-    fn roles(&self) -> BTreeMap<String, String> {
+    pub(crate) fn roles(&self) -> BTreeMap<String, String> {
         self.state.lock().unwrap().roles.clone()
     }
 
@@ -150,7 +150,11 @@ impl LabelWatch {
     }
 
     /// Waits for a leader label on a pod other than `not`; returns it.
-    async fn next_leader(&self, not: Option<&str>, limit: Duration) -> (String, Duration) {
+    pub(crate) async fn next_leader(
+        &self,
+        not: Option<&str>,
+        limit: Duration,
+    ) -> (String, Duration) {
         let start = Instant::now();
         loop {
             if let Some(l) = self.leader().filter(|l| Some(l.as_str()) != not) {
@@ -165,7 +169,7 @@ impl LabelWatch {
         }
     }
 
-    fn assert_never_two_leaders(&self) {
+    pub(crate) fn assert_never_two_leaders(&self) {
         let s = self.state.lock().unwrap();
         assert!(
             s.two_leaders.is_empty(),
@@ -186,7 +190,7 @@ fn role_of(pod: &Pod) -> Option<String> {
 
 /// `leasehold controller` as a process, with the chart's ServiceAccount's
 /// kubeconfig; its log goes to a file the test reads.
-struct Controller {
+pub(crate) struct Controller {
     name: String,
     child: Option<Child>,
     log: PathBuf,
@@ -213,11 +217,22 @@ impl Controller {
         extra: &[&str],
         env: &[(&str, &std::ffi::OsStr)],
     ) -> Self {
+        Self::start_at(api, &redis.url(), name, extra, env)
+    }
+
+    /// A controller of the store at `url`.
+    pub(crate) fn start_at(
+        api: &ApiServer,
+        url: &str,
+        name: &str,
+        extra: &[&str],
+        env: &[(&str, &std::ffi::OsStr)],
+    ) -> Self {
         let port = free_port();
         let log = api.dir.join(format!("{name}.log"));
         let file = std::fs::File::create(&log).unwrap();
         let child = Command::new(env!("CARGO_BIN_EXE_leasehold"))
-            .args(["controller", "--redis-url", &redis.url(), "--prefix", "lh"])
+            .args(["controller", "--store-url", url, "--prefix", "lh"])
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args([
                 "--replica-ttl-ms",
@@ -292,7 +307,7 @@ impl Controller {
             .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
     }
 
-    fn signal(&mut self, sig: Signal) {
+    pub(crate) fn signal(&mut self, sig: Signal) {
         let child = self.child.as_ref().expect("running");
         assert!(
             testkit::send_signal(child.id(), sig),
@@ -301,7 +316,7 @@ impl Controller {
         );
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
@@ -316,7 +331,7 @@ impl Controller {
     }
 
     /// Lines of its log where the API server refused it for want of RBAC.
-    fn forbidden(&self) -> Vec<String> {
+    pub(crate) fn forbidden(&self) -> Vec<String> {
         self.log()
             .lines()
             .filter(|l| l.to_ascii_lowercase().contains("forbidden"))
@@ -360,19 +375,7 @@ impl Testbed {
     /// [`Testbed::start`] with the chart's RBAC rendered with `chart_values`
     /// (`--set`).
     async fn start_with(test: &str, pods: usize, chart_values: &[&str]) -> Option<Self> {
-        let helm = testkit::helm_or_skip(test)?;
-        let api = ApiServer::start(test).await?;
-        let admin = api.client(User::Admin).await;
-        install_crd(&admin).await;
-        for ns in [NS, CONTROLLER_NAMESPACE] {
-            let ns: Namespace =
-                serde_json::from_value(json!({ "metadata": { "name": ns } })).unwrap();
-            Api::<Namespace>::all(admin.clone())
-                .create(&PostParams::default(), &ns)
-                .await
-                .expect("create namespace");
-        }
-        apply_chart_rbac(&helm, &admin, chart_values).await;
+        let (api, admin) = prepared_api_server(test, chart_values).await?;
         let bed = Self {
             api,
             admin,
@@ -394,37 +397,11 @@ impl Testbed {
     }
 
     async fn create_pod(&self, name: &str) {
-        let pod: Pod = serde_json::from_value(json!({
-            "metadata": { "name": name, "labels": { "app": "web" } },
-            "spec": { "containers": [{ "name": "app", "image": "leasehold-test:none" }] }
-        }))
-        .unwrap();
-        self.pods()
-            .create(&PostParams::default(), &pod)
-            .await
-            .expect("create pod");
-        // What a kubelet would report (there is none): an IP and Ready.
-        let ip = pod_ip(name);
-        let status = json!({ "status": {
-            "phase": "Running",
-            "podIP": ip,
-            "podIPs": [{ "ip": ip }],
-            "conditions": [{ "type": "Ready", "status": "True" }],
-        } });
-        self.pods()
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .expect("set the pod's status");
+        create_pod(&self.admin, name).await;
     }
 
     async fn create_group(&self, name: &str, spec: Value) -> Result<LeaderGroup, kube::Error> {
-        let group: LeaderGroup = serde_json::from_value(json!({
-            "apiVersion": "leasehold.dev/v1alpha1", "kind": "LeaderGroup",
-            "metadata": { "name": name },
-            "spec": spec,
-        }))
-        .unwrap();
-        self.groups().create(&PostParams::default(), &group).await
+        create_group(&self.admin, name, spec).await
     }
 
     /// The group `web` every test uses: pods `app=web`, ttl 1000/300/200.
@@ -528,6 +505,69 @@ impl Testbed {
     }
 }
 
+/// An API server with the CRD, namespaces `shop` and the controller's, and
+/// the chart's RBAC rendered with `chart_values` (`--set`); its admin client.
+pub(crate) async fn prepared_api_server(
+    test: &str,
+    chart_values: &[&str],
+) -> Option<(ApiServer, kube::Client)> {
+    let helm = testkit::helm_or_skip(test)?;
+    let api = ApiServer::start(test).await?;
+    let admin = api.client(User::Admin).await;
+    install_crd(&admin).await;
+    for ns in [NS, CONTROLLER_NAMESPACE] {
+        let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": ns } })).unwrap();
+        Api::<Namespace>::all(admin.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .expect("create namespace");
+    }
+    apply_chart_rbac(&helm, &admin, chart_values).await;
+    Some((api, admin))
+}
+
+/// Pod `name` of namespace `shop` (labels `app=web`), with the IP and
+/// readiness a kubelet would report.
+pub(crate) async fn create_pod(admin: &kube::Client, name: &str) {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": { "name": name, "labels": { "app": "web" } },
+        "spec": { "containers": [{ "name": "app", "image": "leasehold-test:none" }] }
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    // What a kubelet would report (there is none): an IP and Ready.
+    let ip = pod_ip(name);
+    let status = json!({ "status": {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{ "ip": ip }],
+        "conditions": [{ "type": "Ready", "status": "True" }],
+    } });
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .expect("set the pod's status");
+}
+
+/// LeaderGroup `name` of namespace `shop`.
+pub(crate) async fn create_group(
+    admin: &kube::Client,
+    name: &str,
+    spec: Value,
+) -> Result<LeaderGroup, kube::Error> {
+    let group: LeaderGroup = serde_json::from_value(json!({
+        "apiVersion": "leasehold.dev/v1alpha1", "kind": "LeaderGroup",
+        "metadata": { "name": name },
+        "spec": spec,
+    }))
+    .unwrap();
+    Api::<LeaderGroup>::namespaced(admin.clone(), NS)
+        .create(&PostParams::default(), &group)
+        .await
+}
+
 /// The IP the testbed gives pod `name`: distinct per name.
 fn pod_ip(name: &str) -> String {
     let n = name
@@ -623,7 +663,7 @@ async fn apply_chart_rbac(helm: &std::path::Path, admin: &kube::Client, values: 
 
 /// `kubectl` as a user runs it, or `None` when there is none and the
 /// Kubernetes part is left out on purpose (a failure otherwise).
-fn kubectl(api: &ApiServer, args: &[&str]) -> Option<String> {
+pub(crate) fn kubectl(api: &ApiServer, args: &[&str]) -> Option<String> {
     let out = match Command::new("kubectl")
         .args(args)
         .env("KUBECONFIG", api.kubeconfig(User::Admin))

@@ -566,6 +566,7 @@ async fn plan_follows(
             swept: &[],
             local_now_ms: 0,
             store_warnings: &[],
+            votes: None,
             last_read_ms: None,
             holder_gone_since_ms: Some(0),
         });

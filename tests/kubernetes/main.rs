@@ -10,5 +10,6 @@
 extern crate leasehold_testkit;
 
 mod apiserver;
+mod clusters;
 mod controller;
 mod e2e;

@@ -26,6 +26,10 @@ pub mod types {
     /// The leader Service's EndpointSlice holds what the group's state
     /// says (only with `spec.service`); False names what stopped the write.
     pub const LEADER_ENDPOINT: &str = "LeaderEndpoint";
+    /// Across clusters (`--cluster`): the clusters' LeaderGroups disagree
+    /// on the timings, and none of them writes them into the store until
+    /// they agree. Absent in one cluster.
+    pub const SPEC_CONFLICT: &str = "SpecConflict";
     /// A leader is elected and labelled, its pod is Ready, and nothing
     /// above is wrong (the `READY` column).
     pub const READY: &str = "Ready";
@@ -43,6 +47,8 @@ pub mod reasons {
     pub const LEASE_HELD_IN_OTHER_CLUSTER: &str = "LeaseHeldInOtherCluster";
     pub const LEADER_IN_OTHER_CLUSTER: &str = "LeaderInOtherCluster";
     pub const LEADER_UNCONFIRMED: &str = "LeaderUnconfirmed";
+    pub const TIMINGS_AGREE: &str = "TimingsAgree";
+    pub const TIMINGS_DIFFER: &str = "TimingsDiffer";
     pub const NO_LEADER: &str = "NoLeader";
     pub const NO_CONFLICT: &str = "NoConflict";
     pub const SAME_ROLE_LABEL: &str = "SameRoleLabel";

@@ -22,7 +22,7 @@ use crate::placement::{self, Seat};
 pub use crate::pods::{pod_of, time_of, Locality, Place, PodView};
 use crate::selector::{PodSelector, SelectorIndex};
 use leasehold_engine::config::ElectionConfig;
-use leasehold_engine::store::GroupState;
+use leasehold_engine::store::{GroupState, SpecVote};
 use leasehold_engine::SettingWarning;
 
 /// The role label's values.
@@ -71,6 +71,9 @@ pub struct Observed<'a> {
     pub local_now_ms: u64,
     /// What is wrong with the store server's settings, as last read.
     pub store_warnings: &'a [SettingWarning],
+    /// Across clusters, every cluster's timings for the group as the store
+    /// holds them, this one's recorded first (`None`: not read).
+    pub votes: Option<&'a [SpecVote]>,
     /// When (ms, the local clock) the group's state was last read from the
     /// store, or first failed to be, when it never was (see
     /// [`while_store_is_unavailable`]).
@@ -88,6 +91,15 @@ pub struct Observed<'a> {
 /// Event) instead of two; a group nobody takes over is reported this
 /// much later.
 pub const SUCCESSOR_GRACE_MS: u64 = 250;
+
+/// How often a cluster's record of its timings (`Store::vote_spec`) is
+/// written again while they do not change (ms): it is read at every look
+/// at the group, so it stays well within [`SPEC_VOTE_STALE_MS`].
+pub const SPEC_VOTE_REFRESH_MS: u64 = 60_000;
+
+/// A cluster's record of its timings older than this (ms) no longer counts:
+/// that cluster's controller, or its LeaderGroup, is gone.
+pub const SPEC_VOTE_STALE_MS: u64 = 600_000;
 
 /// How long after a lease's end a group with a leader endpoint is looked
 /// at again (ms): the lease is renewed well before its end, so by then it
@@ -233,9 +245,9 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         let kept = previous.condition(types::HANDOVER);
         (None, previous.handled_step_down_to.clone(), kept)
     };
-    // Across clusters, placement's own moves (and the timings, below) are
-    // made by the controller of the leader's cluster alone, so two
-    // controllers never take turns writing them or asking for handovers.
+    // Across clusters, placement's own moves are made by the controller of
+    // the leader's cluster alone, so two controllers never take turns
+    // writing the preferred members or asking for handovers.
     let seat_is_ours = observed.cluster.is_none() || holder_pod.is_some();
     let hand_over = requested
         .or(placed.hand_over.filter(|_| seat_is_ours))
@@ -291,6 +303,9 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
             leader_elsewhere,
         ),
     ];
+    let (spec_conflict, timings_agreed) =
+        spec_conflict(config, observed.cluster, observed.votes, &previous);
+    next_conditions.extend(spec_conflict);
     next_conditions.extend(handover_condition);
     next_conditions.extend(endpoint_condition(group, endpoint.as_ref(), &previous));
     let status = LeaderGroupStatus {
@@ -323,6 +338,12 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         endpoint: endpoint_status(group, endpoint.as_ref(), &previous),
     };
     let write_status = status_changed(&status, &previous);
+    // Across clusters, a group led here is read at least twice a lease, so
+    // that a cut from the store is known within the lease (see
+    // `while_store_is_unavailable`).
+    let watch_lease = config
+        .filter(|_| observed.cluster.is_some() && holder_pod.is_some())
+        .map(|c| c.ttl_ms / 2);
     Plan {
         labels,
         status,
@@ -331,14 +352,12 @@ pub fn plan(observed: &Observed<'_>) -> Plan {
         step_down,
         hand_over,
         preferred_nodes,
-        look_again_ms: [placed.look_again_ms, lapse_check]
+        look_again_ms: [placed.look_again_ms, lapse_check, watch_lease]
             .into_iter()
             .flatten()
             .min(),
         restore_term,
-        // Across clusters, the leader's cluster's timings are the group's:
-        // two clusters' specs that differ never take turns in the store.
-        config: config.filter(|_| seat_is_ours),
+        config: config.filter(|_| timings_agreed),
         awaiting_successor: None,
         endpoint,
         retire_service: retired_service(group, &previous),
@@ -532,6 +551,56 @@ fn spec_validity(spec: &LeaderGroupSpec) -> (Condition, Option<ElectionConfig>) 
     (valid, Some(config))
 }
 
+/// Rule: across clusters, the clusters' LeaderGroups agree on the timings
+/// before any controller writes them. Each records its own
+/// (`Store::vote_spec`) and compares the others' fresh records: while one
+/// differs, `SpecConflict` is True in every cluster that sees it, and the
+/// store keeps the timings it has, so two clusters never take turns
+/// writing theirs. Returns the condition (none in one cluster; the last
+/// one while nothing new is known) and whether the timings may be written.
+fn spec_conflict(
+    config: Option<ElectionConfig>,
+    cluster: Option<&str>,
+    votes: Option<&[SpecVote]>,
+    previous: &LeaderGroupStatus,
+) -> (Option<Condition>, bool) {
+    let Some(cluster) = cluster else {
+        return (None, true);
+    };
+    let (Some(config), Some(votes)) = (config, votes) else {
+        return (previous.condition(types::SPEC_CONFLICT), false);
+    };
+    let timings = |c: Option<ElectionConfig>| match c {
+        Some(c) => format!(
+            "ttlMs {}, renewIntervalMs {}, retryIntervalMs {}",
+            c.ttl_ms, c.renew_interval_ms, c.retry_interval_ms
+        ),
+        None => "timings that cannot be read".to_owned(),
+    };
+    let differ: Vec<String> = votes
+        .iter()
+        .filter(|v| v.cluster != cluster && v.age_ms < SPEC_VOTE_STALE_MS)
+        .filter(|v| v.config != Some(config))
+        .map(|v| format!("cluster {} has {}", v.cluster, timings(v.config)))
+        .collect();
+    if differ.is_empty() {
+        let agree = condition(
+            types::SPEC_CONFLICT,
+            false,
+            reasons::TIMINGS_AGREE,
+            "every cluster's LeaderGroup has these timings",
+        );
+        return (Some(agree), true);
+    }
+    let message = format!(
+        "{}, this cluster {}: the store keeps the timings it has until the clusters' LeaderGroups agree",
+        differ.join("; "),
+        timings(Some(config))
+    );
+    let conflict = condition(types::SPEC_CONFLICT, true, reasons::TIMINGS_DIFFER, message);
+    (Some(conflict), false)
+}
+
 /// Rule: the store server's unsafe settings are reported on every group,
 /// one sentence each, without making any group unready.
 fn store_settings(warnings: &[SettingWarning]) -> Condition {
@@ -616,6 +685,7 @@ fn while_store_is_unavailable(
                     types::LEADER_ELECTED,
                     types::STORE_SETTINGS_SAFE,
                     types::LEADER_ENDPOINT,
+                    types::SPEC_CONFLICT,
                 ]
                 .contains(&c.type_.as_str())
             })

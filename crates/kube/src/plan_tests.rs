@@ -76,6 +76,7 @@ fn run_among(g: &LeaderGroup, pods: &[PodView], others: &[OtherGroup], store: &S
         swept: &[],
         local_now_ms: NOW,
         store_warnings: &[],
+        votes: None,
         last_read_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     })
@@ -216,7 +217,8 @@ fn a_gone_holder_is_left_alone_for_a_moment_while_a_successor_is_expected() {
             swept: &[],
             local_now_ms: NOW,
             store_warnings: &[],
-            last_read_ms: Some(NOW),
+            votes: None,
+        last_read_ms: Some(NOW),
         holder_gone_since_ms: since,
         })
     };
@@ -247,6 +249,7 @@ fn a_gone_holder_is_left_alone_for_a_moment_while_a_successor_is_expected() {
         swept: &[],
         local_now_ms: NOW,
         store_warnings: &[],
+        votes: None,
         last_read_ms: Some(NOW),
         holder_gone_since_ms: None,
     });
@@ -612,6 +615,7 @@ fn a_sweep_of_former_members_is_reported_once() {
         swept: &swept,
         local_now_ms: NOW,
         store_warnings: &[],
+        votes: None,
         last_read_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     });
@@ -635,6 +639,7 @@ fn a_sweep_of_former_members_is_reported_once() {
         swept: &swept,
         local_now_ms: NOW,
         store_warnings: &[],
+        votes: None,
         last_read_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     });
@@ -692,6 +697,7 @@ fn unsafe_store_settings_are_a_condition_of_every_group_but_not_unreadiness() {
         swept: &[],
         local_now_ms: NOW,
         store_warnings: &warnings,
+        votes: None,
         last_read_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     });
@@ -1438,13 +1444,25 @@ fn state_of(holder: Option<&str>, term: u64, members: &[&str]) -> StoreView {
 }
 
 /// A plan of the controller of cluster `cluster`, which last read the
-/// store at `last_read_ms`.
+/// store at `last_read_ms`, the only cluster with a record of its timings.
 fn run_in(
     cluster: &str,
     g: &LeaderGroup,
     pods: &[PodView],
     store: &StoreView,
     last_read_ms: u64,
+) -> Plan {
+    run_voted(cluster, g, pods, store, last_read_ms, &[])
+}
+
+/// [`run_in`] with these records of the clusters' timings.
+fn run_voted(
+    cluster: &str,
+    g: &LeaderGroup,
+    pods: &[PodView],
+    store: &StoreView,
+    last_read_ms: u64,
+    votes: &[SpecVote],
 ) -> Plan {
     plan(&Observed {
         group: g,
@@ -1455,6 +1473,7 @@ fn run_in(
         swept: &[],
         local_now_ms: NOW,
         store_warnings: &[],
+        votes: Some(votes),
         last_read_ms: Some(last_read_ms),
         holder_gone_since_ms: Some(0),
     })
@@ -1545,10 +1564,11 @@ fn across_clusters_only_the_leaders_cluster_moves_the_seat() {
     }
     let east = run_in("east", &g, &[pod("web-0", None)], &store, NOW);
     assert_eq!(east.preferred_nodes, PreferredMembers::Keep);
-    assert_eq!(east.config, None, "the timings are the leader's cluster's");
     let west = run_in("west", &g, &[ready(pod("web-1", None))], &store, NOW);
     assert_eq!(west.preferred_nodes, PreferredMembers::Remove);
-    assert_eq!(west.config, Some(ElectionConfig::default()));
+    // A group led here is read twice a lease; one led elsewhere at the resync.
+    assert_eq!(west.look_again_ms, Some(7_500));
+    assert_eq!(east.look_again_ms, None);
     // A user's request is heard in either cluster, naming a pod of
     // another as CLUSTER/POD, or one of its own by name alone.
     let asking = |value: &str| {
@@ -1608,8 +1628,78 @@ fn across_clusters_a_controller_cut_off_from_the_store_unlabels_its_leader_a_ttl
         swept: &[],
         local_now_ms: NOW,
         store_warnings: &[],
+        votes: None,
         last_read_ms: Some(NOW - 10 * ttl),
         holder_gone_since_ms: Some(0),
     });
     assert!(p.labels.is_empty());
+}
+
+#[test]
+fn across_clusters_timings_that_differ_are_written_by_no_one_and_reported_in_each() {
+    let store = state_of(Some("east/shop/web-0"), 2, &["east/shop/web-0", "west/shop/web-0"]);
+    let vote = |cluster: &str, ttl_ms: u64, age_ms: u64| SpecVote {
+        cluster: cluster.into(),
+        config: Some(ElectionConfig {
+            ttl_ms,
+            ..ElectionConfig::default()
+        }),
+        age_ms,
+    };
+    let g = group("web", spec(), None);
+    let pods = [ready(pod("web-0", None))];
+    // Alone, or with a cluster that agrees: the timings are written.
+    for votes in [vec![vote("east", 15_000, 0)], vec![vote("east", 15_000, 0), vote("west", 15_000, 9)]] {
+        let p = run_voted("east", &g, &pods, &store, NOW, &votes);
+        assert_eq!(p.config, Some(ElectionConfig::default()));
+        let c = cond(&p.status, "SpecConflict");
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "TimingsAgree"));
+    }
+    // West's LeaderGroup has a 20 s ttl: east writes nothing, and says why.
+    let votes = [vote("east", 15_000, 0), vote("west", 20_000, 9)];
+    let p = run_voted("east", &g, &pods, &store, NOW, &votes);
+    assert_eq!(p.config, None);
+    let c = cond(&p.status, "SpecConflict");
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "TimingsDiffer"));
+    assert!(
+        c.message.starts_with("cluster west has ttlMs 20000, renewIntervalMs 5000, retryIntervalMs 2000, this cluster ttlMs 15000"),
+        "{}",
+        c.message
+    );
+    // Nor does west, on the same records.
+    let mut west_spec = spec();
+    west_spec.ttl_ms = 20_000;
+    let p = run_voted("west", &group("web", west_spec, None), &[], &store, NOW, &votes);
+    assert_eq!(p.config, None);
+    assert_eq!(cond(&p.status, "SpecConflict").status, "True");
+    // A record as old as SPEC_VOTE_STALE_MS no longer counts: its cluster is gone.
+    let votes = [vote("east", 15_000, 0), vote("west", 20_000, SPEC_VOTE_STALE_MS)];
+    let p = run_voted("east", &g, &pods, &store, NOW, &votes);
+    assert_eq!(p.config, Some(ElectionConfig::default()));
+    // Records that could not be read: nothing is written, the condition
+    // stays as it was; in one cluster there is no such condition.
+    let prev = run_voted("east", &g, &pods, &store, NOW, &[vote("west", 20_000, 0)]).status;
+    let p = run_voted_none("east", &group("web", spec(), Some(prev)), &pods, &store);
+    assert_eq!(p.config, None);
+    assert_eq!(cond(&p.status, "SpecConflict").status, "True");
+    let p = run(&g, &[pod("a", None)], &state(Some("a"), 1, &["a"]));
+    assert!(p.status.conditions.iter().all(|c| c.type_ != "SpecConflict"));
+    assert!(p.config.is_some());
+}
+
+/// [`run_in`] when the records of the clusters' timings could not be read.
+fn run_voted_none(cluster: &str, g: &LeaderGroup, pods: &[PodView], store: &StoreView) -> Plan {
+    plan(&Observed {
+        group: g,
+        cluster: Some(cluster),
+        pods,
+        others: &[],
+        store,
+        swept: &[],
+        local_now_ms: NOW,
+        store_warnings: &[],
+        votes: None,
+        last_read_ms: Some(NOW),
+        holder_gone_since_ms: Some(0),
+    })
 }

@@ -31,11 +31,11 @@ use crate::metrics::ControllerMetrics;
 use crate::neighbourhood::Neighbourhood;
 use crate::plan::{
     plan, role_labels_to_remove, LabelChange, Observed, OtherGroup, Plan, PodView, PodsRead,
-    PreferredMembers, StoreView, LEADER,
+    PreferredMembers, StoreView, LEADER, SPEC_VOTE_REFRESH_MS,
 };
 use crate::pod_status::Known;
 use leasehold_daemon::names::NamespacedName;
-use leasehold_engine::store::bounded;
+use leasehold_engine::store::{bounded, SpecVote};
 use leasehold_engine::sync::{locked, wall_clock_ms};
 use leasehold_engine::{Group, Node};
 
@@ -237,11 +237,14 @@ pub async fn reconcile(
     ctx: Arc<Context>,
 ) -> Result<Action, ReconcileError> {
     let _timer = Timer(Instant::now(), &ctx.memory.metrics);
+    let ctx = ctx.as_ref();
     if !ctx.leadership.is_leader() {
+        if ctx.cluster.is_some() {
+            return unlabel_while_cut_off(&group, ctx).await;
+        }
         // A standby keeps its caches warm and writes nothing.
         return Ok(Action::requeue(ctx.resync));
     }
-    let ctx = ctx.as_ref();
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
     let store_group = NamespacedName::new(&namespace, group.name_any()).to_string();
     let group = with_own_last_status(&group, &store_group, ctx);
@@ -259,6 +262,7 @@ pub async fn reconcile(
     let plan = plan(&Observed {
         group: &group,
         cluster: ctx.cluster.as_deref(),
+        votes: world.votes.as_deref(),
         pods: &world.pods,
         others: &world.others,
         store: &world.store,
@@ -282,10 +286,13 @@ pub async fn reconcile(
         Err(e) => Err(e),
     };
     apply_to_store(&plan, &store_group, ctx).await?;
-    match apply_labels(&plan.labels, &world.pods, &namespace, ctx).await {
+    let active = || ctx.leadership.is_leader();
+    match apply_labels(&plan.labels, &world.pods, &namespace, &active, ctx).await {
         Ok(true) => {}
-        // No longer the active replica: the rest is the new one's to write.
-        Ok(false) => return Ok(Action::requeue(ctx.resync)),
+        // No longer the active replica: the rest is the new one's to write
+        // (across clusters, perhaps this one's once cut off: looked at again
+        // when the plan says).
+        Ok(false) => return Ok(requeue_as_standby(&plan, ctx)),
         Err(e) if stale(&e) => {
             // What the plan read is behind the pod: the rest of it may be
             // too. The watch brings the change, which triggers the group
@@ -297,7 +304,7 @@ pub async fn reconcile(
     }
     send_commands(&plan, &store_group, ctx).await;
     record_events(&plan, &group, ctx).await;
-    write_status(&plan, &group, &namespace, ctx).await?;
+    write_status(&plan, &group, &namespace, &active, ctx).await?;
     ctx.memory.of(&store_group, |m| {
         if let Some(version) = group.resource_version().filter(|_| plan.write_status) {
             m.last_written = Some((version, plan.status.clone()));
@@ -317,6 +324,86 @@ pub async fn reconcile(
         .look_again_ms
         .map_or(ctx.resync, |ms| Duration::from_millis(ms).min(ctx.resync));
     Ok(Action::requeue(again))
+}
+
+/// When a replica that stopped being the active one looks again: at the
+/// resync, or across clusters when the plan asked (see
+/// [`unlabel_while_cut_off`]).
+fn requeue_as_standby(plan: &Plan, ctx: &Context) -> Action {
+    let soon = plan.look_again_ms.filter(|_| ctx.cluster.is_some());
+    Action::requeue(soon.map_or(ctx.resync, Duration::from_millis).min(ctx.resync))
+}
+
+/// How long a read of the group's state may take: across clusters, half a
+/// ttl at most, so that a controller cut off from the store knows it within
+/// the ttl (see `plan::while_store_is_unavailable`).
+fn read_bound(group: &LeaderGroup, ctx: &Context) -> Duration {
+    let half_ttl = group.spec.election_config().ok().map(|c| c.ttl() / 2);
+    match (&ctx.cluster, half_ttl) {
+        (Some(_), Some(half)) => STORE_READ.min(half),
+        _ => STORE_READ,
+    }
+}
+
+/// Across clusters, a replica cut off from the store loses its own lease
+/// as well (it is kept in the store), so while the store is away no
+/// replica of the cluster is active. The rule of
+/// `plan::while_store_is_unavailable` is then kept by the replica that
+/// read the group last, once: when the store does not answer it either, it
+/// takes this cluster's leader label off when the lease it last saw must
+/// have run out, and says so in the status and an Event. Taking a leader
+/// label off never makes two leaders, so it needs no lease; a replica that
+/// can read the store leaves the group to the active one, and forgets.
+async fn unlabel_while_cut_off(
+    group: &LeaderGroup,
+    ctx: &Context,
+) -> Result<Action, ReconcileError> {
+    let standby = Ok(Action::requeue(ctx.resync));
+    let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let store_group = NamespacedName::new(&namespace, group.name_any()).to_string();
+    let Some(last_read_ms) = ctx.memory.of(&store_group, |m| m.last_read_ms) else {
+        return standby;
+    };
+    let Ok(config) = group.spec.election_config() else {
+        return standby;
+    };
+    // The lease last seen must have run out then.
+    let due_ms = last_read_ms + config.ttl_ms;
+    let now_ms = wall_clock_ms();
+    if now_ms < due_ms {
+        return Ok(Action::requeue(Duration::from_millis(due_ms - now_ms)));
+    }
+    let read = ctx.node.store().group_state(&store_group);
+    let reason = match bounded(read_bound(group, ctx), read).await {
+        Err(e) => e.to_string(),
+        Ok(_) => {
+            ctx.memory.of(&store_group, |m| m.last_read_ms = None);
+            return standby;
+        }
+    };
+    let group = with_own_last_status(group, &store_group, ctx);
+    let others = other_groups(&group, &namespace, ctx);
+    let pods = cached_pods(&namespace, ctx, |_, _| true)?;
+    let plan = plan(&Observed {
+        group: &group,
+        cluster: ctx.cluster.as_deref(),
+        pods: &pods,
+        others: &others,
+        store: &StoreView::Unavailable(reason),
+        swept: &[],
+        local_now_ms: wall_clock_ms(),
+        store_warnings: &[],
+        votes: None,
+        last_read_ms: Some(last_read_ms),
+        holder_gone_since_ms: None,
+    });
+    let anyone = || true;
+    apply_labels(&plan.labels, &pods, &namespace, &anyone, ctx).await?;
+    record_events(&plan, &group, ctx).await;
+    write_status(&plan, &group, &namespace, &anyone, ctx).await?;
+    // Once per cut: the next word on the group is the store's.
+    ctx.memory.of(&store_group, |m| m.last_read_ms = None);
+    standby
 }
 
 /// How soon a group is looked at again when what this replica read is
@@ -429,7 +516,7 @@ pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, Recon
     let pods = cached_pods(namespace, ctx, |_, _| true)?;
     let others = other_groups(group, namespace, ctx);
     let changes = role_labels_to_remove(group, &pods, &others);
-    if !apply_labels(&changes, &pods, namespace, ctx).await? {
+    if !apply_labels(&changes, &pods, namespace, &|| ctx.leadership.is_leader(), ctx).await? {
         return Err(ReconcileError::NotActive);
     }
     if !changes.is_empty() {
@@ -548,6 +635,9 @@ struct World {
     others: Vec<OtherGroup>,
     store: StoreView,
     swept: Vec<(String, u64)>,
+    /// Across clusters, every cluster's timings for the group, this one's
+    /// recorded first (`None`: one cluster, or not read).
+    votes: Option<Vec<SpecVote>>,
 }
 
 impl World {
@@ -557,9 +647,19 @@ impl World {
         store_group: &str,
         ctx: &Context,
     ) -> Result<Self, ReconcileError> {
-        let store = match bounded(STORE_READ, ctx.node.store().group_state(store_group)).await {
+        let read = ctx.node.store().group_state(store_group);
+        let store = match bounded(read_bound(group, ctx), read).await {
             Ok(state) => StoreView::Available(state),
             Err(e) => StoreView::Unavailable(e.to_string()),
+        };
+        let votes = match (&ctx.cluster, group.spec.election_config(), &store) {
+            (Some(cluster), Ok(config), StoreView::Available(_)) => {
+                let refresh = SPEC_VOTE_REFRESH_MS;
+                let vote = ctx.node.store().vote_spec(store_group, cluster, &config, refresh);
+                let votes = bounded(read_bound(group, ctx), vote).await;
+                votes.inspect_err(|e| tracing::warn!(error = %e, "could not record the group's timings for this cluster")).ok()
+            }
+            _ => None,
         };
         let (mut pods, others) = match neighbourhood(namespace, ctx)? {
             Some(around) => {
@@ -582,6 +682,7 @@ impl World {
             others,
             store,
             swept,
+            votes,
         })
     }
 }
@@ -663,6 +764,7 @@ async fn apply_labels(
     changes: &[LabelChange],
     pods: &[PodView],
     namespace: &str,
+    may_write: &dyn Fn() -> bool,
     ctx: &Context,
 ) -> Result<bool, ReconcileError> {
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
@@ -674,7 +776,7 @@ async fn apply_labels(
             .collect()
     };
     for change in changes {
-        if !ctx.leadership.is_leader() {
+        if !may_write() {
             return Ok(false);
         }
         #[cfg(feature = "test-hooks")]
@@ -735,14 +837,15 @@ async fn record_events(plan: &Plan, group: &LeaderGroup, ctx: &Context) {
 }
 
 /// Server-side apply of the status, only when the plan says it changed and
-/// only while this replica leads.
+/// only while this replica `may_write` (leads, most of the time).
 async fn write_status(
     plan: &Plan,
     group: &LeaderGroup,
     namespace: &str,
+    may_write: &dyn Fn() -> bool,
     ctx: &Context,
 ) -> Result<(), ReconcileError> {
-    if !plan.write_status || !ctx.leadership.is_leader() {
+    if !plan.write_status || !may_write() {
         return Ok(());
     }
     let groups: Api<LeaderGroup> = Api::namespaced(ctx.client.clone(), namespace);

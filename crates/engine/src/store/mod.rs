@@ -43,7 +43,7 @@ use inbox::{Cursors, InboxCursor, Read};
 use messaging::{NodeInfo, Outgoing, PublishOutcome};
 pub use options::ConnectOptions;
 pub(crate) use outcome::{Claim, Handover, Heartbeat, Renewal, Sweep};
-pub use outcome::{DeferReason, Deferral, GroupState};
+pub use outcome::{DeferReason, Deferral, GroupState, SpecVote};
 use safety::SettingWarning;
 
 use crate::config::{self, ElectionConfig};
@@ -345,6 +345,21 @@ impl Store {
         config: &ElectionConfig,
     ) -> Result<(), StoreError> {
         on!(self, s => s.write_group_config(group, config).await)
+    }
+
+    /// Records `config` as cluster `cluster`'s timings for `group` (written
+    /// when they changed, or when they were written `refresh_ms` ago or
+    /// more, so they stay fresh while nothing changes), and returns every
+    /// cluster's: controllers of clusters that share the store compare
+    /// them before any writes the group's timings.
+    pub async fn vote_spec(
+        &self,
+        group: &str,
+        cluster: &str,
+        config: &ElectionConfig,
+        refresh_ms: u64,
+    ) -> Result<Vec<SpecVote>, StoreError> {
+        on!(self, s => s.vote_spec(group, cluster, config, refresh_ms).await)
     }
 
     /// Raises a group's term counter to `term` if it is lower (the store

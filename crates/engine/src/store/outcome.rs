@@ -163,6 +163,19 @@ pub(crate) struct Sweep {
     pub next_expiry_ms: Option<u64>,
 }
 
+/// One Kubernetes cluster's timings for a group, as its controller last
+/// wrote them (`Store::vote_spec`), for groups that span clusters sharing
+/// the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SpecVote {
+    /// The cluster's name (`--cluster`).
+    pub cluster: String,
+    /// Its LeaderGroup's timings; `None` for a record that cannot be read.
+    pub config: Option<ElectionConfig>,
+    /// How long ago it was written (ms, the store's clock).
+    pub age_ms: u64,
+}
+
 /// A group's state in the store, read in one step so the parts agree.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GroupState {

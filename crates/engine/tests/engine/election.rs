@@ -796,6 +796,43 @@ async fn timings_written_to_redis_are_adopted_by_leader_and_followers() {
 }
 
 on_both_stores! {
+/// Each cluster's timings for a group (docs/clusters.md): written when
+/// they change or grow old, every cluster's read back with its age.
+async fn every_clusters_spec_vote_is_kept_and_read_back(server) {
+    let store = server.store();
+    let east = fast();
+    let west = ElectionConfig {
+        ttl_ms: 2_000,
+        ..fast()
+    };
+    let votes = store.vote_spec(GROUP, "east", &east, 60_000).await.unwrap();
+    assert_eq!(votes.len(), 1);
+    assert_eq!((votes[0].cluster.as_str(), votes[0].config), ("east", Some(east)));
+    let votes = store.vote_spec(GROUP, "west", &west, 60_000).await.unwrap();
+    let mut seen: Vec<_> = votes.iter().map(|v| (v.cluster.as_str(), v.config)).collect();
+    seen.sort_by_key(|(c, _)| *c);
+    assert_eq!(seen, [("east", Some(east)), ("west", Some(west))]);
+    // The same timings again are not written: the record ages...
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let votes = store.vote_spec(GROUP, "east", &east, 60_000).await.unwrap();
+    let age = |votes: &[leasehold_engine::store::SpecVote], c: &str| {
+        votes.iter().find(|v| v.cluster == c).map(|v| v.age_ms).unwrap()
+    };
+    assert!(age(&votes, "east") >= 250, "{votes:?}");
+    // ...until it is as old as the refresh asks, or changes.
+    let votes = store.vote_spec(GROUP, "east", &east, 100).await.unwrap();
+    assert!(age(&votes, "east") < 250, "{votes:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let votes = store.vote_spec(GROUP, "east", &west, 60_000).await.unwrap();
+    assert!(age(&votes, "east") < 250, "{votes:?}");
+    assert!(votes.iter().all(|v| v.config == Some(west)), "{votes:?}");
+    // Other groups are not concerned.
+    let other = store.vote_spec("test/other", "east", &east, 60_000).await.unwrap();
+    assert_eq!(other.len(), 1);
+}
+}
+
+on_both_stores! {
 /// A term lost by Redis can be put back, and never lowered.
 async fn a_restored_term_raises_the_counter_but_never_lowers_it(server) {
     let store = server.store();

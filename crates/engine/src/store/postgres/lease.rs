@@ -16,7 +16,9 @@ use super::handle::{failed, Answer, PgStore};
 use super::session::Op;
 use crate::config::ElectionConfig;
 use crate::store::candidacy::Candidacy;
-use crate::store::outcome::{adopted_timings, deferral, Claim, GroupState, Handover, Renewal};
+use crate::store::outcome::{
+    adopted_timings, deferral, Claim, GroupState, Handover, Renewal, SpecVote,
+};
 use crate::store::safety::SettingWarning;
 use crate::store::StoreError;
 
@@ -262,6 +264,43 @@ impl PgStore {
         )
         .await
         .map(drop)
+    }
+
+    /// Cluster `cluster`'s timings for `group`, and every cluster's
+    /// (sql/v3.sql's `specs`).
+    pub(crate) async fn vote_spec(
+        &self,
+        group: &str,
+        cluster: &str,
+        config: &ElectionConfig,
+        refresh_ms: u64,
+    ) -> Result<Vec<SpecVote>, StoreError> {
+        let rows = self
+            .query(
+                Op::VoteSpec,
+                &[
+                    &group,
+                    &cluster,
+                    &big(config.ttl_ms),
+                    &big(config.renew_interval_ms),
+                    &big(config.retry_interval_ms),
+                    &big(refresh_ms),
+                ],
+            )
+            .await?;
+        let vote = |row: &Answer| -> Result<SpecVote, StoreError> {
+            let ms = |column| count(row, column).map(Some);
+            Ok(SpecVote {
+                cluster: row.get("cluster")?,
+                config: adopted_timings(
+                    ms("ttl_ms")?,
+                    ms("renew_interval_ms")?,
+                    ms("retry_interval_ms")?,
+                ),
+                age_ms: count(row, "now_ms")?.saturating_sub(count(row, "at_ms")?),
+            })
+        };
+        rows.iter().map(vote).collect()
     }
 
     pub(crate) async fn restore_term(&self, group: &str, term: u64) -> Result<bool, StoreError> {

@@ -13,10 +13,14 @@ use tokio_postgres::{Client, IsolationLevel, Transaction};
 use super::error::{reason, PgStartError, Target};
 
 /// The version this build creates and reads.
-pub const SCHEMA_VERSION: i32 = 2;
+pub const SCHEMA_VERSION: i32 = 3;
 
 /// Version `i + 1` is `MIGRATIONS[i]`, run as [`render`] makes it.
-const MIGRATIONS: &[&str] = &[include_str!("sql/v1.sql"), include_str!("sql/v2.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("sql/v1.sql"),
+    include_str!("sql/v2.sql"),
+    include_str!("sql/v3.sql"),
+];
 
 /// A migration for `schema`: `{s}` the quoted schema, `{c}` the prefix of
 /// its notification channels, and the constants of the term rule and the

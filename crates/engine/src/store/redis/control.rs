@@ -2,10 +2,10 @@
 //! timings the nodes adopt, the members it prefers, and a term that Redis
 //! lost.
 
-use super::reply::Flag;
+use super::reply::{Flag, Votes};
 use super::{scripts, RedisStore};
 use crate::config::ElectionConfig;
-use crate::store::StoreError;
+use crate::store::{SpecVote, StoreError};
 
 impl RedisStore {
     /// Writes a group's timings, and wakes its followers on the release
@@ -81,6 +81,30 @@ impl RedisStore {
         };
         let _: i64 = cmd.query_async(&mut self.conn().await?).await?;
         Ok(())
+    }
+
+    /// Cluster `cluster`'s timings for `group` (vote_spec.lua), and every
+    /// cluster's.
+    pub async fn vote_spec(
+        &self,
+        group: &str,
+        cluster: &str,
+        config: &ElectionConfig,
+        refresh_ms: u64,
+    ) -> Result<Vec<SpecVote>, StoreError> {
+        let key = self.keys().group(group).specs;
+        self.run(
+            "vote_spec.lua",
+            scripts::VOTE_SPEC
+                .key(key)
+                .arg(cluster)
+                .arg(config.ttl_ms)
+                .arg(config.renew_interval_ms)
+                .arg(config.retry_interval_ms)
+                .arg(refresh_ms),
+        )
+        .await
+        .map(|Votes(v)| v)
     }
 
     pub async fn restore_term(&self, group: &str, term: u64) -> Result<bool, StoreError> {

@@ -25,6 +25,9 @@ pub struct GroupKeys {
     pub seat: String,
     /// Pub/sub channel on which a release is announced, so followers wake.
     pub released: String,
+    /// Cluster name -> `TTL RENEW RETRY AT`: each cluster's timings, as its
+    /// controller last wrote them (`vote_spec.lua`).
+    pub specs: String,
 }
 
 impl Keys {
@@ -96,6 +99,7 @@ impl Keys {
             priorities: format!("{base}:priorities"),
             seat: format!("{base}:seat"),
             released: self.released(group),
+            specs: format!("{base}:specs"),
         }
     }
 }

@@ -24,7 +24,7 @@ use redis::{FromRedisValue, ParsingError, Value};
 use crate::config::{ElectionConfig, DEFAULT_PRIORITY};
 use crate::store::messaging::{NodeInfo, PublishOutcome};
 use crate::store::outcome::{adopted_timings, Claim, DeferReason, Deferral, GroupState};
-use crate::store::outcome::{Heartbeat, Renewal, Sweep};
+use crate::store::outcome::{Heartbeat, Renewal, SpecVote, Sweep};
 use crate::store::StoreError;
 
 /// `reply`, the answer of `script`, as `T`.
@@ -320,6 +320,33 @@ impl FromRedisValue for Nodes {
             })
         };
         Ok(Nodes(f.list_or_nil("nodes")?.each(node)?))
+    }
+}
+
+/// vote_spec.lua: `{now ms, {cluster, 'TTL RENEW RETRY AT', ...}}`. A
+/// record that cannot be read is a vote without timings, not an error:
+/// any client of the store may have written it.
+pub(super) struct Votes(pub Vec<SpecVote>);
+
+impl FromRedisValue for Votes {
+    fn from_redis_value(reply: Value) -> Result<Self, ParsingError> {
+        let mut f = Fields::of(reply)?;
+        let now = f.uint("now ms")?;
+        let records: Vec<(String, String)> =
+            (f.list_or_nil("votes")?).each(|v| Ok((v.text("cluster")?, v.text("timings")?)))?;
+        let vote = |(cluster, record): (String, String)| {
+            let numbers: Vec<Option<u64>> = record.split(' ').map(|n| n.parse().ok()).collect();
+            let (config, at) = match numbers[..] {
+                [ttl, renew, retry, Some(at)] => (adopted_timings(ttl, renew, retry), at),
+                _ => (None, now),
+            };
+            SpecVote {
+                cluster,
+                config,
+                age_ms: now.saturating_sub(at),
+            }
+        };
+        Ok(Votes(records.into_iter().map(vote).collect()))
     }
 }
 

@@ -75,5 +75,7 @@ pub static SET_FIELD: LazyLock<Script> =
     LazyLock::new(|| script(&[include_str!("scripts/set_field.lua")]));
 pub static LIST_NODES: LazyLock<Script> =
     LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/list_nodes.lua")]));
+pub static VOTE_SPEC: LazyLock<Script> =
+    LazyLock::new(|| script(&[PROLOGUE, include_str!("scripts/vote_spec.lua")]));
 pub static RESTORE_TERM: LazyLock<Script> =
     LazyLock::new(|| script(&[include_str!("scripts/restore_term.lua")]));

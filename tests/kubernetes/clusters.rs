@@ -1,0 +1,378 @@
+//! One group across two Kubernetes clusters that share a store: two real API
+//! servers (each with its own etcd), one store, and in each cluster a
+//! `leasehold controller` and agents named for it (`--cluster east`,
+//! `--cluster west`). Pods of the same name run in both clusters. East's
+//! controller and agents reach the store through a proxy, which the test
+//! pauses to cut east off while west still reaches the store.
+//!
+//! A watch of each API server's pods follows every label change in the
+//! order that server made them: at no point may two pods of one cluster
+//! carry the leader label.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+use leasehold_kube::crd::LeaderGroup;
+use serde_json::{json, Value};
+use testkit::agent::Agent;
+use testkit::kube_api::ApiServer;
+use testkit::proxy::Proxy;
+use testkit::store::StoreServer;
+use testkit::{eventually_async, free_port, Signal};
+
+use crate::apiserver::{
+    create_group, create_pod, kubectl, label_bound, prepared_api_server, Controller, LabelWatch,
+    NS, RETRY, TTL,
+};
+
+/// One cluster: its API server, its controller and its agents, all of them
+/// reaching the store at `store_url`.
+struct Cluster {
+    name: &'static str,
+    api: ApiServer,
+    admin: kube::Client,
+    watch: LabelWatch,
+    store_url: String,
+    controller: Option<Controller>,
+    agents: BTreeMap<String, Agent>,
+}
+
+impl Cluster {
+    /// The API server with pods `pods` and the group `web` (ttl 1000/300/200).
+    async fn start(test: &str, name: &'static str, store_url: String, pods: &[&str]) -> Option<Self> {
+        Self::start_with_ttl(test, name, store_url, pods, 1000).await
+    }
+
+    /// [`Cluster::start`] with the group's ttl `ttl_ms`.
+    async fn start_with_ttl(
+        test: &str,
+        name: &'static str,
+        store_url: String,
+        pods: &[&str],
+        ttl_ms: u64,
+    ) -> Option<Self> {
+        let (api, admin) = prepared_api_server(test, &[]).await?;
+        for pod in pods {
+            create_pod(&admin, pod).await;
+        }
+        let spec = json!({ "selector": { "matchLabels": { "app": "web" } },
+                           "ttlMs": ttl_ms, "renewIntervalMs": 300, "retryIntervalMs": 200 });
+        create_group(&admin, "web", spec)
+            .await
+            .expect("create LeaderGroup web");
+        let watch = LabelWatch::start(admin.clone());
+        Some(Self {
+            name,
+            api,
+            admin,
+            watch,
+            store_url,
+            controller: None,
+            agents: BTreeMap::new(),
+        })
+    }
+
+    fn start_controller(&mut self) {
+        let name = format!("leasehold-{}", self.name);
+        let flags = ["--cluster", self.name];
+        let controller = Controller::start_at(&self.api, &self.store_url, &name, &flags, &[]);
+        self.controller = Some(controller);
+    }
+
+    /// Starts the agent of pod `pod` at `priority` (a new process; one
+    /// already running for it is killed first).
+    async fn start_agent(&mut self, pod: &str, priority: u32) {
+        self.agents.remove(pod);
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let priority = priority.to_string();
+        let args: Vec<String> = [
+            "agent",
+            "--store-url",
+            &self.store_url,
+            "--prefix",
+            "lh",
+            "--cluster",
+            self.name,
+            "--namespace",
+            NS,
+            "--pod-name",
+            pod,
+            "--group",
+            "web",
+            "--priority",
+            &priority,
+            "--listen",
+            &listen,
+            "--ttl-ms",
+            "1000",
+            "--renew-interval-ms",
+            "300",
+            "--retry-interval-ms",
+            "200",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let id = format!("{}/{NS}/{pod}", self.name);
+        let agent = Agent::start(&id, port, args).await;
+        self.agents.insert(pod.to_owned(), agent);
+    }
+
+    fn agent(&self, pod: &str) -> &Agent {
+        self.agents.get(pod).expect("an agent for the pod")
+    }
+
+    async fn status(&self) -> Value {
+        let groups: Api<LeaderGroup> = Api::namespaced(self.admin.clone(), NS);
+        let g = groups.get("web").await.expect("get group");
+        serde_json::to_value(g.status).unwrap_or(Value::Null)
+    }
+
+    /// `(status, reason)` of condition `type_`.
+    async fn condition(&self, type_: &str) -> Option<(String, String)> {
+        let status = self.status().await;
+        let c = (status["conditions"].as_array()?.iter()).find(|c| c["type"] == type_)?;
+        Some((
+            c["status"].as_str()?.to_owned(),
+            c["reason"].as_str()?.to_owned(),
+        ))
+    }
+
+    /// Whether the status shows `leader` (`CLUSTER/POD`) leading, with
+    /// Ready as `ready` and for `reason`.
+    async fn shows(&self, leader: &str, ready: (&str, &str)) -> bool {
+        let status = self.status().await;
+        let condition = self.condition("Ready").await;
+        status["leader"] == leader
+            && condition.as_ref().map(|(s, r)| (s.as_str(), r.as_str())) == Some(ready)
+    }
+
+    async fn annotate(&self, key: &str, value: &str) {
+        let groups: Api<LeaderGroup> = Api::namespaced(self.admin.clone(), NS);
+        let patch = json!({ "metadata": { "annotations": { key: value } } });
+        groups
+            .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("annotate the group");
+    }
+}
+
+/// Waits until cluster `c` shows no pod labelled leader; how long it took.
+async fn unlabelled(c: &Cluster, limit: Duration, what: &str) -> Duration {
+    let start = Instant::now();
+    while c.watch.leader().is_some() {
+        assert!(
+            start.elapsed() < limit,
+            "{what}: {} still labels {:?} after {limit:?}",
+            c.name,
+            c.watch.leader()
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    start.elapsed()
+}
+
+on_both_stores! {
+    /// East is preferred (priority 10 against west's 5). Its leader is
+    /// killed, and west takes over; a step-down asked in east hands the
+    /// seat back across clusters; then east is cut off from the store, and
+    /// west takes over while east's controller takes its leader label off
+    /// a ttl after its last read; the link heals and east labels what the
+    /// store says.
+    async fn a_singleton_moves_between_two_clusters(server) {
+        let test = "clusters: one group across two API servers";
+        let proxy = Proxy::start(server.port()).await;
+        let Some(mut east) = Cluster::start(test, "east", server.url_at(proxy.port), &["web-0"]).await
+        else {
+            return;
+        };
+        let Some(mut west) = Cluster::start(test, "west", server.url(), &["web-0", "web-1"]).await
+        else {
+            return;
+        };
+        east.start_agent("web-0", 10).await;
+        east.start_controller();
+        west.start_controller();
+        let (first, _) = east.watch.next_leader(None, Duration::from_secs(20)).await;
+        assert_eq!(first, "web-0");
+        west.start_agent("web-0", 5).await;
+        west.start_agent("web-1", 5).await;
+
+        // Each cluster says who leads and where; west labels its own pods
+        // followers (its web-0 is not east's), and shows east's member.
+        eventually_async(Duration::from_secs(10), "west shows east's leader", || async {
+            west.shows("east/web-0", ("False", "LeaderInOtherCluster")).await
+                && west.watch.roles().values().filter(|r| *r == "follower").count() == 2
+        })
+        .await;
+        eventually_async(Duration::from_secs(10), "east shows its own leader", || async {
+            east.shows("east/web-0", ("True", "Ready")).await
+        })
+        .await;
+        let members = west.status().await["members"].clone();
+        let east_member = (members.as_array().unwrap().iter())
+            .find(|m| m["node"] == "east/shop/web-0")
+            .expect("east's member in west's status")
+            .clone();
+        assert_eq!(
+            (&east_member["cluster"], &east_member["pod"], &east_member["role"]),
+            (&json!("east"), &json!("web-0"), &json!("leader")),
+            "{east_member}"
+        );
+        assert!(east_member.get("problem").is_none(), "{east_member}");
+        if let Some(table) = kubectl(&west.api, &["get", "lg", "-n", NS]) {
+            println!("west:\n{table}");
+            let row = table.lines().nth(1).expect("a row for web");
+            assert!(row.contains("east/web-0"), "{row}");
+        }
+
+        // 1. East's leader dies: a pod of west is labelled within ttl +
+        // retry + the label bound, and east's label goes within the label
+        // bound of west's.
+        let killed = Instant::now();
+        east.agent("web-0").signal(Signal::SIGKILL);
+        let (next, took) = west.watch.next_leader(None, TTL + RETRY + label_bound()).await;
+        println!("kill: west labels {next} {took:?} after east's leader died");
+        let gone = unlabelled(&east, label_bound(), "after the kill").await;
+        println!("kill: east's label gone {gone:?} after west's, {:?} after the kill", killed.elapsed());
+
+        // 2. East's pod comes back (failback is off: west leads on); a
+        // step-down asked in east moves the seat back to the best member,
+        // east's.
+        east.start_agent("web-0", 10).await;
+        eventually_async(Duration::from_secs(10), "east's member is live again", || async {
+            east.status().await["liveMembers"] == 3
+        })
+        .await;
+        assert_eq!(west.watch.leader().as_deref(), Some(next.as_str()));
+        east.annotate("leasehold.dev/step-down", "1").await;
+        let (back, took) = east.watch.next_leader(None, label_bound()).await;
+        assert_eq!(back, "web-0");
+        println!("step-down: east labels {back} {took:?} after the request");
+        let gone = unlabelled(&west, label_bound(), "after the step-down").await;
+        println!("step-down: west's label gone {gone:?} after east's");
+
+        // 3. East cut off from the store (its controller and agents): west
+        // leads within ttl + retry and is labelled within the label bound
+        // after; east takes its leader label off a ttl after its
+        // controller's last read of the store, which came at most half a
+        // ttl (and a reconcile) before the cut: not at once, and not later
+        // than a ttl and two retries (and a second for the API server).
+        let cut = Instant::now();
+        proxy.pause();
+        let (mut west_at, mut east_off_at) = (None, None);
+        let limit = TTL + RETRY + label_bound();
+        while west_at.is_none() || east_off_at.is_none() {
+            let t = cut.elapsed();
+            if west_at.is_none() && west.watch.leader().is_some() {
+                west_at = Some(t);
+            }
+            if east_off_at.is_none() && east.watch.leader().is_none() {
+                east_off_at = Some(t);
+            }
+            assert!(
+                t < limit,
+                "after the cut, within {limit:?}: west labels {:?}, east labels {:?}",
+                west.watch.leader(),
+                east.watch.leader()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let (west_at, east_off_at) = (west_at.unwrap(), east_off_at.unwrap());
+        let taken = west.watch.leader().expect("west's leader");
+        println!("cut: west labels {taken} {west_at:?} after the cut, east's label goes {east_off_at:?} after it");
+        assert!(
+            east_off_at >= TTL / 4,
+            "east's label went {east_off_at:?} after the cut, before the lease it saw could have run out"
+        );
+        let bound = TTL + 2 * RETRY + Duration::from_secs(1);
+        assert!(east_off_at <= bound, "east's label went {east_off_at:?} after the cut (bound {bound:?})");
+        eventually_async(Duration::from_secs(5), "east says why", || async {
+            east.condition("Ready").await.map(|(_, r)| r) == Some("LeaderUnconfirmed".into())
+        })
+        .await;
+
+        // 4. The link heals: east labels what the store says, its pod a
+        // follower of west's leader.
+        proxy.resume();
+        let leader = format!("west/{taken}");
+        eventually_async(Duration::from_secs(10), "east relabels after the cut", || async {
+            east.shows(&leader, ("False", "LeaderInOtherCluster")).await
+                && east.watch.roles().get("web-0").map(String::as_str) == Some("follower")
+        })
+        .await;
+        assert_eq!(west.watch.leader(), Some(taken));
+
+        east.watch.assert_never_two_leaders();
+        west.watch.assert_never_two_leaders();
+        for c in [&east, &west] {
+            let forbidden = c.controller.as_ref().map(|c| c.forbidden()).unwrap_or_default();
+            assert_eq!(forbidden, Vec::<String>::new(), "{}", c.name);
+        }
+    }
+}
+
+on_both_stores! {
+    /// The two clusters' LeaderGroups disagree on the ttl (east 1000 ms,
+    /// west 2000 ms): the first written stays, the store's timings change
+    /// once and no more, and both clusters say so in `SpecConflict`; once
+    /// west agrees, neither reports a conflict.
+    async fn timings_that_differ_between_clusters_are_reported_and_never_flap(server) {
+        let test = "clusters: timings that differ";
+        let Some(mut east) = Cluster::start(test, "east", server.url(), &["web-0"]).await else {
+            return;
+        };
+        let Some(mut west) =
+            Cluster::start_with_ttl(test, "west", server.url(), &["web-0"], 2000).await
+        else {
+            return;
+        };
+        east.start_agent("web-0", 10).await;
+        east.start_controller();
+        eventually_async(Duration::from_secs(20), "east writes its timings", || async {
+            server.adopted_ttl_ms("shop/web") == "1000"
+        })
+        .await;
+        west.start_agent("web-0", 5).await;
+        west.start_controller();
+        // Every 50 ms (each sample is a client process) for 5 s: the
+        // store's ttl stays east's, the first written.
+        let watched = Instant::now();
+        let mut seen = vec![server.adopted_ttl_ms("shop/web")];
+        let mut both = false;
+        while watched.elapsed() < Duration::from_secs(5) || !both {
+            let ttl = server.adopted_ttl_ms("shop/web");
+            if seen.last() != Some(&ttl) {
+                seen.push(ttl);
+            }
+            let conflict = |c: Option<(String, String)>| c == Some(("True".into(), "TimingsDiffer".into()));
+            both = conflict(east.condition("SpecConflict").await)
+                && conflict(west.condition("SpecConflict").await);
+            assert!(
+                watched.elapsed() < Duration::from_secs(20),
+                "no SpecConflict in both within 20 s: east {:?}, west {:?}",
+                east.condition("SpecConflict").await,
+                west.condition("SpecConflict").await
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(seen, ["1000"], "the store's ttl changed after east's was written");
+
+        // West's LeaderGroup takes east's ttl: the conflict is over in both.
+        let groups: Api<LeaderGroup> = Api::namespaced(west.admin.clone(), NS);
+        let patch = json!({ "spec": { "ttlMs": 1000 } });
+        groups
+            .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch west's LeaderGroup");
+        let agreed = |c: Option<(String, String)>| c == Some(("False".into(), "TimingsAgree".into()));
+        eventually_async(Duration::from_secs(20), "the clusters agree", || async {
+            agreed(west.condition("SpecConflict").await) && agreed(east.condition("SpecConflict").await)
+        })
+        .await;
+        assert_eq!(server.adopted_ttl_ms("shop/web"), "1000");
+    }
+}
