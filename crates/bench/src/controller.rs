@@ -17,6 +17,8 @@
 //!   slices sees it;
 //! - API requests per leader change, from the API server's audit log,
 //!   counted for the controller's user only, by verb and resource;
+//! - a leader change across two clusters that share the store
+//!   (`cross_cluster.rs`);
 //! - the controller's memory (resident, and its peak) and CPU at rest with
 //!   one group, and with `--controller-groups` groups of three pods each,
 //!   over a window that holds a full resync, with the pod LISTs the
@@ -53,7 +55,7 @@ const ENDPOINT_NS: &str = "bench-endpoint";
 /// A label moved within 50 ms of the acquisition is as quick as the
 /// engine's own event reaches the controller; the EndpointSlice is held to
 /// the same goal, since a client routes by either.
-const LABEL_GOAL_MS: u64 = 50;
+pub(super) const LABEL_GOAL_MS: u64 = 50;
 const REQUESTS_GOAL: f64 = 4.0;
 const MEMORY_GOAL_MIB: f64 = 128.0;
 /// Creations in flight at once when filling the API server.
@@ -63,11 +65,11 @@ const IN_FLIGHT: usize = 16;
 /// (removed when it goes). Of the pods' leader labels, or of the leader
 /// Services' EndpointSlices (`spec.service`).
 #[derive(Clone, Default)]
-struct Leaders(Arc<Mutex<BTreeMap<String, Instant>>>);
+pub(super) struct Leaders(Arc<Mutex<BTreeMap<String, Instant>>>);
 
 impl Leaders {
     /// The pods labelled leader.
-    fn labelled(client: kube::Client, namespace: &str) -> (Self, Watch) {
+    pub(super) fn labelled(client: kube::Client, namespace: &str) -> (Self, Watch) {
         let labels = Self::default();
         let shared = labels.clone();
         let api: Api<Pod> = Api::namespaced(client, namespace);
@@ -148,17 +150,17 @@ impl Leaders {
         Ok((leaders, Watch(task)))
     }
 
-    fn since(&self, pod: &str) -> Option<Instant> {
+    pub(super) fn since(&self, pod: &str) -> Option<Instant> {
         locked(&self.0).get(pod).copied()
     }
 
-    fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         locked(&self.0).len()
     }
 }
 
 /// The watch task behind [`Leaders`], ended when this is dropped.
-struct Watch(tokio::task::JoinHandle<()>);
+pub(super) struct Watch(tokio::task::JoinHandle<()>);
 
 impl Drop for Watch {
     fn drop(&mut self) {
@@ -167,7 +169,7 @@ impl Drop for Watch {
 }
 
 /// The controller process and what /proc says of it.
-struct ControllerProcess {
+pub(super) struct ControllerProcess {
     child: Child,
     pid: u32,
     metrics: std::net::SocketAddr,
@@ -175,10 +177,21 @@ struct ControllerProcess {
 
 impl ControllerProcess {
     fn start(api: &ApiServer, url: &str, prefix: &str) -> anyhow::Result<Self> {
+        Self::start_in(api, url, prefix, &[])
+    }
+
+    /// [`ControllerProcess::start`] with more flags (`--cluster NAME`).
+    pub(super) fn start_in(
+        api: &ApiServer,
+        url: &str,
+        prefix: &str,
+        extra: &[&str],
+    ) -> anyhow::Result<Self> {
         let port = leasehold_testkit::redis::free_port()?;
         let exe = std::env::current_exe()?;
         let child = Command::new(exe)
-            .args(["controller", "--redis-url", url, "--prefix", prefix])
+            .args(["controller", "--store-url", url, "--prefix", prefix])
+            .args(extra)
             .args(["--listen", &format!("127.0.0.1:{port}")])
             .args(["--resync-seconds", "30", "--leader-endpoints"])
             .env("KUBECONFIG", api.kubeconfig(User::Controller))
@@ -227,7 +240,7 @@ impl ControllerProcess {
             .sum()
     }
 
-    fn alive(&mut self) -> bool {
+    pub(super) fn alive(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
     }
 }
@@ -338,6 +351,8 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         )
         .await?,
     );
+    drop(controller);
+    rows.extend(crate::cross_cluster::run(url, &prefix, &store, timings, args.trials).await?);
     Ok(rows)
 }
 
@@ -423,7 +438,7 @@ impl Fault {
 }
 
 /// A pod's engine node, in this process.
-struct Member {
+pub(super) struct Member {
     namespace: String,
     pod: String,
     node: Node,
@@ -438,13 +453,21 @@ impl Member {
         group: &str,
         timings: ElectionConfig,
     ) -> anyhow::Result<Self> {
-        let node = Node::start(
-            store.clone(),
-            &format!("{namespace}/{pod}"),
-            NodeConfig::default(),
-        )
-        .await
-        .map_err(anyhow::Error::msg)?;
+        Self::start_as(store, &format!("{namespace}/{pod}"), namespace, pod, group, timings).await
+    }
+
+    /// A member whose node id is `id` (`CLUSTER/NAMESPACE/POD` across clusters).
+    pub(super) async fn start_as(
+        store: &Store,
+        id: &str,
+        namespace: &str,
+        pod: &str,
+        group: &str,
+        timings: ElectionConfig,
+    ) -> anyhow::Result<Self> {
+        let node = Node::start(store.clone(), id, NodeConfig::default())
+            .await
+            .map_err(anyhow::Error::msg)?;
         let group = node
             .join(&format!("{namespace}/{group}"), timings)
             .map_err(anyhow::Error::msg)?;
@@ -456,11 +479,16 @@ impl Member {
         })
     }
 
-    fn leads(&self) -> bool {
+    /// The member's role, as a watch.
+    pub(super) fn role(&self) -> tokio::sync::watch::Receiver<Role> {
+        self.group.role()
+    }
+
+    pub(super) fn leads(&self) -> bool {
         matches!(*self.group.role().borrow(), Role::Leader { .. })
     }
 
-    async fn close(self) {
+    pub(super) async fn close(self) {
         let _ = self.node.close().await;
     }
 }
@@ -810,7 +838,7 @@ async fn wait_until(
 }
 
 /// The CRD, the controller's namespace, and its user bound to cluster-admin.
-async fn prepare(admin: &kube::Client) -> anyhow::Result<()> {
+pub(super) async fn prepare(admin: &kube::Client) -> anyhow::Result<()> {
     // kube's errors write their causes into their messages: taken flat.
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
     crds.create(&PostParams::default(), &LeaderGroup::crd())
@@ -851,7 +879,7 @@ async fn prepare(admin: &kube::Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn create_namespace(admin: &kube::Client, name: &str) -> anyhow::Result<()> {
+pub(super) async fn create_namespace(admin: &kube::Client, name: &str) -> anyhow::Result<()> {
     let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } }))?;
     Api::<Namespace>::all(admin.clone())
         .create(&PostParams::default(), &ns)
@@ -861,7 +889,12 @@ async fn create_namespace(admin: &kube::Client, name: &str) -> anyhow::Result<()
         .with_context(|| format!("create namespace {name}"))
 }
 
-async fn create_pod(admin: &kube::Client, ns: &str, name: &str, app: &str) -> anyhow::Result<()> {
+pub(super) async fn create_pod(
+    admin: &kube::Client,
+    ns: &str,
+    name: &str,
+    app: &str,
+) -> anyhow::Result<()> {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": { "name": name, "labels": { "app": app } },
         "spec": { "containers": [{ "name": "app", "image": "bench:none" }] }
@@ -894,7 +927,7 @@ async fn create_pod(admin: &kube::Client, ns: &str, name: &str, app: &str) -> an
         .with_context(|| format!("set the status of pod {ns}/{name}"))
 }
 
-async fn create_group(
+pub(super) async fn create_group(
     admin: &kube::Client,
     ns: &str,
     name: &str,

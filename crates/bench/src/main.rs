@@ -40,6 +40,7 @@ mod args;
 mod cluster;
 mod commandstats;
 mod controller;
+mod cross_cluster;
 mod cost;
 mod exec_stall;
 mod failover;
