@@ -284,7 +284,9 @@ fn each_option_renders_what_it_says() {
     assert!(kind(&docs_, "Secret").is_empty());
 
     // A cluster's name reaches the controller; without one, no flag.
-    let args = |docs_: &[Value]| controller(docs_)["spec"]["template"]["spec"]["containers"][0]["args"].clone();
+    let args = |docs_: &[Value]| {
+        controller(docs_)["spec"]["template"]["spec"]["containers"][0]["args"].clone()
+    };
     let named = docs(&template(&helm, &["clusterName=east"]).unwrap());
     assert!(args(&named)
         .as_sequence()

@@ -351,8 +351,6 @@ pub async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
         )
         .await?,
     );
-    drop(controller);
-    rows.extend(crate::cross_cluster::run(url, &prefix, &store, timings, args.trials).await?);
     Ok(rows)
 }
 
@@ -453,7 +451,15 @@ impl Member {
         group: &str,
         timings: ElectionConfig,
     ) -> anyhow::Result<Self> {
-        Self::start_as(store, &format!("{namespace}/{pod}"), namespace, pod, group, timings).await
+        Self::start_as(
+            store,
+            &format!("{namespace}/{pod}"),
+            namespace,
+            pod,
+            group,
+            timings,
+        )
+        .await
     }
 
     /// A member whose node id is `id` (`CLUSTER/NAMESPACE/POD` across clusters).

@@ -1,4 +1,4 @@
-//! Part of `--scenario controller`: one group across two clusters that share
+//! Part of `--scenario controller`, after `controller.rs`: one group across two clusters that share
 //! the store, each a throwaway API server with its own controller
 //! (`--cluster east`, `--cluster west`) and one member pod, `web-0` in
 //! both. The leader's member is dropped without a word (as SIGKILL leaves
@@ -17,6 +17,7 @@ use anyhow::{anyhow, bail};
 use leasehold_engine::{ElectionConfig, Role, Store};
 use leasehold_testkit::kube::{ApiServer, User};
 
+use super::args::BenchArgs;
 use super::controller::{
     create_group, create_namespace, create_pod, prepare, ControllerProcess, Leaders, Member, Watch,
 };
@@ -65,14 +66,11 @@ impl Cluster {
     }
 }
 
-pub(super) async fn run(
-    url: &str,
-    prefix: &str,
-    store: &Store,
-    timings: ElectionConfig,
-    trials: usize,
-) -> anyhow::Result<Vec<Row>> {
+pub(super) async fn run(url: &str, args: &BenchArgs) -> anyhow::Result<Vec<Row>> {
     progress("controller: two clusters that share the store (two more API servers)");
+    let prefix = &super::report::prefix();
+    let store = &Store::connect(url, prefix).map_err(anyhow::Error::msg)?;
+    let (timings, trials) = (args.timings()?, args.trials);
     let mut clusters = [
         Cluster::start("east", url, prefix, timings).await?,
         Cluster::start("west", url, prefix, timings).await?,
@@ -92,30 +90,14 @@ pub(super) async fn run(
         Some(super::controller::LABEL_GOAL_MS),
     );
     for trial in 0..trials {
-        progress(&format!("controller: across clusters, crash {}/{trials}", trial + 1));
-        let old = settled(&clusters, &members).await?;
-        let new = 1 - old;
-        let mut role = members[new].role();
-        let crashed = Instant::now();
-        let dropped = members.remove(old);
-        drop(dropped); // no release: the lease runs out
-        let limit = Duration::from_millis(timings.ttl_ms * 3 + 5_000);
-        tokio::time::timeout(limit, role.wait_for(|r| matches!(r, Role::Leader { .. })))
-            .await
-            .map_err(|_| anyhow!("no leader in {} within {limit:?}", clusters[new].name))??;
-        let acquired = Instant::now();
-        let shown = loop {
-            if let Some(t) = clusters[new].labels.since("web-0").filter(|t| *t >= crashed) {
-                break t;
-            }
-            if acquired.elapsed() > Duration::from_secs(30) {
-                bail!("{}'s web-0 was not labelled leader within 30 s", clusters[new].name);
-            }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-        };
-        moved.push(shown.saturating_duration_since(crashed));
-        labelled.push(shown.saturating_duration_since(acquired));
-        members.insert(old, clusters[old].member(store, timings).await?);
+        progress(&format!(
+            "controller: across clusters, crash {}/{trials}",
+            trial + 1
+        ));
+        let (from_crash, from_acquisition) =
+            crash_once(&clusters, &mut members, store, timings).await?;
+        moved.push(from_crash);
+        labelled.push(from_acquisition);
         for c in &mut clusters {
             if !c.controller.alive() {
                 bail!("{}'s controller exited during the trials", c.name);
@@ -142,9 +124,62 @@ pub(super) async fn run(
     };
     let within = moved.p(100.0) <= Duration::from_millis(bound);
     Ok(vec![
-        row(&moved, format!("<= ttl + retry + {} ms = {bound} ms", super::controller::LABEL_GOAL_MS), Some(within)),
-        row(&labelled, format!("<= {} ms p99", super::controller::LABEL_GOAL_MS), labelled.goal_met()),
+        row(
+            &moved,
+            format!(
+                "<= ttl + retry + {} ms = {bound} ms",
+                super::controller::LABEL_GOAL_MS
+            ),
+            Some(within),
+        ),
+        row(
+            &labelled,
+            format!("<= {} ms p99", super::controller::LABEL_GOAL_MS),
+            labelled.goal_met(),
+        ),
     ])
+}
+
+/// One trial: the leader's member dropped without a word, then started
+/// again; from the crash, and from the other's acquisition, to its label.
+async fn crash_once(
+    clusters: &[Cluster; 2],
+    members: &mut Vec<Member>,
+    store: &Store,
+    timings: ElectionConfig,
+) -> anyhow::Result<(Duration, Duration)> {
+    let old = settled(clusters, members).await?;
+    let new = 1 - old;
+    let mut role = members[new].role();
+    let crashed = Instant::now();
+    let dropped = members.remove(old);
+    drop(dropped); // no release: the lease runs out
+    let limit = Duration::from_millis(timings.ttl_ms * 3 + 5_000);
+    tokio::time::timeout(limit, role.wait_for(|r| matches!(r, Role::Leader { .. })))
+        .await
+        .map_err(|_| anyhow!("no leader in {} within {limit:?}", clusters[new].name))??;
+    let acquired = Instant::now();
+    let shown = loop {
+        if let Some(t) = clusters[new]
+            .labels
+            .since("web-0")
+            .filter(|t| *t >= crashed)
+        {
+            break t;
+        }
+        if acquired.elapsed() > Duration::from_secs(30) {
+            bail!(
+                "{}'s web-0 was not labelled leader within 30 s",
+                clusters[new].name
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    };
+    members.insert(old, clusters[old].member(store, timings).await?);
+    Ok((
+        shown.saturating_duration_since(crashed),
+        shown.saturating_duration_since(acquired),
+    ))
 }
 
 /// Waits for one member leading and labelled in its own cluster only, then a

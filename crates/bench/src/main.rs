@@ -40,8 +40,8 @@ mod args;
 mod cluster;
 mod commandstats;
 mod controller;
-mod cross_cluster;
 mod cost;
+mod cross_cluster;
 mod exec_stall;
 mod failover;
 mod local;
@@ -243,13 +243,17 @@ async fn run(args: BenchArgs) -> anyhow::Result<()> {
     }
     if args.scenario == Scenario::Controller {
         rows.extend(controller::run(&url, &args).await?);
+        rows.extend(cross_cluster::run(&url, &args).await?);
     } else if all && !redis {
         eprintln!(
             "bench: the replicas, Sentinel and controller scenarios run on Redis only: skipped"
         );
     } else if all {
         match leasehold_testkit::kube::missing() {
-            None => rows.extend(controller::run(&url, &args).await?),
+            None => {
+                rows.extend(controller::run(&url, &args).await?);
+                rows.extend(cross_cluster::run(&url, &args).await?);
+            }
             Some(why) => eprintln!("bench: controller scenario skipped: it {why}"),
         }
     }

@@ -199,7 +199,9 @@ mod tests {
             ("-a", "start and end with a letter or digit"),
             (&"a".repeat(64), "too long"),
         ] {
-            let e = validate_cluster_name("--cluster", bad).unwrap_err().to_string();
+            let e = validate_cluster_name("--cluster", bad)
+                .unwrap_err()
+                .to_string();
             assert!(e.contains(reason) && e.contains("--cluster"), "{bad}: {e}");
             assert!(e.contains("1 to 63"), "{e}");
         }

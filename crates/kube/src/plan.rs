@@ -696,33 +696,12 @@ fn while_store_is_unavailable(
     status.conditions =
         conditions::merge(&previous.conditions, next, &now, group.metadata.generation);
     status.observed_generation = group.metadata.generation;
-    let mut labels = Vec::new();
-    let mut events = Vec::new();
-    if unconfirmed {
-        let sorted = PodsOfGroup::sort(observed);
-        let key = &group.spec.role_label;
-        labels = (observed.pods.iter())
-            .filter(|p| sorted.labellable(&p.name))
-            .filter(|p| p.labels.get(key).map(String::as_str) == Some(LEADER))
-            .map(|p| LabelChange {
-                pod: p.name.clone(),
-                key: key.clone(),
-                value: Some(FOLLOWER.to_owned()),
-            })
-            .collect();
-        if !labels.is_empty() {
-            let pods: Vec<&str> = labels.iter().map(|c| c.pod.as_str()).collect();
-            events.push(PlannedEvent {
-                reason: event_reasons::LEADER_UNCONFIRMED,
-                note: format!(
-                    "the store has not answered for a lease's length: leader label taken off pod {} (another cluster may elect a leader meanwhile)",
-                    pods.join(", ")
-                ),
-                warning: true,
-            });
-        }
+    let (labels, events) = if unconfirmed {
         status.leader = None;
-    }
+        leader_labels_off(observed)
+    } else {
+        (Vec::new(), Vec::new())
+    };
     let write_status = status != *previous;
     Plan {
         labels,
@@ -743,6 +722,35 @@ fn while_store_is_unavailable(
         }),
         ..Plan::default()
     }
+}
+
+/// The changes that take this cluster's leader labels of the group off
+/// (to `follower`), with the Event that says so.
+fn leader_labels_off(observed: &Observed<'_>) -> (Vec<LabelChange>, Vec<PlannedEvent>) {
+    let sorted = PodsOfGroup::sort(observed);
+    let key = &observed.group.spec.role_label;
+    let labels: Vec<LabelChange> = (observed.pods.iter())
+        .filter(|p| sorted.labellable(&p.name))
+        .filter(|p| p.labels.get(key).map(String::as_str) == Some(LEADER))
+        .map(|p| LabelChange {
+            pod: p.name.clone(),
+            key: key.clone(),
+            value: Some(FOLLOWER.to_owned()),
+        })
+        .collect();
+    if labels.is_empty() {
+        return (labels, Vec::new());
+    }
+    let pods: Vec<&str> = labels.iter().map(|c| c.pod.as_str()).collect();
+    let event = PlannedEvent {
+        reason: event_reasons::LEADER_UNCONFIRMED,
+        note: format!(
+            "the store has not answered for a lease's length: leader label taken off pod {} (another cluster may elect a leader meanwhile)",
+            pods.join(", ")
+        ),
+        warning: true,
+    };
+    (labels, vec![event])
 }
 
 /// The namespace's pods as this group sees them.

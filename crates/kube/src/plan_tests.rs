@@ -218,8 +218,8 @@ fn a_gone_holder_is_left_alone_for_a_moment_while_a_successor_is_expected() {
             local_now_ms: NOW,
             store_warnings: &[],
             votes: None,
-        last_read_ms: Some(NOW),
-        holder_gone_since_ms: since,
+            last_read_ms: Some(NOW),
+            holder_gone_since_ms: since,
         })
     };
     // First seen now: nothing is written, look again after the grace.
@@ -1492,7 +1492,10 @@ fn across_clusters_each_controller_labels_its_own_pods_and_shows_the_others() {
     let p = run_in("east", &g, &pods, &store, NOW);
     assert_eq!(
         p.labels,
-        vec![change("web-0", Some(FOLLOWER)), change("web-1", Some(FOLLOWER))]
+        vec![
+            change("web-0", Some(FOLLOWER)),
+            change("web-1", Some(FOLLOWER))
+        ]
     );
     assert_eq!(p.status.leader.as_deref(), Some("west/web-0"));
     assert_eq!(p.status.holder.as_deref(), Some("west/shop/web-0"));
@@ -1544,8 +1547,17 @@ fn across_clusters_a_leader_label_here_goes_when_the_lease_moves_to_another_clus
     assert_eq!(p.labels, vec![change("web-0", Some(FOLLOWER))]);
     // A slice here holds no address: the leader is not a pod of this cluster.
     let mut with_service = spec();
-    with_service.service = Some(serde_json::from_value(serde_json::json!({"name": "web-leader", "ports": [{"port": 80}]})).unwrap());
-    let p = run_in("east", &group("web", with_service, None), &pods, &store, NOW);
+    with_service.service = Some(
+        serde_json::from_value(serde_json::json!({"name": "web-leader", "ports": [{"port": 80}]}))
+            .unwrap(),
+    );
+    let p = run_in(
+        "east",
+        &group("web", with_service, None),
+        &pods,
+        &store,
+        NOW,
+    );
     let endpoint = p.endpoint.expect("the slice is written");
     assert_eq!((endpoint.term, endpoint.leader), (8, None));
 }
@@ -1577,16 +1589,30 @@ fn across_clusters_only_the_leaders_cluster_moves_the_seat() {
             Some([(STEP_DOWN_TO_ANNOTATION.to_owned(), value.to_owned())].into());
         g
     };
-    let p = run_in("east", &asking("east/web-0"), &[pod("web-0", None)], &store, NOW);
+    let p = run_in(
+        "east",
+        &asking("east/web-0"),
+        &[pod("web-0", None)],
+        &store,
+        NOW,
+    );
     let h = p.hand_over.expect("a handover");
-    assert_eq!((h.from.as_str(), h.to.as_str()), ("west/shop/web-1", "east/shop/web-0"));
+    assert_eq!(
+        (h.from.as_str(), h.to.as_str()),
+        ("west/shop/web-1", "east/shop/web-0")
+    );
     let p = run_in("east", &asking("web-0"), &[pod("web-0", None)], &store, NOW);
     assert_eq!(p.hand_over.expect("a handover").to, "east/shop/web-0");
 }
 
 #[test]
-fn across_clusters_a_controller_cut_off_from_the_store_unlabels_its_leader_a_ttl_after_its_last_read() {
-    let store = state_of(Some("east/shop/web-0"), 4, &["east/shop/web-0", "east/shop/web-1"]);
+fn across_clusters_a_controller_cut_off_from_the_store_unlabels_its_leader_a_ttl_after_its_last_read(
+) {
+    let store = state_of(
+        Some("east/shop/web-0"),
+        4,
+        &["east/shop/web-0", "east/shop/web-1"],
+    );
     let pods = [ready(pod("web-0", None)), pod("web-1", None)];
     let prev = run_in("east", &group("web", spec(), None), &pods, &store, NOW).status;
     assert_eq!(prev.leader.as_deref(), Some("east/web-0"));
@@ -1608,9 +1634,15 @@ fn across_clusters_a_controller_cut_off_from_the_store_unlabels_its_leader_a_ttl
     assert_eq!(p.events[0].reason, "LeaderUnconfirmed");
     assert!(p.events[0].warning);
     assert_eq!(p.status.leader, None);
-    assert_eq!(p.status.holder, prev.holder, "the holder last seen stays shown");
+    assert_eq!(
+        p.status.holder, prev.holder,
+        "the holder last seen stays shown"
+    );
     let r = cond(&p.status, "Ready");
-    assert_eq!((r.status.as_str(), r.reason.as_str()), ("False", "LeaderUnconfirmed"));
+    assert_eq!(
+        (r.status.as_str(), r.reason.as_str()),
+        ("False", "LeaderUnconfirmed")
+    );
     assert_eq!(p.look_again_ms, Some(ttl));
     // Once the store answers, the leader is labelled again.
     let g = group("web", spec(), Some(p.status));
@@ -1637,7 +1669,11 @@ fn across_clusters_a_controller_cut_off_from_the_store_unlabels_its_leader_a_ttl
 
 #[test]
 fn across_clusters_timings_that_differ_are_written_by_no_one_and_reported_in_each() {
-    let store = state_of(Some("east/shop/web-0"), 2, &["east/shop/web-0", "west/shop/web-0"]);
+    let store = state_of(
+        Some("east/shop/web-0"),
+        2,
+        &["east/shop/web-0", "west/shop/web-0"],
+    );
     let vote = |cluster: &str, ttl_ms: u64, age_ms: u64| SpecVote {
         cluster: cluster.into(),
         config: Some(ElectionConfig {
@@ -1649,18 +1685,27 @@ fn across_clusters_timings_that_differ_are_written_by_no_one_and_reported_in_eac
     let g = group("web", spec(), None);
     let pods = [ready(pod("web-0", None))];
     // Alone, or with a cluster that agrees: the timings are written.
-    for votes in [vec![vote("east", 15_000, 0)], vec![vote("east", 15_000, 0), vote("west", 15_000, 9)]] {
+    for votes in [
+        vec![vote("east", 15_000, 0)],
+        vec![vote("east", 15_000, 0), vote("west", 15_000, 9)],
+    ] {
         let p = run_voted("east", &g, &pods, &store, NOW, &votes);
         assert_eq!(p.config, Some(ElectionConfig::default()));
         let c = cond(&p.status, "SpecConflict");
-        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "TimingsAgree"));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "TimingsAgree")
+        );
     }
     // West's LeaderGroup has a 20 s ttl: east writes nothing, and says why.
     let votes = [vote("east", 15_000, 0), vote("west", 20_000, 9)];
     let p = run_voted("east", &g, &pods, &store, NOW, &votes);
     assert_eq!(p.config, None);
     let c = cond(&p.status, "SpecConflict");
-    assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "TimingsDiffer"));
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("True", "TimingsDiffer")
+    );
     assert!(
         c.message.starts_with("cluster west has ttlMs 20000, renewIntervalMs 5000, retryIntervalMs 2000, this cluster ttlMs 15000"),
         "{}",
@@ -1669,11 +1714,21 @@ fn across_clusters_timings_that_differ_are_written_by_no_one_and_reported_in_eac
     // Nor does west, on the same records.
     let mut west_spec = spec();
     west_spec.ttl_ms = 20_000;
-    let p = run_voted("west", &group("web", west_spec, None), &[], &store, NOW, &votes);
+    let p = run_voted(
+        "west",
+        &group("web", west_spec, None),
+        &[],
+        &store,
+        NOW,
+        &votes,
+    );
     assert_eq!(p.config, None);
     assert_eq!(cond(&p.status, "SpecConflict").status, "True");
     // A record as old as SPEC_VOTE_STALE_MS no longer counts: its cluster is gone.
-    let votes = [vote("east", 15_000, 0), vote("west", 20_000, SPEC_VOTE_STALE_MS)];
+    let votes = [
+        vote("east", 15_000, 0),
+        vote("west", 20_000, SPEC_VOTE_STALE_MS),
+    ];
     let p = run_voted("east", &g, &pods, &store, NOW, &votes);
     assert_eq!(p.config, Some(ElectionConfig::default()));
     // Records that could not be read: nothing is written, the condition
@@ -1683,7 +1738,11 @@ fn across_clusters_timings_that_differ_are_written_by_no_one_and_reported_in_eac
     assert_eq!(p.config, None);
     assert_eq!(cond(&p.status, "SpecConflict").status, "True");
     let p = run(&g, &[pod("a", None)], &state(Some("a"), 1, &["a"]));
-    assert!(p.status.conditions.iter().all(|c| c.type_ != "SpecConflict"));
+    assert!(p
+        .status
+        .conditions
+        .iter()
+        .all(|c| c.type_ != "SpecConflict"));
     assert!(p.config.is_some());
 }
 

@@ -250,15 +250,7 @@ pub async fn reconcile(
     let group = with_own_last_status(&group, &store_group, ctx);
     let asked_ms = wall_clock_ms();
     let world = World::read(&group, &namespace, &store_group, ctx).await?;
-    let last_read_ms = ctx.cluster.as_ref().and_then(|_| {
-        let read = matches!(world.store, StoreView::Available(_));
-        ctx.memory.of(&store_group, |m| {
-            if read || m.last_read_ms.is_none() {
-                m.last_read_ms = Some(asked_ms);
-            }
-            m.last_read_ms
-        })
-    });
+    let last_read_ms = note_read(&store_group, asked_ms, &world.store, ctx);
     let plan = plan(&Observed {
         group: &group,
         cluster: ctx.cluster.as_deref(),
@@ -287,12 +279,20 @@ pub async fn reconcile(
     };
     apply_to_store(&plan, &store_group, ctx).await?;
     let active = || ctx.leadership.is_leader();
-    match apply_labels(&plan.labels, &world.pods, &namespace, &active, ctx).await {
+    // Across clusters, a replica cut off from the store loses its lease
+    // about when the lease it last saw runs out: what the plan takes off
+    // then needs none (see `unlabel_while_cut_off`).
+    let anyone = || true;
+    let may_write: &(dyn Fn() -> bool + Sync) = match (&ctx.cluster, &world.store) {
+        (Some(_), StoreView::Unavailable(_)) => &anyone,
+        _ => &active,
+    };
+    match apply_labels(&plan.labels, &world.pods, &namespace, may_write, ctx).await {
         Ok(true) => {}
         // No longer the active replica: the rest is the new one's to write
         // (across clusters, perhaps this one's once cut off: looked at again
         // when the plan says).
-        Ok(false) => return Ok(requeue_as_standby(&plan, ctx)),
+        Ok(false) => return Ok(requeue_as_standby(&plan, &world.store, &group, ctx)),
         Err(e) if stale(&e) => {
             // What the plan read is behind the pod: the rest of it may be
             // too. The watch brings the change, which triggers the group
@@ -304,7 +304,7 @@ pub async fn reconcile(
     }
     send_commands(&plan, &store_group, ctx).await;
     record_events(&plan, &group, ctx).await;
-    write_status(&plan, &group, &namespace, &active, ctx).await?;
+    write_status(&plan, &group, &namespace, may_write, ctx).await?;
     ctx.memory.of(&store_group, |m| {
         if let Some(version) = group.resource_version().filter(|_| plan.write_status) {
             m.last_written = Some((version, plan.status.clone()));
@@ -320,18 +320,51 @@ pub async fn reconcile(
         wall_clock_ms() as f64 / 1000.0,
     );
     endpoint?;
-    let again = plan
-        .look_again_ms
-        .map_or(ctx.resync, |ms| Duration::from_millis(ms).min(ctx.resync));
-    Ok(Action::requeue(again))
+    Ok(Action::requeue(next_look(&plan, &world.store, &group, ctx)))
+}
+
+/// When the plan asks to look again (the resync at the latest). Across
+/// clusters, while the store does not answer, a read's bound early: the
+/// read of that look has failed by the time the lease last seen runs out,
+/// and the label comes off then.
+fn next_look(plan: &Plan, store: &StoreView, group: &LeaderGroup, ctx: &Context) -> Duration {
+    let Some(ms) = plan.look_again_ms else {
+        return ctx.resync;
+    };
+    let mut again = Duration::from_millis(ms);
+    if let (Some(_), StoreView::Unavailable(_)) = (&ctx.cluster, store) {
+        again = again.saturating_sub(read_bound(group, ctx));
+    }
+    again.min(ctx.resync)
+}
+
+/// Across clusters, when the group's state was last read (asked at
+/// `asked_ms`), remembered: this read's time when it answered, or the
+/// first failed one's when none did (`plan::Observed::last_read_ms`).
+fn note_read(store_group: &str, asked_ms: u64, store: &StoreView, ctx: &Context) -> Option<u64> {
+    ctx.cluster.as_ref()?;
+    let read = matches!(store, StoreView::Available(_));
+    ctx.memory.of(store_group, |m| {
+        if read || m.last_read_ms.is_none() {
+            m.last_read_ms = Some(asked_ms);
+        }
+        m.last_read_ms
+    })
 }
 
 /// When a replica that stopped being the active one looks again: at the
 /// resync, or across clusters when the plan asked (see
 /// [`unlabel_while_cut_off`]).
-fn requeue_as_standby(plan: &Plan, ctx: &Context) -> Action {
-    let soon = plan.look_again_ms.filter(|_| ctx.cluster.is_some());
-    Action::requeue(soon.map_or(ctx.resync, Duration::from_millis).min(ctx.resync))
+fn requeue_as_standby(
+    plan: &Plan,
+    store: &StoreView,
+    group: &LeaderGroup,
+    ctx: &Context,
+) -> Action {
+    match &ctx.cluster {
+        Some(_) => Action::requeue(next_look(plan, store, group, ctx)),
+        None => Action::requeue(ctx.resync),
+    }
 }
 
 /// How long a read of the group's state may take: across clusters, half a
@@ -367,20 +400,27 @@ async fn unlabel_while_cut_off(
     let Ok(config) = group.spec.election_config() else {
         return standby;
     };
-    // The lease last seen must have run out then.
+    // The lease last seen must have run out then; the store is asked a
+    // read's bound before, so that its silence is known by then.
     let due_ms = last_read_ms + config.ttl_ms;
+    let bound = read_bound(group, ctx);
+    let ask_ms = due_ms.saturating_sub(bound.as_millis() as u64);
     let now_ms = wall_clock_ms();
-    if now_ms < due_ms {
-        return Ok(Action::requeue(Duration::from_millis(due_ms - now_ms)));
+    if now_ms < ask_ms {
+        return Ok(Action::requeue(Duration::from_millis(ask_ms - now_ms)));
     }
     let read = ctx.node.store().group_state(&store_group);
-    let reason = match bounded(read_bound(group, ctx), read).await {
+    let reason = match bounded(bound, read).await {
         Err(e) => e.to_string(),
         Ok(_) => {
             ctx.memory.of(&store_group, |m| m.last_read_ms = None);
             return standby;
         }
     };
+    let now_ms = wall_clock_ms();
+    if now_ms < due_ms {
+        tokio::time::sleep(Duration::from_millis(due_ms - now_ms)).await;
+    }
     let group = with_own_last_status(group, &store_group, ctx);
     let others = other_groups(&group, &namespace, ctx);
     let pods = cached_pods(&namespace, ctx, |_, _| true)?;
@@ -516,7 +556,15 @@ pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, Recon
     let pods = cached_pods(namespace, ctx, |_, _| true)?;
     let others = other_groups(group, namespace, ctx);
     let changes = role_labels_to_remove(group, &pods, &others);
-    if !apply_labels(&changes, &pods, namespace, &|| ctx.leadership.is_leader(), ctx).await? {
+    if !apply_labels(
+        &changes,
+        &pods,
+        namespace,
+        &|| ctx.leadership.is_leader(),
+        ctx,
+    )
+    .await?
+    {
         return Err(ReconcileError::NotActive);
     }
     if !changes.is_empty() {
@@ -655,7 +703,10 @@ impl World {
         let votes = match (&ctx.cluster, group.spec.election_config(), &store) {
             (Some(cluster), Ok(config), StoreView::Available(_)) => {
                 let refresh = SPEC_VOTE_REFRESH_MS;
-                let vote = ctx.node.store().vote_spec(store_group, cluster, &config, refresh);
+                let vote = ctx
+                    .node
+                    .store()
+                    .vote_spec(store_group, cluster, &config, refresh);
                 let votes = bounded(read_bound(group, ctx), vote).await;
                 votes.inspect_err(|e| tracing::warn!(error = %e, "could not record the group's timings for this cluster")).ok()
             }
@@ -764,7 +815,7 @@ async fn apply_labels(
     changes: &[LabelChange],
     pods: &[PodView],
     namespace: &str,
-    may_write: &dyn Fn() -> bool,
+    may_write: &(dyn Fn() -> bool + Sync),
     ctx: &Context,
 ) -> Result<bool, ReconcileError> {
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), namespace);
@@ -842,7 +893,7 @@ async fn write_status(
     plan: &Plan,
     group: &LeaderGroup,
     namespace: &str,
-    may_write: &dyn Fn() -> bool,
+    may_write: &(dyn Fn() -> bool + Sync),
     ctx: &Context,
 ) -> Result<(), ReconcileError> {
     if !plan.write_status || !may_write() {

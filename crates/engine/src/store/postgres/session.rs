@@ -59,6 +59,8 @@ pub(super) enum Op {
 impl Op {
     const ALL: usize = Op::Settings as usize + 1;
 
+    // A table, one statement per operation, read by its rows.
+    #[allow(clippy::too_many_lines)]
     fn sql(self) -> &'static str {
         match self {
             Op::Time => "SELECT {s}.now_ms() AS now_ms",

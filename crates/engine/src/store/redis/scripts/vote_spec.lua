@@ -7,8 +7,11 @@
 -- written when its timings changed or it is `refresh` ms old or older.
 local specs_key = KEYS[1]
 local cluster = ARGV[1]
-local timings = ARGV[2] .. ' ' .. ARGV[3] .. ' ' .. ARGV[4]
+local ttl = ARGV[2]
+local renew = ARGV[3]
+local retry = ARGV[4]
 local refresh = tonumber(ARGV[5])
+local timings = ttl .. ' ' .. renew .. ' ' .. retry
 local now = now_ms()
 local old = redis.call('HGET', specs_key, cluster)
 local stale = true
