@@ -28,6 +28,9 @@ use crate::apiserver::{
     NS, RETRY, TTL,
 };
 
+/// The group's renew interval (ttl 1000, renew 300, retry 200 ms).
+const RENEW: Duration = Duration::from_millis(300);
+
 /// One cluster: its API server, its controller and its agents, all of them
 /// reaching the store at `store_url`.
 struct Cluster {
@@ -290,8 +293,11 @@ on_both_stores! {
         let (west_at, east_off_at) = (west_at.unwrap(), east_off_at.unwrap());
         let taken = west.watch.leader().expect("west's leader");
         println!("cut: west labels {taken} {west_at:?} after the cut, east's label goes {east_off_at:?} after it");
+        // The lease east read last had at least ttl - renew left, and the
+        // read came at most half a ttl (and a reconcile) before the cut.
+        let earliest = TTL - RENEW - TTL / 2 - Duration::from_millis(100);
         assert!(
-            east_off_at >= TTL / 4,
+            east_off_at >= earliest,
             "east's label went {east_off_at:?} after the cut, before the lease it saw could have run out"
         );
         let bound = TTL + 2 * RETRY;

@@ -567,7 +567,7 @@ async fn plan_follows(
             local_now_ms: 0,
             store_warnings: &[],
             votes: None,
-            last_read_ms: None,
+            lease_seen_until_ms: None,
             holder_gone_since_ms: Some(0),
         });
         let labelled = p

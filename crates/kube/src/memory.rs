@@ -30,10 +30,9 @@ pub struct GroupMemory {
     /// its status names: the plan waits a moment for the successor
     /// (`plan::SUCCESSOR_GRACE_MS`) before it reports it leaderless.
     pub holder_gone_since_ms: Option<u64>,
-    /// Across clusters only: when (ms, local clock) the group's state was
-    /// last asked of the store and read, or first asked in vain, when it
-    /// never was read (`plan::Observed::last_read_ms`).
-    pub last_read_ms: Option<u64>,
+    /// Across clusters only: when (ms, local clock) the lease last read
+    /// from the store must have run out (`plan::Observed::lease_seen_until_ms`).
+    pub lease_seen_until_ms: Option<u64>,
     /// The status this replica last wrote, with the resourceVersion the
     /// group had when it was written. A reconcile triggered before the
     /// watch brings that write back would otherwise plan from the older

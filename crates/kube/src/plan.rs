@@ -72,12 +72,14 @@ pub struct Observed<'a> {
     /// What is wrong with the store server's settings, as last read.
     pub store_warnings: &'a [SettingWarning],
     /// Across clusters, every cluster's timings for the group as the store
-    /// holds them, this one's recorded first (`None`: not read).
+    /// holds them, this one's included (`None`: not read).
     pub votes: Option<&'a [SpecVote]>,
-    /// When (ms, the local clock) the group's state was last read from the
-    /// store, or first failed to be, when it never was (see
+    /// Across clusters: when (ms, the local clock) the lease last read from
+    /// the store must have run out: the read's time (taken before it was
+    /// asked) and the lease's time left then, or a ttl when no one held
+    /// it; a ttl after the first read that failed, when none answered (see
     /// [`while_store_is_unavailable`]).
-    pub last_read_ms: Option<u64>,
+    pub lease_seen_until_ms: Option<u64>,
     /// When (ms, the store's clock) this controller first found the group without
     /// the holder its status names, if it has (see [`awaiting_successor`]).
     pub holder_gone_since_ms: Option<u64>,
@@ -628,7 +630,7 @@ fn store_settings(warnings: &[SettingWarning]) -> Condition {
 /// Rule: while the store cannot be read, every label stays as it is (a guess
 /// could label two pods); only the conditions say so. Across clusters
 /// (`--cluster`), once the lease this controller last saw must have run
-/// out (a ttl after its last read of the store), the leader label comes
+/// out (its time left at the last read of the store), the leader label comes
 /// off this cluster's pods, once, with a `LeaderUnconfirmed` warning: a
 /// cluster that shares the store may have elected a leader meanwhile, and
 /// a client here must not be sent to a leader nobody can confirm. In one
@@ -645,18 +647,14 @@ fn while_store_is_unavailable(
     let group = observed.group;
     let now_ms = observed.local_now_ms;
     // When the lease last seen must have run out, across clusters.
-    let runs_out_at = match (observed.cluster, observed.last_read_ms, config) {
-        (Some(_), Some(read), Some(c)) => Some(read + c.ttl_ms),
-        _ => None,
-    };
+    let runs_out_at = observed.cluster.and(observed.lease_seen_until_ms);
     let unconfirmed = runs_out_at.is_some_and(|at| now_ms >= at);
     let ready = if unconfirmed {
-        let unread = now_ms - observed.last_read_ms.unwrap_or(now_ms);
         condition(
             types::READY,
             false,
             reasons::LEADER_UNCONFIRMED,
-            format!("the store has not answered for {unread} ms, longer than the lease: no pod of this cluster is labelled leader until it answers"),
+            "the store has not answered since the lease it last showed ran out: no pod of this cluster is labelled leader until it answers",
         )
     } else {
         condition(
@@ -708,14 +706,15 @@ fn while_store_is_unavailable(
         status,
         write_status,
         events,
-        // Across clusters, written only by the leader's cluster, once seen.
+        // Across clusters, written only once the clusters' records are read
+        // (see `spec_conflict`).
         config: config.filter(|_| observed.cluster.is_none()),
         // Looked at again when the lease seen last must have run out, and
         // after it as often as a lease lasts, to relabel once the store
         // answers.
-        look_again_ms: runs_out_at.zip(config).map(|(at, c)| {
+        look_again_ms: runs_out_at.map(|at| {
             if unconfirmed {
-                c.ttl_ms
+                config.unwrap_or_default().ttl_ms
             } else {
                 at - now_ms
             }

@@ -77,7 +77,7 @@ fn run_among(g: &LeaderGroup, pods: &[PodView], others: &[OtherGroup], store: &S
         local_now_ms: NOW,
         store_warnings: &[],
         votes: None,
-        last_read_ms: Some(NOW),
+        lease_seen_until_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     })
 }
@@ -218,7 +218,7 @@ fn a_gone_holder_is_left_alone_for_a_moment_while_a_successor_is_expected() {
             local_now_ms: NOW,
             store_warnings: &[],
             votes: None,
-            last_read_ms: Some(NOW),
+            lease_seen_until_ms: Some(NOW),
             holder_gone_since_ms: since,
         })
     };
@@ -250,7 +250,7 @@ fn a_gone_holder_is_left_alone_for_a_moment_while_a_successor_is_expected() {
         local_now_ms: NOW,
         store_warnings: &[],
         votes: None,
-        last_read_ms: Some(NOW),
+        lease_seen_until_ms: Some(NOW),
         holder_gone_since_ms: None,
     });
     assert_eq!(p.awaiting_successor, None);
@@ -616,7 +616,7 @@ fn a_sweep_of_former_members_is_reported_once() {
         local_now_ms: NOW,
         store_warnings: &[],
         votes: None,
-        last_read_ms: Some(NOW),
+        lease_seen_until_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     });
     let sweep = p.status.last_sweep.clone().expect("lastSweep");
@@ -640,7 +640,7 @@ fn a_sweep_of_former_members_is_reported_once() {
         local_now_ms: NOW,
         store_warnings: &[],
         votes: None,
-        last_read_ms: Some(NOW),
+        lease_seen_until_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     });
     assert!(!p.events.iter().any(|e| e.reason == "NodesSwept"));
@@ -698,7 +698,7 @@ fn unsafe_store_settings_are_a_condition_of_every_group_but_not_unreadiness() {
         local_now_ms: NOW,
         store_warnings: &warnings,
         votes: None,
-        last_read_ms: Some(NOW),
+        lease_seen_until_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     });
     let c = cond(&p.status, "RedisSettingsSafe");
@@ -1443,16 +1443,17 @@ fn state_of(holder: Option<&str>, term: u64, members: &[&str]) -> StoreView {
     })
 }
 
-/// A plan of the controller of cluster `cluster`, which last read the
-/// store at `last_read_ms`, the only cluster with a record of its timings.
+/// A plan of the controller of cluster `cluster`, to which the lease it
+/// last read runs out at `lease_seen_until_ms`, the only cluster with a
+/// record of its timings.
 fn run_in(
     cluster: &str,
     g: &LeaderGroup,
     pods: &[PodView],
     store: &StoreView,
-    last_read_ms: u64,
+    lease_seen_until_ms: u64,
 ) -> Plan {
-    run_voted(cluster, g, pods, store, last_read_ms, &[])
+    run_voted(cluster, g, pods, store, lease_seen_until_ms, &[])
 }
 
 /// [`run_in`] with these records of the clusters' timings.
@@ -1461,7 +1462,7 @@ fn run_voted(
     g: &LeaderGroup,
     pods: &[PodView],
     store: &StoreView,
-    last_read_ms: u64,
+    lease_seen_until_ms: u64,
     votes: &[SpecVote],
 ) -> Plan {
     plan(&Observed {
@@ -1474,7 +1475,7 @@ fn run_voted(
         local_now_ms: NOW,
         store_warnings: &[],
         votes: Some(votes),
-        last_read_ms: Some(last_read_ms),
+        lease_seen_until_ms: Some(lease_seen_until_ms),
         holder_gone_since_ms: Some(0),
     })
 }
@@ -1606,7 +1607,7 @@ fn across_clusters_only_the_leaders_cluster_moves_the_seat() {
 }
 
 #[test]
-fn across_clusters_a_controller_cut_off_from_the_store_unlabels_its_leader_a_ttl_after_its_last_read(
+fn across_clusters_a_controller_cut_off_from_the_store_unlabels_its_leader_once_the_lease_it_read_runs_out(
 ) {
     let store = state_of(
         Some("east/shop/web-0"),
@@ -1620,15 +1621,15 @@ fn across_clusters_a_controller_cut_off_from_the_store_unlabels_its_leader_a_ttl
     let labelled = [pod("web-0", Some(LEADER)), pod("web-1", Some(FOLLOWER))];
     let down = StoreView::Unavailable("connection refused".into());
     let ttl = spec().ttl_ms as u64;
-    // Within the ttl of the last read: the labels stay, and the controller
-    // looks again when the lease seen last must have run out.
-    let p = run_in("east", &g, &labelled, &down, NOW - ttl + 300);
+    // Before the lease last seen runs out: the labels stay, and the
+    // controller looks again when it must have run out.
+    let p = run_in("east", &g, &labelled, &down, NOW + 300);
     assert!(p.labels.is_empty() && p.events.is_empty());
     assert_eq!(p.status.leader.as_deref(), Some("east/web-0"));
     assert_eq!(p.look_again_ms, Some(300));
-    // A ttl after it: the leader label comes off, once, said in an Event
+    // Once it has: the leader label comes off, once, said in an Event
     // and in Ready.
-    let p = run_in("east", &g, &labelled, &down, NOW - ttl);
+    let p = run_in("east", &g, &labelled, &down, NOW);
     assert_eq!(p.labels, vec![change("web-0", Some(FOLLOWER))]);
     assert_eq!(p.events.len(), 1);
     assert_eq!(p.events[0].reason, "LeaderUnconfirmed");
@@ -1661,7 +1662,7 @@ fn across_clusters_a_controller_cut_off_from_the_store_unlabels_its_leader_a_ttl
         local_now_ms: NOW,
         store_warnings: &[],
         votes: None,
-        last_read_ms: Some(NOW - 10 * ttl),
+        lease_seen_until_ms: Some(NOW - 10 * ttl),
         holder_gone_since_ms: Some(0),
     });
     assert!(p.labels.is_empty());
@@ -1758,7 +1759,7 @@ fn run_voted_none(cluster: &str, g: &LeaderGroup, pods: &[PodView], store: &Stor
         local_now_ms: NOW,
         store_warnings: &[],
         votes: None,
-        last_read_ms: Some(NOW),
+        lease_seen_until_ms: Some(NOW),
         holder_gone_since_ms: Some(0),
     })
 }

@@ -250,7 +250,8 @@ pub async fn reconcile(
     let group = with_own_last_status(&group, &store_group, ctx);
     let asked_ms = wall_clock_ms();
     let world = World::read(&group, &namespace, &store_group, ctx).await?;
-    let last_read_ms = note_read(&store_group, asked_ms, &world.store, ctx);
+    let read_took = Duration::from_millis(wall_clock_ms().saturating_sub(asked_ms));
+    let lease_seen_until_ms = note_read(&store_group, asked_ms, &world.store, &group, ctx);
     let plan = plan(&Observed {
         group: &group,
         cluster: ctx.cluster.as_deref(),
@@ -261,7 +262,7 @@ pub async fn reconcile(
         swept: &world.swept,
         local_now_ms: wall_clock_ms(),
         store_warnings: &ctx.store_settings.borrow().clone(),
-        last_read_ms,
+        lease_seen_until_ms,
         holder_gone_since_ms: ctx.memory.of(&store_group, |m| m.holder_gone_since_ms),
     });
     let since = plan.awaiting_successor.map(|(since, _)| since);
@@ -292,7 +293,7 @@ pub async fn reconcile(
         // No longer the active replica: the rest is the new one's to write
         // (across clusters, perhaps this one's once cut off: looked at again
         // when the plan says).
-        Ok(false) => return Ok(requeue_as_standby(&plan, &world.store, &group, ctx)),
+        Ok(false) => return Ok(requeue_as_standby(&plan, &world, read_took, &group, ctx)),
         Err(e) if stale(&e) => {
             // What the plan read is behind the pod: the rest of it may be
             // too. The watch brings the change, which triggers the group
@@ -320,35 +321,61 @@ pub async fn reconcile(
         wall_clock_ms() as f64 / 1000.0,
     );
     endpoint?;
-    Ok(Action::requeue(next_look(&plan, &world.store, &group, ctx)))
+    Ok(Action::requeue(next_look(
+        &plan, &world, read_took, &group, ctx,
+    )))
 }
 
 /// When the plan asks to look again (the resync at the latest). Across
-/// clusters, while the store does not answer, a read's bound early: the
-/// read of that look has failed by the time the lease last seen runs out,
-/// and the label comes off then.
-fn next_look(plan: &Plan, store: &StoreView, group: &LeaderGroup, ctx: &Context) -> Duration {
+/// clusters, while the store does not answer (its read took `read_took`),
+/// a read's bound early when the read waited out its bound: the read of
+/// that look has failed by the time the lease last seen runs out, and the
+/// label comes off then. A read that failed at once (a refused
+/// connection) fails at once again: it is not asked early, so it does not
+/// spin.
+fn next_look(
+    plan: &Plan,
+    world: &World,
+    read_took: Duration,
+    group: &LeaderGroup,
+    ctx: &Context,
+) -> Duration {
     let Some(ms) = plan.look_again_ms else {
         return ctx.resync;
     };
     let mut again = Duration::from_millis(ms);
-    if let (Some(_), StoreView::Unavailable(_)) = (&ctx.cluster, store) {
-        again = again.saturating_sub(read_bound(group, ctx));
+    let bound = read_bound(group, ctx);
+    if let (Some(_), StoreView::Unavailable(_)) = (&ctx.cluster, &world.store) {
+        if read_took >= bound / 2 {
+            again = again.saturating_sub(bound);
+        }
     }
     again.min(ctx.resync)
 }
 
-/// Across clusters, when the group's state was last read (asked at
-/// `asked_ms`), remembered: this read's time when it answered, or the
-/// first failed one's when none did (`plan::Observed::last_read_ms`).
-fn note_read(store_group: &str, asked_ms: u64, store: &StoreView, ctx: &Context) -> Option<u64> {
+/// Across clusters, when the lease last read from the store must have run
+/// out, remembered (`plan::Observed::lease_seen_until_ms`): from this read
+/// (asked at `asked_ms`) when it answered, a ttl after the first failed one
+/// when none did.
+fn note_read(
+    store_group: &str,
+    asked_ms: u64,
+    store: &StoreView,
+    group: &LeaderGroup,
+    ctx: &Context,
+) -> Option<u64> {
     ctx.cluster.as_ref()?;
-    let read = matches!(store, StoreView::Available(_));
-    ctx.memory.of(store_group, |m| {
-        if read || m.last_read_ms.is_none() {
-            m.last_read_ms = Some(asked_ms);
+    let ttl_ms = group.spec.election_config().unwrap_or_default().ttl_ms;
+    let seen = match store {
+        StoreView::Available(state) => {
+            let left = state.lease_pttl_ms.filter(|_| state.holder.is_some());
+            Some(asked_ms + left.unwrap_or(ttl_ms))
         }
-        m.last_read_ms
+        StoreView::Unavailable(_) => None,
+    };
+    ctx.memory.of(store_group, |m| {
+        m.lease_seen_until_ms = seen.or(m.lease_seen_until_ms).or(Some(asked_ms + ttl_ms));
+        m.lease_seen_until_ms
     })
 }
 
@@ -357,12 +384,13 @@ fn note_read(store_group: &str, asked_ms: u64, store: &StoreView, ctx: &Context)
 /// [`unlabel_while_cut_off`]).
 fn requeue_as_standby(
     plan: &Plan,
-    store: &StoreView,
+    world: &World,
+    read_took: Duration,
     group: &LeaderGroup,
     ctx: &Context,
 ) -> Action {
     match &ctx.cluster {
-        Some(_) => Action::requeue(next_look(plan, store, group, ctx)),
+        Some(_) => Action::requeue(next_look(plan, world, read_took, group, ctx)),
         None => Action::requeue(ctx.resync),
     }
 }
@@ -381,12 +409,14 @@ fn read_bound(group: &LeaderGroup, ctx: &Context) -> Duration {
 /// Across clusters, a replica cut off from the store loses its own lease
 /// as well (it is kept in the store), so while the store is away no
 /// replica of the cluster is active. The rule of
-/// `plan::while_store_is_unavailable` is then kept by the replica that
-/// read the group last, once: when the store does not answer it either, it
-/// takes this cluster's leader label off when the lease it last saw must
-/// have run out, and says so in the status and an Event. Taking a leader
-/// label off never makes two leaders, so it needs no lease; a replica that
-/// can read the store leaves the group to the active one, and forgets.
+/// `plan::while_store_is_unavailable` is then kept by a replica that read
+/// the group while it was active, once: when the store does not answer it
+/// either, it takes this cluster's leader label off when the lease it last
+/// saw must have run out, and says so in the status and an Event. Taking a
+/// leader label off never makes two leaders, so it needs no lease. A
+/// replica that can read the store leaves the group to the active one, and
+/// forgets; so does one whose memory is a lease older than itself (it has
+/// been a standby since: another replica looks after the group).
 async fn unlabel_while_cut_off(
     group: &LeaderGroup,
     ctx: &Context,
@@ -394,26 +424,31 @@ async fn unlabel_while_cut_off(
     let standby = Ok(Action::requeue(ctx.resync));
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
     let store_group = NamespacedName::new(&namespace, group.name_any()).to_string();
-    let Some(last_read_ms) = ctx.memory.of(&store_group, |m| m.last_read_ms) else {
+    let Some(due_ms) = ctx.memory.of(&store_group, |m| m.lease_seen_until_ms) else {
         return standby;
     };
-    let Ok(config) = group.spec.election_config() else {
-        return standby;
+    let forget = || {
+        ctx.memory
+            .of(&store_group, |m| m.lease_seen_until_ms = None)
     };
-    // The lease last seen must have run out then; the store is asked a
-    // read's bound before, so that its silence is known by then.
-    let due_ms = last_read_ms + config.ttl_ms;
+    let ttl_ms = group.spec.election_config().unwrap_or_default().ttl_ms;
+    // The store is asked a read's bound before the lease last seen runs
+    // out, so that its silence is known by then.
     let bound = read_bound(group, ctx);
     let ask_ms = due_ms.saturating_sub(bound.as_millis() as u64);
     let now_ms = wall_clock_ms();
     if now_ms < ask_ms {
         return Ok(Action::requeue(Duration::from_millis(ask_ms - now_ms)));
     }
+    if now_ms > due_ms + ttl_ms {
+        forget();
+        return standby;
+    }
     let read = ctx.node.store().group_state(&store_group);
     let reason = match bounded(bound, read).await {
         Err(e) => e.to_string(),
         Ok(_) => {
-            ctx.memory.of(&store_group, |m| m.last_read_ms = None);
+            forget();
             return standby;
         }
     };
@@ -421,6 +456,9 @@ async fn unlabel_while_cut_off(
     if now_ms < due_ms {
         tokio::time::sleep(Duration::from_millis(due_ms - now_ms)).await;
     }
+    // Once per cut, even if a write below fails: the next word on the
+    // group is the store's.
+    forget();
     let group = with_own_last_status(group, &store_group, ctx);
     let others = other_groups(&group, &namespace, ctx);
     let pods = cached_pods(&namespace, ctx, |_, _| true)?;
@@ -434,15 +472,13 @@ async fn unlabel_while_cut_off(
         local_now_ms: wall_clock_ms(),
         store_warnings: &[],
         votes: None,
-        last_read_ms: Some(last_read_ms),
+        lease_seen_until_ms: Some(due_ms),
         holder_gone_since_ms: None,
     });
     let anyone = || true;
     apply_labels(&plan.labels, &pods, &namespace, &anyone, ctx).await?;
     record_events(&plan, &group, ctx).await;
     write_status(&plan, &group, &namespace, &anyone, ctx).await?;
-    // Once per cut: the next word on the group is the store's.
-    ctx.memory.of(&store_group, |m| m.last_read_ms = None);
     standby
 }
 

@@ -79,7 +79,7 @@ async fn the_schema_is_created_once_by_processes_starting_together() {
     }
     assert_eq!(
         tables(&pg, "lh"),
-        "groups,inbox,members,meta,nodes,queues,retained,store,subscriptions,takes"
+        "groups,inbox,members,meta,nodes,queues,retained,specs,store,subscriptions,takes"
     );
     assert_eq!(
         pg.psql("SELECT value FROM lh.meta WHERE key = 'schema_version'")

@@ -267,7 +267,7 @@ impl PgStore {
     }
 
     /// Cluster `cluster`'s timings for `group`, and every cluster's
-    /// (sql/v3.sql's `specs`).
+    /// (sql/v3.sql's `vote_spec`).
     pub(crate) async fn vote_spec(
         &self,
         group: &str,
@@ -291,13 +291,13 @@ impl PgStore {
         let vote = |row: &Answer| -> Result<SpecVote, StoreError> {
             let ms = |column| count(row, column).map(Some);
             Ok(SpecVote {
-                cluster: row.get("cluster")?,
+                cluster: row.get("o_cluster")?,
                 config: adopted_timings(
-                    ms("ttl_ms")?,
-                    ms("renew_interval_ms")?,
-                    ms("retry_interval_ms")?,
+                    ms("o_ttl_ms")?,
+                    ms("o_renew_interval_ms")?,
+                    ms("o_retry_interval_ms")?,
                 ),
-                age_ms: count(row, "now_ms")?.saturating_sub(count(row, "at_ms")?),
+                age_ms: count(row, "o_age_ms")?,
             })
         };
         rows.iter().map(vote).collect()

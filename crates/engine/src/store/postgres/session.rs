@@ -59,8 +59,6 @@ pub(super) enum Op {
 impl Op {
     const ALL: usize = Op::Settings as usize + 1;
 
-    // A table, one statement per operation, read by its rows.
-    #[allow(clippy::too_many_lines)]
     fn sql(self) -> &'static str {
         match self {
             Op::Time => "SELECT {s}.now_ms() AS now_ms",
@@ -98,25 +96,7 @@ impl Op {
                  WHERE g.counter < excluded.counter
                  RETURNING 1"
             }
-            // The cluster's record written when it changed or is $6 ms
-            // old; every cluster's read in the same statement (the
-            // written row from the insert, the others as they were).
-            Op::VoteSpec => {
-                "WITH up AS (
-                    INSERT INTO {s}.specs AS v (grp, cluster, ttl_ms, renew_interval_ms, retry_interval_ms, at_ms)
-                    VALUES ($1, $2, $3, $4, $5, {s}.now_ms())
-                    ON CONFLICT (grp, cluster) DO UPDATE SET ttl_ms = excluded.ttl_ms,
-                        renew_interval_ms = excluded.renew_interval_ms,
-                        retry_interval_ms = excluded.retry_interval_ms, at_ms = excluded.at_ms
-                    WHERE (v.ttl_ms, v.renew_interval_ms, v.retry_interval_ms)
-                        IS DISTINCT FROM (excluded.ttl_ms, excluded.renew_interval_ms, excluded.retry_interval_ms)
-                        OR v.at_ms <= excluded.at_ms - $6::bigint
-                    RETURNING cluster, ttl_ms, renew_interval_ms, retry_interval_ms, at_ms)
-                 SELECT cluster, ttl_ms, renew_interval_ms, retry_interval_ms, at_ms, {s}.now_ms() AS now_ms FROM up
-                 UNION ALL
-                 SELECT cluster, ttl_ms, renew_interval_ms, retry_interval_ms, at_ms, {s}.now_ms() AS now_ms
-                 FROM {s}.specs WHERE grp = $1 AND NOT (cluster = $2 AND EXISTS (SELECT 1 FROM up))"
-            }
+            Op::VoteSpec => "SELECT * FROM {s}.vote_spec($1, $2, $3, $4, $5, $6)",
             Op::Register => "SELECT {s}.register($1, $2, $3, $4, $5, $6::text::jsonb) AS previous",
             Op::Heartbeat => "SELECT * FROM {s}.heartbeat($1, $2, $3)",
             Op::SetField => {

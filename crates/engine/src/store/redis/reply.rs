@@ -324,8 +324,9 @@ impl FromRedisValue for Nodes {
 }
 
 /// vote_spec.lua: `{now ms, {cluster, 'TTL RENEW RETRY AT', ...}}`. A
-/// record that cannot be read is a vote without timings, not an error:
-/// any client of the store may have written it.
+/// record that cannot be read is not an error (any client of the store may
+/// have written it): a vote without timings, as old as can be, so it never
+/// counts.
 pub(super) struct Votes(pub Vec<SpecVote>);
 
 impl FromRedisValue for Votes {
@@ -338,7 +339,7 @@ impl FromRedisValue for Votes {
             let numbers: Vec<Option<u64>> = record.split(' ').map(|n| n.parse().ok()).collect();
             let (config, at) = match numbers[..] {
                 [ttl, renew, retry, Some(at)] => (adopted_timings(ttl, renew, retry), at),
-                _ => (None, now),
+                _ => (None, 0),
             };
             SpecVote {
                 cluster,
