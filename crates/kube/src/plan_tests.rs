@@ -1453,17 +1453,18 @@ fn run_in(
     store: &StoreView,
     lease_seen_until_ms: u64,
 ) -> Plan {
-    run_voted(cluster, g, pods, store, lease_seen_until_ms, &[])
+    run_voted(cluster, g, pods, store, lease_seen_until_ms, Some(&[]))
 }
 
-/// [`run_in`] with these records of the clusters' timings.
+/// [`run_in`] with these records of the clusters' timings (`None`: they
+/// could not be read).
 fn run_voted(
     cluster: &str,
     g: &LeaderGroup,
     pods: &[PodView],
     store: &StoreView,
     lease_seen_until_ms: u64,
-    votes: &[SpecVote],
+    votes: Option<&[SpecVote]>,
 ) -> Plan {
     plan(&Observed {
         group: g,
@@ -1474,7 +1475,7 @@ fn run_voted(
         swept: &[],
         local_now_ms: NOW,
         store_warnings: &[],
-        votes: Some(votes),
+        votes,
         lease_seen_until_ms: Some(lease_seen_until_ms),
         holder_gone_since_ms: Some(0),
     })
@@ -1690,7 +1691,7 @@ fn across_clusters_timings_that_differ_are_written_by_no_one_and_reported_in_eac
         vec![vote("east", 15_000, 0)],
         vec![vote("east", 15_000, 0), vote("west", 15_000, 9)],
     ] {
-        let p = run_voted("east", &g, &pods, &store, NOW, &votes);
+        let p = run_voted("east", &g, &pods, &store, NOW, Some(&votes));
         assert_eq!(p.config, Some(ElectionConfig::default()));
         let c = cond(&p.status, "SpecConflict");
         assert_eq!(
@@ -1700,7 +1701,7 @@ fn across_clusters_timings_that_differ_are_written_by_no_one_and_reported_in_eac
     }
     // West's LeaderGroup has a 20 s ttl: east writes nothing, and says why.
     let votes = [vote("east", 15_000, 0), vote("west", 20_000, 9)];
-    let p = run_voted("east", &g, &pods, &store, NOW, &votes);
+    let p = run_voted("east", &g, &pods, &store, NOW, Some(&votes));
     assert_eq!(p.config, None);
     let c = cond(&p.status, "SpecConflict");
     assert_eq!(
@@ -1721,7 +1722,7 @@ fn across_clusters_timings_that_differ_are_written_by_no_one_and_reported_in_eac
         &[],
         &store,
         NOW,
-        &votes,
+        Some(&votes),
     );
     assert_eq!(p.config, None);
     assert_eq!(cond(&p.status, "SpecConflict").status, "True");
@@ -1730,12 +1731,27 @@ fn across_clusters_timings_that_differ_are_written_by_no_one_and_reported_in_eac
         vote("east", 15_000, 0),
         vote("west", 20_000, SPEC_VOTE_STALE_MS),
     ];
-    let p = run_voted("east", &g, &pods, &store, NOW, &votes);
+    let p = run_voted("east", &g, &pods, &store, NOW, Some(&votes));
     assert_eq!(p.config, Some(ElectionConfig::default()));
     // Records that could not be read: nothing is written, the condition
     // stays as it was; in one cluster there is no such condition.
-    let prev = run_voted("east", &g, &pods, &store, NOW, &[vote("west", 20_000, 0)]).status;
-    let p = run_voted_none("east", &group("web", spec(), Some(prev)), &pods, &store);
+    let prev = run_voted(
+        "east",
+        &g,
+        &pods,
+        &store,
+        NOW,
+        Some(&[vote("west", 20_000, 0)]),
+    )
+    .status;
+    let p = run_voted(
+        "east",
+        &group("web", spec(), Some(prev)),
+        &pods,
+        &store,
+        NOW,
+        None,
+    );
     assert_eq!(p.config, None);
     assert_eq!(cond(&p.status, "SpecConflict").status, "True");
     let p = run(&g, &[pod("a", None)], &state(Some("a"), 1, &["a"]));
@@ -1745,21 +1761,4 @@ fn across_clusters_timings_that_differ_are_written_by_no_one_and_reported_in_eac
         .iter()
         .all(|c| c.type_ != "SpecConflict"));
     assert!(p.config.is_some());
-}
-
-/// [`run_in`] when the records of the clusters' timings could not be read.
-fn run_voted_none(cluster: &str, g: &LeaderGroup, pods: &[PodView], store: &StoreView) -> Plan {
-    plan(&Observed {
-        group: g,
-        cluster: Some(cluster),
-        pods,
-        others: &[],
-        store,
-        swept: &[],
-        local_now_ms: NOW,
-        store_warnings: &[],
-        votes: None,
-        lease_seen_until_ms: Some(NOW),
-        holder_gone_since_ms: Some(0),
-    })
 }
