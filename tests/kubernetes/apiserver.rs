@@ -1607,10 +1607,14 @@ async fn priorities_failback_and_a_named_successor_on_a_real_api_server() {
 
 /// One state of the leader Service's EndpointSlice, as the watch saw it.
 #[derive(Debug, Clone, PartialEq)]
-struct SliceSeen {
-    term: u64,
-    leader: Option<String>,
-    addresses: Vec<String>,
+pub(crate) struct SliceSeen {
+    pub(crate) term: u64,
+    pub(crate) leader: Option<String>,
+    /// Its cluster's controller, cut off from the store, could not confirm
+    /// the term's leader (`leasehold.dev/unconfirmed`): of the term's
+    /// leader's rank.
+    pub(crate) unconfirmed: bool,
+    pub(crate) addresses: Vec<String>,
 }
 
 /// Every state of the EndpointSlices of namespace `shop`, from one watch,
@@ -1627,7 +1631,7 @@ struct SliceLog {
     broken: Vec<String>,
 }
 
-struct SliceWatch {
+pub(crate) struct SliceWatch {
     log: Arc<Mutex<SliceLog>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -1639,7 +1643,7 @@ impl Drop for SliceWatch {
 }
 
 impl SliceWatch {
-    async fn start(client: kube::Client) -> Self {
+    pub(crate) async fn start(client: kube::Client) -> Self {
         let group = kube::discovery::group(&client, "discovery.k8s.io")
             .await
             .expect("the API server serves discovery.k8s.io");
@@ -1671,6 +1675,7 @@ impl SliceWatch {
                     leader: annotations["leasehold.dev/leader"]
                         .as_str()
                         .map(str::to_owned),
+                    unconfirmed: annotations.get("leasehold.dev/unconfirmed").is_some(),
                     addresses: value["endpoints"]
                         .as_array()
                         .into_iter()
@@ -1685,13 +1690,17 @@ impl SliceWatch {
         Self { log, task }
     }
 
-    fn current(&self) -> Option<SliceSeen> {
+    pub(crate) fn current(&self) -> Option<SliceSeen> {
         self.log.lock().unwrap().current.clone()
     }
 
     /// Waits until the slice holds a pod other than `not`; returns it and
     /// the term.
-    async fn next_leader(&self, not: Option<&str>, limit: Duration) -> (String, u64, Duration) {
+    pub(crate) async fn next_leader(
+        &self,
+        not: Option<&str>,
+        limit: Duration,
+    ) -> (String, u64, Duration) {
         let start = Instant::now();
         loop {
             if let Some(s) = self.current() {
@@ -1708,7 +1717,24 @@ impl SliceWatch {
         }
     }
 
-    fn assert_fenced(&self) {
+    /// Waits until the slice holds no address; returns it, and how long it
+    /// took.
+    pub(crate) async fn emptied(&self, limit: Duration, what: &str) -> (SliceSeen, Duration) {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.current().filter(|s| s.addresses.is_empty()) {
+                return (s, start.elapsed());
+            }
+            assert!(
+                start.elapsed() < limit,
+                "{what}: the slice still holds an address after {limit:?}: {:?}",
+                self.current()
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    pub(crate) fn assert_fenced(&self) {
         let log = self.log.lock().unwrap();
         assert!(
             log.broken.is_empty(),
@@ -1743,7 +1769,7 @@ impl SliceLog {
             }
         }
         if let Some(before) = &self.current {
-            let rank = |s: &SliceSeen| (s.term, s.leader.is_none());
+            let rank = |s: &SliceSeen| (s.term, s.leader.is_none() && !s.unconfirmed);
             if rank(&seen) < rank(before) {
                 self.broken
                     .push(format!("went back from {before:?} to {seen:?}"));
@@ -1949,10 +1975,18 @@ fn the_slice_checker_sees_each_broken_rule() {
     let seen = |term, leader: Option<&str>, addresses: &[&str]| SliceSeen {
         term,
         leader: leader.map(str::to_owned),
+        unconfirmed: false,
         addresses: addresses.iter().map(|a| a.to_string()).collect(),
+    };
+    let unconfirmed = |term| SliceSeen {
+        unconfirmed: true,
+        ..seen(term, None, &[])
     };
     let ip = |pod| pod_ip(pod);
     let mut ok = SliceLog::default();
+    ok.record(seen(1, Some("web-0"), &[&ip("web-0")]));
+    // A cut-off cluster's slice, and the same term's leader back.
+    ok.record(unconfirmed(1));
     ok.record(seen(1, Some("web-0"), &[&ip("web-0")]));
     ok.record(seen(1, None, &[]));
     ok.record(seen(2, Some("web-1"), &[&ip("web-1")]));
@@ -1983,6 +2017,10 @@ fn the_slice_checker_sees_each_broken_rule() {
                 seen(2, Some("web-1"), &[&ip("web-1")]),
                 seen(2, Some("web-0"), &[&ip("web-0")]),
             ],
+        ),
+        (
+            "back from a vacated term to unconfirmed",
+            vec![seen(2, None, &[]), unconfirmed(2)],
         ),
         (
             "an annotation without an address",

@@ -7,7 +7,9 @@
 //!
 //! A watch of each API server's pods follows every label change in the
 //! order that server made them: at no point may two pods of one cluster
-//! carry the leader label.
+//! carry the leader label. The group has a leader Service (`spec.service`),
+//! and a watch of each cluster's EndpointSlice checks every state of it: one
+//! address at most, the annotated pod's, a term that never goes back.
 
 use leasehold_testkit as testkit;
 
@@ -25,7 +27,7 @@ use testkit::{eventually_async, free_port, Signal};
 
 use crate::apiserver::{
     create_group, create_pod, kubectl, label_bound, prepared_api_server, Controller, LabelWatch,
-    NS, RETRY, TTL,
+    SliceWatch, NS, RETRY, TTL,
 };
 
 /// The group's renew interval (ttl 1000, renew 300, retry 200 ms).
@@ -38,13 +40,16 @@ struct Cluster {
     api: ApiServer,
     admin: kube::Client,
     watch: LabelWatch,
+    /// The leader Service's slice in this cluster.
+    slices: SliceWatch,
     store_url: String,
     controller: Option<Controller>,
     agents: BTreeMap<String, Agent>,
 }
 
 impl Cluster {
-    /// The API server with pods `pods` and the group `web` (ttl 1000/300/200).
+    /// The API server with pods `pods` and the group `web` (ttl
+    /// 1000/300/200) with its leader Service `web-leader`.
     async fn start(
         test: &str,
         name: &'static str,
@@ -62,21 +67,24 @@ impl Cluster {
         pods: &[&str],
         ttl_ms: u64,
     ) -> Option<Self> {
-        let (api, admin) = prepared_api_server(test, &[]).await?;
+        let (api, admin) = prepared_api_server(test, &["leaderEndpoints.enabled=true"]).await?;
         for pod in pods {
             create_pod(&admin, pod).await;
         }
         let spec = json!({ "selector": { "matchLabels": { "app": "web" } },
-                           "ttlMs": ttl_ms, "renewIntervalMs": 300, "retryIntervalMs": 200 });
+                           "ttlMs": ttl_ms, "renewIntervalMs": 300, "retryIntervalMs": 200,
+                           "service": { "name": "web-leader", "ports": [{ "port": 80 }] } });
         create_group(&admin, "web", spec)
             .await
             .expect("create LeaderGroup web");
         let watch = LabelWatch::start(admin.clone());
+        let slices = SliceWatch::start(admin.clone()).await;
         Some(Self {
             name,
             api,
             admin,
             watch,
+            slices,
             store_url,
             controller: None,
             agents: BTreeMap::new(),
@@ -85,7 +93,7 @@ impl Cluster {
 
     fn start_controller(&mut self) {
         let name = format!("leasehold-{}", self.name);
-        let flags = ["--cluster", self.name];
+        let flags = ["--cluster", self.name, "--leader-endpoints"];
         let controller = Controller::start_at(&self.api, &self.store_url, &name, &flags, &[]);
         self.controller = Some(controller);
     }
@@ -221,6 +229,10 @@ on_both_stores! {
             east.shows("east/web-0", ("True", "Ready")).await
         })
         .await;
+        // East's slice holds its leader's address; west's holds none.
+        let (in_slice, _, _) = east.slices.next_leader(None, label_bound()).await;
+        assert_eq!(in_slice, "web-0");
+        west.slices.emptied(label_bound(), "west's slice while east leads").await;
         let members = west.status().await["members"].clone();
         let east_member = (members.as_array().unwrap().iter())
             .find(|m| m["node"] == "east/shop/web-0")
@@ -247,6 +259,9 @@ on_both_stores! {
         println!("kill: west labels {next} {took:?} after east's leader died");
         let gone = unlabelled(&east, label_bound(), "after the kill").await;
         println!("kill: east's label gone {gone:?} after west's, {:?} after the kill", killed.elapsed());
+        let (in_slice, _, _) = west.slices.next_leader(None, label_bound()).await;
+        assert_eq!(in_slice, next, "west's slice");
+        east.slices.emptied(label_bound(), "east's slice after the kill").await;
 
         // 2. East's pod comes back (failback is off: west leads on); a
         // step-down asked in east moves the seat back to the best member,
@@ -263,18 +278,21 @@ on_both_stores! {
         println!("step-down: east labels {back} {took:?} after the request");
         let gone = unlabelled(&west, label_bound(), "after the step-down").await;
         println!("step-down: west's label gone {gone:?} after east's");
+        let (in_slice, term, _) = east.slices.next_leader(None, label_bound()).await;
+        assert_eq!(in_slice, "web-0", "east's slice");
+        west.slices.emptied(label_bound(), "west's slice after the step-down").await;
 
         // 3. East cut off from the store (its controller and agents): west
         // leads within ttl + retry and is labelled within the label bound
-        // after; east takes its leader label off a ttl after its
-        // controller's last read of the store, which came at most half a
-        // ttl (and a reconcile) before the cut: not at once, and within a
-        // ttl of the cut, with two retry intervals of margin.
+        // after; east takes its leader label, and its slice's address, off
+        // a ttl after its controller's last read of the store, which came
+        // at most half a ttl (and a reconcile) before the cut: not at once,
+        // and within a ttl of the cut, with two retry intervals of margin.
         let cut = Instant::now();
         proxy.pause();
-        let (mut west_at, mut east_off_at) = (None, None);
+        let (mut west_at, mut east_off_at, mut east_slice_at) = (None, None, None);
         let limit = TTL + RETRY + label_bound();
-        while west_at.is_none() || east_off_at.is_none() {
+        while west_at.is_none() || east_off_at.is_none() || east_slice_at.is_none() {
             let t = cut.elapsed();
             if west_at.is_none() && west.watch.leader().is_some() {
                 west_at = Some(t);
@@ -282,26 +300,39 @@ on_both_stores! {
             if east_off_at.is_none() && east.watch.leader().is_none() {
                 east_off_at = Some(t);
             }
+            if east_slice_at.is_none() && east.slices.current().is_some_and(|s| s.addresses.is_empty()) {
+                east_slice_at = Some(t);
+            }
             assert!(
                 t < limit,
-                "after the cut, within {limit:?}: west labels {:?}, east labels {:?}",
+                "after the cut, within {limit:?}: west labels {:?}, east labels {:?}, east's slice {:?}",
                 west.watch.leader(),
-                east.watch.leader()
+                east.watch.leader(),
+                east.slices.current()
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let (west_at, east_off_at) = (west_at.unwrap(), east_off_at.unwrap());
+        let east_slice_at = east_slice_at.unwrap();
         let taken = west.watch.leader().expect("west's leader");
-        println!("cut: west labels {taken} {west_at:?} after the cut, east's label goes {east_off_at:?} after it");
+        println!("cut: west labels {taken} {west_at:?} after the cut, east's label goes {east_off_at:?} and its slice's address {east_slice_at:?} after it");
         // The lease east read last had at least ttl - renew left, and the
         // read came at most half a ttl (and a reconcile) before the cut.
         let earliest = TTL - RENEW - TTL / 2 - Duration::from_millis(100);
-        assert!(
-            east_off_at >= earliest,
-            "east's label went {east_off_at:?} after the cut, before the lease it saw could have run out"
-        );
         let bound = TTL + 2 * RETRY;
-        assert!(east_off_at <= bound, "east's label went {east_off_at:?} after the cut (bound {bound:?})");
+        for (what, at) in [("label", east_off_at), ("slice's address", east_slice_at)] {
+            assert!(
+                at >= earliest,
+                "east's {what} went {at:?} after the cut, before the lease it saw could have run out"
+            );
+            assert!(at <= bound, "east's {what} went {at:?} after the cut (bound {bound:?})");
+        }
+        // Marked unconfirmed at the term it held, not vacated: the same
+        // term's leader may be written back.
+        let emptied = east.slices.current().expect("east's slice");
+        assert!(emptied.unconfirmed && emptied.term == term, "{emptied:?}");
+        let (in_slice, _, _) = west.slices.next_leader(None, label_bound()).await;
+        assert_eq!(in_slice, taken, "west's slice");
         eventually_async(Duration::from_secs(5), "east says why", || async {
             east.condition("Ready").await.map(|(_, r)| r) == Some("LeaderUnconfirmed".into())
         })
@@ -316,11 +347,17 @@ on_both_stores! {
                 && east.watch.roles().get("web-0").map(String::as_str) == Some("follower")
         })
         .await;
+        eventually_async(Duration::from_secs(10), "east's slice after the cut", || async {
+            (east.slices.current())
+                .is_some_and(|s| s.addresses.is_empty() && !s.unconfirmed && s.term > term)
+        })
+        .await;
         assert_eq!(west.watch.leader(), Some(taken));
 
         east.watch.assert_never_two_leaders();
         west.watch.assert_never_two_leaders();
         for c in [&east, &west] {
+            c.slices.assert_fenced();
             let forbidden = c.controller.as_ref().map(|c| c.forbidden()).unwrap_or_default();
             assert_eq!(forbidden, Vec::<String>::new(), "{}", c.name);
         }

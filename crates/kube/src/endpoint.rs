@@ -25,6 +25,10 @@ use crate::crd::{LeaderGroup, LeaderService};
 pub const TERM_ANNOTATION: &str = "leasehold.dev/term";
 /// Annotation of the slice: the leader pod, absent while no one leads.
 pub const LEADER_ANNOTATION: &str = "leasehold.dev/leader";
+/// Annotation of the slice: `"true"` while its cluster's controller, cut
+/// off from the store, cannot confirm the term's leader (across clusters):
+/// the slice holds no address, and the term is not over.
+pub const UNCONFIRMED_ANNOTATION: &str = "leasehold.dev/unconfirmed";
 /// Label of the Service and the slice: the LeaderGroup they belong to.
 pub const GROUP_LABEL: &str = "leasehold.dev/group";
 /// `endpointslice.kubernetes.io/managed-by` of the slice, so the
@@ -46,13 +50,21 @@ pub struct Address {
 pub struct LeaderEndpoint {
     pub service: LeaderService,
     pub term: u64,
-    /// `None`: no one leads in `term` (its lease lapsed or was released).
+    /// `None`: no one leads in `term` (its lease lapsed or was released),
+    /// or its leader is not confirmed.
     pub leader: Option<Address>,
+    /// No address because the store has not answered since `term`'s lease
+    /// last seen ran out (across clusters): unlike a vacated term, the term
+    /// may still be this cluster's leader's, and once the store answers
+    /// the leader's address is written back in the same term.
+    pub unconfirmed: bool,
 }
 
 /// How far on a slice is: by term, and within a term a vacated slice (the
 /// term's lease has ended) is further on than the term's leader. A write
-/// never takes a slice back to a lower rank.
+/// never takes a slice back to a lower rank. An unconfirmed slice is of
+/// its term's leader's rank: either may follow the other, as the store
+/// goes away and answers again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Rank {
     pub term: u64,
@@ -63,7 +75,7 @@ impl LeaderEndpoint {
     pub fn rank(&self) -> Rank {
         Rank {
             term: self.term,
-            vacated: self.leader.is_none(),
+            vacated: self.leader.is_none() && !self.unconfirmed,
         }
     }
 
@@ -79,14 +91,16 @@ pub fn slice_name(service: &str) -> String {
     format!("{service}-leader")
 }
 
-/// A slice's rank, from its annotation and its endpoints. A slice without
-/// the annotation is of rank zero: anything may replace it.
+/// A slice's rank, from its annotations and its endpoints. A slice without
+/// the term's annotation is of rank zero: anything may replace it.
 pub fn rank_of(slice: &Value) -> Rank {
-    let term = slice["metadata"]["annotations"][TERM_ANNOTATION]
+    let annotations = &slice["metadata"]["annotations"];
+    let term = annotations[TERM_ANNOTATION]
         .as_str()
         .and_then(|t| t.parse().ok())
         .unwrap_or(0);
-    let vacated = slice["endpoints"].as_array().is_none_or(Vec::is_empty);
+    let unconfirmed = annotations.get(UNCONFIRMED_ANNOTATION).is_some();
+    let vacated = !unconfirmed && slice["endpoints"].as_array().is_none_or(Vec::is_empty);
     Rank { term, vacated }
 }
 
@@ -122,6 +136,9 @@ pub fn slice_body(
 ) -> Value {
     let namespace = group.namespace().unwrap_or_default();
     let mut annotations = json!({ TERM_ANNOTATION: desired.term.to_string() });
+    if desired.unconfirmed {
+        annotations[UNCONFIRMED_ANNOTATION] = json!("true");
+    }
     let mut endpoints = Vec::new();
     if let Some(a) = &desired.leader {
         annotations[LEADER_ANNOTATION] = json!(a.pod);
@@ -260,6 +277,7 @@ pub fn held(slice: &Value) -> Value {
         "ports": slice["ports"].as_array().cloned().unwrap_or_default(),
         "term": slice["metadata"]["annotations"][TERM_ANNOTATION],
         "leader": slice["metadata"]["annotations"][LEADER_ANNOTATION],
+        "unconfirmed": slice["metadata"]["annotations"][UNCONFIRMED_ANNOTATION],
     })
 }
 
@@ -377,6 +395,15 @@ mod tests {
                 ip: "10.0.0.5".into(),
                 ready: true,
             }),
+            unconfirmed: false,
+        }
+    }
+
+    /// Term `term` whose leader is not confirmed.
+    fn unconfirmed(term: u64) -> LeaderEndpoint {
+        LeaderEndpoint {
+            unconfirmed: true,
+            ..endpoint(term, None)
         }
     }
 
@@ -443,6 +470,64 @@ mod tests {
         let made = |leader| slice_write(None, &endpoint(0, leader), &group(), V1);
         assert_eq!(made(None), SliceWrite::Create { family: "IPv4" });
         assert_eq!(made(Some("web-0")), SliceWrite::Create { family: "IPv4" });
+    }
+
+    #[test]
+    fn an_unconfirmed_slice_holds_no_address_and_its_term_s_leader_may_come_back() {
+        let body = slice_body(&unconfirmed(7), &group(), V1, "IPv4");
+        assert_eq!(body["endpoints"], json!([]));
+        let annotations = &body["metadata"]["annotations"];
+        assert_eq!(annotations[UNCONFIRMED_ANNOTATION], "true");
+        assert_eq!(annotations[TERM_ANNOTATION], "7");
+        assert!(annotations.get(LEADER_ANNOTATION).is_none());
+        // Of the term's leader's rank, read back as written; a vacated
+        // slice is not unconfirmed.
+        assert_eq!(rank_of(&body), endpoint(7, Some("web-1")).rank());
+        assert_eq!(rank_of(&body), unconfirmed(7).rank());
+        let vacated = slice_body(&endpoint(7, None), &group(), V1, "IPv4");
+        assert_ne!(held(&body), held(&vacated));
+        let write = |current: Current, desired: &LeaderEndpoint| {
+            slice_write(Some(&current), desired, &group(), V1)
+        };
+        // The term's leader is unconfirmed, and written back once the
+        // store answers; a newer term or the term's end follow it.
+        assert_eq!(
+            write(known(7, Some("web-1"), "IPv4"), &unconfirmed(7)),
+            update("IPv4")
+        );
+        let from_unconfirmed = || Current {
+            rank: unconfirmed(7).rank(),
+            ..known(7, None, "IPv4")
+        };
+        for next in [
+            endpoint(7, Some("web-1")),
+            endpoint(7, None),
+            endpoint(8, Some("web-2")),
+        ] {
+            assert_eq!(write(from_unconfirmed(), &next), update("IPv4"), "{next:?}");
+        }
+        // Never over a vacated term or a newer one: the cut-off view is
+        // behind them.
+        assert_eq!(
+            write(known(7, None, "IPv4"), &unconfirmed(7)),
+            SliceWrite::Stale
+        );
+        assert_eq!(
+            write(known(8, Some("web-2"), "IPv4"), &unconfirmed(7)),
+            SliceWrite::Stale
+        );
+        // As read, the same unconfirmed slice is left as it is.
+        let read = Current {
+            read: Some(held(&body)),
+            ..known(7, Some("web-1"), "IPv4")
+        };
+        assert_eq!(
+            write(read, &unconfirmed(7)),
+            SliceWrite::Unchanged {
+                version: Some("41".into()),
+                family: "IPv4".into()
+            }
+        );
     }
 
     #[test]

@@ -196,6 +196,7 @@ mod tests {
             service: spec.clone(),
             term: 3,
             leader,
+            unconfirmed: false,
         };
         memory
             .endpoints

@@ -444,6 +444,30 @@ fn leader_endpoint(
         service: service.clone(),
         term,
         leader,
+        unconfirmed: false,
+    })
+}
+
+/// Rule: across clusters, a slice that holds this cluster's leader loses
+/// its address with the leader label, at the term it was written for and
+/// marked unconfirmed: of that term's leader's rank, so that the address
+/// is written back in the same term if the store answers with the same
+/// leader. A slice that holds no address, by the status's record of it,
+/// has nothing to lose.
+fn unconfirmed_endpoint(
+    group: &LeaderGroup,
+    previous: &LeaderGroupStatus,
+) -> Option<LeaderEndpoint> {
+    let service = group.spec.service.as_ref()?;
+    if service.error().is_some() {
+        return None;
+    }
+    let recorded = previous.endpoint.as_ref()?;
+    (recorded.service == service.name && recorded.address.is_some()).then(|| LeaderEndpoint {
+        service: service.clone(),
+        term: recorded.term as u64,
+        leader: None,
+        unconfirmed: true,
     })
 }
 
@@ -482,6 +506,7 @@ fn endpoint_condition(
     };
     let holds = match &e.leader {
         Some(a) => format!("{} ({})", a.pod, a.ip),
+        None if e.unconfirmed => "no address (its leader cannot be confirmed)".to_owned(),
         None => "no address (no one leads)".to_owned(),
     };
     Some(condition(
@@ -631,7 +656,8 @@ fn store_settings(warnings: &[SettingWarning]) -> Condition {
 /// could label two pods); only the conditions say so. Across clusters
 /// (`--cluster`), once the lease this controller last saw must have run
 /// out (its time left at the last read of the store), the leader label comes
-/// off this cluster's pods, once, with a `LeaderUnconfirmed` warning: a
+/// off this cluster's pods (and the address off its leader Service's slice,
+/// see [`unconfirmed_endpoint`]), once, with a `LeaderUnconfirmed` warning: a
 /// cluster that shares the store may have elected a leader meanwhile, and
 /// a client here must not be sent to a leader nobody can confirm. In one
 /// cluster the label stays: no leader can be elected that this controller
@@ -674,21 +700,21 @@ fn while_store_is_unavailable(
         ),
         ready,
     ];
+    let kept = [
+        types::LEADER_ELECTED,
+        types::STORE_SETTINGS_SAFE,
+        types::SPEC_CONFLICT,
+    ];
     next.extend(
-        previous
-            .conditions
-            .iter()
-            .filter(|c| {
-                [
-                    types::LEADER_ELECTED,
-                    types::STORE_SETTINGS_SAFE,
-                    types::LEADER_ENDPOINT,
-                    types::SPEC_CONFLICT,
-                ]
-                .contains(&c.type_.as_str())
-            })
+        (previous.conditions.iter())
+            .filter(|c| kept.contains(&c.type_.as_str()))
             .cloned(),
     );
+    // As it was, unless the slice's address is taken off.
+    let endpoint = unconfirmed
+        .then(|| unconfirmed_endpoint(group, previous))
+        .flatten();
+    next.extend(endpoint_condition(group, endpoint.as_ref(), previous));
     let now = time_of(now_ms);
     let mut status = previous.clone();
     status.conditions =
@@ -700,12 +726,16 @@ fn while_store_is_unavailable(
     } else {
         (Vec::new(), Vec::new())
     };
+    if endpoint.is_some() {
+        status.endpoint = endpoint_status(group, endpoint.as_ref(), previous);
+    }
     let write_status = status != *previous;
     Plan {
         labels,
         status,
         write_status,
         events,
+        endpoint,
         // Across clusters, written only once the clusters' records are read
         // (see `spec_conflict`).
         config: config.filter(|_| observed.cluster.is_none()),

@@ -1670,6 +1670,61 @@ fn across_clusters_a_controller_cut_off_from_the_store_unlabels_its_leader_once_
 }
 
 #[test]
+fn across_clusters_a_cut_off_cluster_s_slice_loses_its_address_at_its_term_and_gets_it_back() {
+    let store = state_of(Some("east/shop/web-0"), 4, &["east/shop/web-0"]);
+    let pods = [ready(pod("web-0", None))];
+    let prev = run_in(
+        "east",
+        &group("web", with_service(), None),
+        &pods,
+        &store,
+        NOW,
+    )
+    .status;
+    let recorded = prev.endpoint.clone().expect("the slice's record");
+    assert!(recorded.address.is_some());
+    let g = group("web", with_service(), Some(prev.clone()));
+    let labelled = [ready(pod("web-0", Some(LEADER)))];
+    let down = StoreView::Unavailable("connection refused".into());
+    // Before the lease last seen runs out: the slice is not written.
+    let p = run_in("east", &g, &labelled, &down, NOW + 300);
+    assert_eq!(p.endpoint, None);
+    assert_eq!(p.status.endpoint, prev.endpoint);
+    // Once it has: no address, at the term written, of that term's
+    // leader's rank; the status and the condition say so.
+    let p = run_in("east", &g, &labelled, &down, NOW);
+    let e = p.endpoint.clone().expect("the slice is emptied");
+    assert_eq!((e.term, &e.leader, e.unconfirmed), (4, &None, true));
+    let shown = p.status.endpoint.clone().expect("the slice's record");
+    assert_eq!((shown.address, shown.term), (None, 4));
+    let c = cond(&p.status, "LeaderEndpoint");
+    assert!(c.message.contains("cannot be confirmed"), "{}", c.message);
+    assert_eq!(p.labels, vec![change("web-0", Some(FOLLOWER))]);
+    // Looked at again while the store stays away: nothing more to write.
+    let after = group("web", with_service(), Some(p.status.clone()));
+    let unlabelled = [ready(pod("web-0", Some(FOLLOWER)))];
+    let again = run_in("east", &after, &unlabelled, &down, NOW);
+    assert_eq!((again.endpoint, again.labels.len()), (None, 0));
+    // The store answers with the same leader: its address again, at
+    // the same term.
+    let back = run_in("east", &after, &unlabelled, &store, NOW);
+    let e = back.endpoint.expect("the slice is written");
+    assert_eq!((e.term, e.unconfirmed), (4, false));
+    assert_eq!(e.leader.map(|a| a.pod).as_deref(), Some("web-0"));
+    // A slice that held no address (the leader ran elsewhere) is left.
+    let elsewhere = state_of(Some("west/shop/web-0"), 5, &["west/shop/web-0"]);
+    let prev = run_in(
+        "east",
+        &group("web", with_service(), None),
+        &pods,
+        &elsewhere,
+        NOW,
+    );
+    let g = group("web", with_service(), Some(prev.status));
+    assert_eq!(run_in("east", &g, &pods, &down, NOW).endpoint, None);
+}
+
+#[test]
 fn across_clusters_timings_that_differ_are_written_by_no_one_and_reported_in_each() {
     let store = state_of(
         Some("east/shop/web-0"),

@@ -272,22 +272,21 @@ pub async fn reconcile(
         return Ok(Action::requeue(Duration::from_millis(remaining)));
     }
     let mut plan = plan;
-    let endpoint = match write_endpoint(&mut plan, &group, ctx).await {
-        Ok(Some(Outcome::Stale)) => return Ok(Action::requeue(STALE_AGAIN)),
-        Ok(Some(Outcome::NotActive)) => return Ok(Action::requeue(ctx.resync)),
-        Ok(_) => Ok(()),
-        Err(e) => Err(e),
-    };
-    apply_to_store(&plan, &store_group, ctx).await?;
     let active = || ctx.leadership.is_leader();
     // Across clusters, a replica cut off from the store loses its lease
     // about when the lease it last saw runs out: what the plan takes off
     // then needs none (see `unlabel_while_cut_off`).
     let anyone = || true;
-    let may_write: &(dyn Fn() -> bool + Sync) = match (&ctx.cluster, &world.store) {
-        (Some(_), StoreView::Unavailable(_)) => &anyone,
-        _ => &active,
+    let cut_off = ctx.cluster.is_some() && matches!(world.store, StoreView::Unavailable(_));
+    let may_write: &(dyn Fn() -> bool + Sync) = if cut_off { &anyone } else { &active };
+    let endpoint = match write_endpoint(&mut plan, &group, may_write, ctx).await {
+        // Cut off, what the slice says does not hold back the labels.
+        Ok(Some(Outcome::Stale)) if !cut_off => return Ok(Action::requeue(STALE_AGAIN)),
+        Ok(Some(Outcome::NotActive)) => return Ok(Action::requeue(ctx.resync)),
+        Ok(_) => Ok(()),
+        Err(e) => Err(e),
     };
+    apply_to_store(&plan, &store_group, ctx).await?;
     match apply_labels(&plan.labels, &world.pods, &namespace, may_write, ctx).await {
         Ok(true) => {}
         // No longer the active replica: the rest is the new one's to write
@@ -475,10 +474,15 @@ async fn unlabel_while_cut_off(
         lease_seen_until_ms: Some(due_ms),
         holder_gone_since_ms: None,
     });
+    let mut plan = plan;
     let anyone = || true;
+    // What the slice says (perhaps a newer term, written before the cut)
+    // does not hold back the labels.
+    let endpoint = write_endpoint(&mut plan, &group, &anyone, ctx).await;
     apply_labels(&plan.labels, &pods, &namespace, &anyone, ctx).await?;
     record_events(&plan, &group, ctx).await;
     write_status(&plan, &group, &namespace, &anyone, ctx).await?;
+    endpoint?;
     standby
 }
 
@@ -497,10 +501,11 @@ const STALE_AGAIN: Duration = Duration::from_millis(200);
 async fn write_endpoint(
     plan: &mut Plan,
     group: &LeaderGroup,
+    may_write: &(dyn Fn() -> bool + Sync),
     ctx: &Context,
 ) -> Result<Option<Outcome>, ReconcileError> {
     let previous = group.status.clone().unwrap_or_default();
-    let (active, endpoints) = (|| ctx.leadership.is_leader(), &ctx.memory.endpoints);
+    let (active, endpoints) = (may_write, &ctx.memory.endpoints);
     if let Some(old) = &plan.retire_service {
         if let Err(e) = endpoints.retire(&ctx.client, group, old, active).await {
             // Owned by the group, it goes with it at the latest.
