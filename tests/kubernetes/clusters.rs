@@ -423,5 +423,25 @@ on_both_stores! {
         })
         .await;
         assert_eq!(server.adopted_ttl_ms("shop/web"), "1000");
+
+        // West's LeaderGroup is deleted: its record goes with it, so east's
+        // next timings are written at once, with no conflict (a record left
+        // behind would count for ten minutes).
+        groups
+            .delete("web", &Default::default())
+            .await
+            .expect("delete west's LeaderGroup");
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let east_groups: Api<LeaderGroup> = Api::namespaced(east.admin.clone(), NS);
+        let patch = json!({ "spec": { "ttlMs": 1500, "renewIntervalMs": 400 } });
+        east_groups
+            .patch("web", &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .expect("patch east's LeaderGroup");
+        eventually_async(Duration::from_secs(10), "east's new ttl written", || async {
+            server.adopted_ttl_ms("shop/web") == "1500"
+                && agreed(east.condition("SpecConflict").await)
+        })
+        .await;
     }
 }

@@ -584,8 +584,11 @@ fn with_own_last_status(group: &LeaderGroup, key: &str, ctx: &Context) -> Leader
 /// A deleted group: its role labels come off its pods (see
 /// [`role_labels_to_remove`]), so a leader Service stops routing to a pod
 /// that no longer leads anything. Only the active replica does it. The
-/// group's keys in the store are left alone: agents may still be campaigning.
-/// Returns how many labels were removed.
+/// group's keys in the store are left alone: agents may still be
+/// campaigning, here or in another cluster. Across clusters, this
+/// cluster's record of its timings goes, so it no longer counts against
+/// the other clusters' (`plan::spec_conflict`). Returns how many labels
+/// were removed.
 #[tracing::instrument(skip_all, fields(group = %group.name_any(), namespace = group.namespace().unwrap_or_default()))]
 pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, ReconcileError> {
     let namespace = group.namespace().ok_or(ReconcileError::NoNamespace)?;
@@ -613,6 +616,14 @@ pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, Recon
             removed = changes.len(),
             "group deleted: role labels removed"
         );
+    }
+    if let Some(cluster) = &ctx.cluster {
+        let store_group = NamespacedName::new(namespace, group.name_any()).to_string();
+        let withdrawn = ctx.node.store().withdraw_spec(&store_group, cluster);
+        if let Err(e) = bounded(STORE_READ, withdrawn).await {
+            // It stops counting once stale.
+            tracing::warn!(error = %e, "could not withdraw this cluster's timings of the deleted group");
+        }
     }
     Ok(changes.len())
 }

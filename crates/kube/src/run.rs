@@ -321,6 +321,7 @@ where
 fn groups_of_pod(
     groups: &kube::runtime::reflector::Store<LeaderGroup>,
     pod: &PartialObjectMeta<Pod>,
+    cluster: Option<&str>,
 ) -> Vec<ObjectRef<LeaderGroup>> {
     let ns = pod.namespace().unwrap_or_default();
     let name = pod.name_any();
@@ -329,15 +330,20 @@ fn groups_of_pod(
         .state()
         .into_iter()
         .filter(|g| g.namespace().as_deref() == Some(ns.as_str()))
-        .filter(|g| names_pod(g, &name) || selector::matches(&g.spec.selector, &labels))
+        .filter(|g| names_pod(g, &name, cluster) || selector::matches(&g.spec.selector, &labels))
         .map(|g| ObjectRef::from_obj(&*g))
         .collect()
 }
 
-/// Whether the group's status names `pod` as its leader or a member's pod.
-fn names_pod(group: &LeaderGroup, pod: &str) -> bool {
+/// Whether the group's status names `pod` of this cluster (`cluster`, when
+/// groups span clusters) as its leader or a member's pod: a pod of the
+/// same name in another cluster is not this one.
+fn names_pod(group: &LeaderGroup, pod: &str, cluster: Option<&str>) -> bool {
+    let leader = cluster.map_or_else(|| pod.to_owned(), |c| format!("{c}/{pod}"));
     group.status.as_ref().is_some_and(|s| {
-        s.leader.as_deref() == Some(pod) || s.members.iter().any(|m| m.pod.as_deref() == Some(pod))
+        s.leader.as_deref() == Some(leader.as_str())
+            || (s.members.iter())
+                .any(|m| m.pod.as_deref() == Some(pod) && m.cluster.as_deref() == cluster)
     })
 }
 
@@ -379,7 +385,7 @@ async fn follow_pods(
     while let Some(change) = changes.next().await {
         match change {
             Ok(pod) => {
-                for group in groups_of_pod(&groups, &pod) {
+                for group in groups_of_pod(&groups, &pod, ctx.cluster.as_deref()) {
                     if triggers.send(group).is_err() {
                         return;
                     }
@@ -542,5 +548,44 @@ async fn follow_activity(
         if role.changed().await.is_err() {
             break;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::crd::{LeaderGroupStatus, Member};
+
+    fn member(cluster: Option<&str>, pod: &str) -> Member {
+        let member =
+            serde_json::json!({ "node": pod, "cluster": cluster, "pod": pod, "role": "follower" });
+        serde_json::from_value(member).unwrap()
+    }
+
+    fn led(leader: &str, members: Vec<Member>) -> LeaderGroup {
+        let spec = serde_json::from_value(serde_json::json!({ "selector": {} })).unwrap();
+        let mut g = LeaderGroup::new("web", spec);
+        g.status = Some(LeaderGroupStatus {
+            leader: Some(leader.to_owned()),
+            members,
+            ..Default::default()
+        });
+        g
+    }
+
+    #[test]
+    fn a_pod_is_named_by_its_own_cluster_s_members_not_by_another_s_of_the_same_name() {
+        let one = led("web-0", vec![member(None, "web-0"), member(None, "web-1")]);
+        assert!(names_pod(&one, "web-0", None) && names_pod(&one, "web-1", None));
+        assert!(!names_pod(&one, "web-2", None));
+        // West leads with its web-0; east has a web-1 of its own.
+        let across = led(
+            "west/web-0",
+            vec![member(Some("west"), "web-0"), member(Some("east"), "web-1")],
+        );
+        assert!(names_pod(&across, "web-0", Some("west")));
+        assert!(!names_pod(&across, "web-0", Some("east")));
+        assert!(names_pod(&across, "web-1", Some("east")));
+        assert!(!names_pod(&across, "web-1", Some("west")));
     }
 }

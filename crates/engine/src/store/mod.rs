@@ -362,6 +362,13 @@ impl Store {
         on!(self, s => s.vote_spec(group, cluster, config, refresh_ms).await)
     }
 
+    /// Removes cluster `cluster`'s record of its timings for `group` (its
+    /// LeaderGroup was deleted), so that it no longer counts against the
+    /// other clusters' before it would have gone stale.
+    pub async fn withdraw_spec(&self, group: &str, cluster: &str) -> Result<(), StoreError> {
+        on!(self, s => s.withdraw_spec(group, cluster).await)
+    }
+
     /// Raises a group's term counter to `term` if it is lower (the store
     /// lost it; the term comes from a record kept elsewhere, such as a
     /// custom resource's status); never lowers it. Returns whether it was

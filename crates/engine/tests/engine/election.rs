@@ -829,6 +829,15 @@ async fn every_clusters_spec_vote_is_kept_and_read_back(server) {
     // Other groups are not concerned.
     let other = store.vote_spec("test/other", "east", &east, 60_000).await.unwrap();
     assert_eq!(other.len(), 1);
+    // A cluster whose LeaderGroup is deleted withdraws its record, and only
+    // its own (twice is no error).
+    store.withdraw_spec(GROUP, "west").await.unwrap();
+    store.withdraw_spec(GROUP, "west").await.unwrap();
+    let votes = store.vote_spec(GROUP, "east", &west, 60_000).await.unwrap();
+    let left: Vec<_> = votes.iter().map(|v| v.cluster.as_str()).collect();
+    assert_eq!(left, ["east"]);
+    let other = store.vote_spec("test/other", "west", &east, 60_000).await.unwrap();
+    assert_eq!(other.len(), 2, "{other:?}");
 }
 }
 

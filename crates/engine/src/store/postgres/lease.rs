@@ -266,6 +266,12 @@ impl PgStore {
         .map(drop)
     }
 
+    pub(crate) async fn withdraw_spec(&self, group: &str, cluster: &str) -> Result<(), StoreError> {
+        self.query(Op::WithdrawSpec, &[&group, &cluster])
+            .await
+            .map(drop)
+    }
+
     /// Cluster `cluster`'s timings for `group`, and every cluster's
     /// (sql/v3.sql's `vote_spec`).
     pub(crate) async fn vote_spec(

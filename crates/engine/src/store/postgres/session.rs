@@ -38,6 +38,7 @@ pub(super) enum Op {
     WritePreferred,
     RestoreTerm,
     VoteSpec,
+    WithdrawSpec,
     Register,
     Heartbeat,
     SetField,
@@ -59,6 +60,8 @@ pub(super) enum Op {
 impl Op {
     const ALL: usize = Op::Settings as usize + 1;
 
+    // A table, one arm per statement: its length is the number of statements.
+    #[allow(clippy::too_many_lines)]
     fn sql(self) -> &'static str {
         match self {
             Op::Time => "SELECT {s}.now_ms() AS now_ms",
@@ -97,6 +100,7 @@ impl Op {
                  RETURNING 1"
             }
             Op::VoteSpec => "SELECT * FROM {s}.vote_spec($1, $2, $3, $4, $5, $6)",
+            Op::WithdrawSpec => "DELETE FROM {s}.specs WHERE grp = $1 AND cluster = $2",
             Op::Register => "SELECT {s}.register($1, $2, $3, $4, $5, $6::text::jsonb) AS previous",
             Op::Heartbeat => "SELECT * FROM {s}.heartbeat($1, $2, $3)",
             Op::SetField => {

@@ -107,6 +107,13 @@ impl RedisStore {
         .map(|Votes(v)| v)
     }
 
+    pub async fn withdraw_spec(&self, group: &str, cluster: &str) -> Result<(), StoreError> {
+        let key = self.keys().group(group).specs;
+        let cmd = redis::cmd("HDEL").arg(&key).arg(cluster).clone();
+        let _: i64 = cmd.query_async(&mut self.conn().await?).await?;
+        Ok(())
+    }
+
     pub async fn restore_term(&self, group: &str, term: u64) -> Result<bool, StoreError> {
         let key = self.keys().group(group).term;
         self.run("restore_term.lua", scripts::RESTORE_TERM.key(key).arg(term))
