@@ -191,7 +191,7 @@ fn role_of(pod: &Pod) -> Option<String> {
 /// `leasehold controller` as a process, with the chart's ServiceAccount's
 /// kubeconfig; its log goes to a file the test reads.
 pub(crate) struct Controller {
-    name: String,
+    pub(crate) name: String,
     child: Option<Child>,
     log: PathBuf,
     port: u16,
@@ -287,13 +287,18 @@ impl Controller {
         held.trim().to_owned()
     }
 
-    async fn active(&self) -> bool {
+    pub(crate) async fn active(&self) -> bool {
         let addr = std::net::SocketAddr::from(([127, 0, 0, 1], self.port));
         let (code, body) = testkit::http_status(addr, "GET", "/metrics").await;
         code == 200
             && body
                 .lines()
                 .any(|l| l.starts_with("leasehold_controller_active") && l.ends_with(" 1"))
+    }
+
+    /// Whether it is up, and a standby.
+    pub(crate) async fn serves(&self) -> bool {
+        self.metric("leasehold_controller_active").await == Some(0.0)
     }
 
     /// The value of the series `name{labels}` in this replica's /metrics.
@@ -1096,7 +1101,7 @@ async fn the_controller_rides_out_an_api_server_restart() {
 
 /// The one replica that says it is active, waiting up to `limit` for
 /// exactly one to say so.
-async fn one_active(replicas: &[Controller], limit: Duration) -> usize {
+pub(crate) async fn one_active(replicas: &[Controller], limit: Duration) -> usize {
     let start = Instant::now();
     loop {
         let mut on = Vec::new();
@@ -1615,6 +1620,8 @@ pub(crate) struct SliceSeen {
     /// leader's rank.
     pub(crate) unconfirmed: bool,
     pub(crate) addresses: Vec<String>,
+    /// The endpoint's `conditions.ready`, when it has one.
+    pub(crate) ready: Option<bool>,
 }
 
 /// Every state of the EndpointSlices of namespace `shop`, from one watch,
@@ -1628,6 +1635,7 @@ struct SliceLog {
     current: Option<SliceSeen>,
     states: usize,
     leader_of_term: BTreeMap<u64, String>,
+    unconfirmed_seen: bool,
     broken: Vec<String>,
 }
 
@@ -1683,6 +1691,7 @@ impl SliceWatch {
                         .flat_map(|e| e["addresses"].as_array().cloned().unwrap_or_default())
                         .filter_map(|a| a.as_str().map(str::to_owned))
                         .collect(),
+                    ready: value["endpoints"][0]["conditions"]["ready"].as_bool(),
                 };
                 shared.lock().unwrap().record(seen);
             }
@@ -1734,20 +1743,31 @@ impl SliceWatch {
         }
     }
 
-    pub(crate) fn assert_fenced(&self) {
+    /// No rule broken, over at least `states` states seen.
+    pub(crate) fn assert_fenced(&self, states: usize) {
         let log = self.log.lock().unwrap();
         assert!(
             log.broken.is_empty(),
             "the slice broke a rule: {:#?}",
             log.broken
         );
-        assert!(log.states > 3, "the watch saw only {} states", log.states);
+        assert!(
+            log.states >= states,
+            "the watch saw only {} states",
+            log.states
+        );
+    }
+
+    /// Whether the slice was ever marked unconfirmed.
+    pub(crate) fn seen_unconfirmed(&self) -> bool {
+        self.log.lock().unwrap().unconfirmed_seen
     }
 }
 
 impl SliceLog {
     fn record(&mut self, seen: SliceSeen) {
         self.states += 1;
+        self.unconfirmed_seen |= seen.unconfirmed;
         if seen.addresses.len() > 1 {
             self.broken.push(format!("two addresses: {seen:?}"));
         }
@@ -1963,10 +1983,116 @@ async fn the_leader_endpoint_holds_one_address_through_kills_step_downs_and_a_re
         "the standby exports the group's series"
     );
     assert!(standby.metric("leasehold_controller_active").await == Some(0.0));
-    slices.assert_fenced();
+    slices.assert_fenced(4);
     labels.assert_never_two_leaders();
     for r in &replicas {
         assert_eq!(r.forbidden(), Vec::<String>::new());
+    }
+}
+
+/// Sets pod `name`'s Ready condition, as a kubelet would.
+async fn set_ready(admin: &kube::Client, name: &str, ready: bool) {
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
+    let status = if ready { "True" } else { "False" };
+    let patch = json!({ "status": { "conditions": [{ "type": "Ready", "status": status }] } });
+    pods.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("set the pod's readiness");
+}
+
+/// A replica that becomes the active one again does not trust what it
+/// wrote into a slice in its earlier spell: the other replica wrote the
+/// leader unready meanwhile, and the leader is ready again by the time
+/// this one takes over. Trusting its memory (the leader, ready, at the same
+/// term: just what it now wants) it would write nothing, and the slice
+/// would hold the leader unready until the memory's five minutes ran out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_active_again_reads_the_slice_it_wrote_in_its_earlier_spell() {
+    let Some(mut bed) = Testbed::start_with(
+        "apiserver: a replica active again",
+        1,
+        &["leaderEndpoints.enabled=true"],
+    )
+    .await
+    else {
+        return;
+    };
+    let slices = SliceWatch::start(bed.admin.clone()).await;
+    bed.create_group(
+        "web",
+        json!({ "selector": { "matchLabels": { "app": "web" } },
+                "ttlMs": 1000, "renewIntervalMs": 300, "retryIntervalMs": 200,
+                "service": { "name": "web-leader", "ports": [{ "port": 80 }] } }),
+    )
+    .await
+    .expect("create LeaderGroup web with spec.service");
+    bed.start_agent("web-0").await;
+    let flags = ["--leader-endpoints"];
+    let mut first = [Controller::start_with(
+        &bed.api,
+        &bed.redis,
+        "leasehold-0",
+        &flags,
+    )];
+    assert_eq!(one_active(&first, Duration::from_secs(20)).await, 0);
+    let (leader, term, _) = slices.next_leader(None, Duration::from_secs(20)).await;
+    let shows = |ready: bool| {
+        let slice = slices.current();
+        slice
+            .is_some_and(|s| s.leader.as_deref() == Some(leader.as_str()) && s.ready == Some(ready))
+    };
+    eventually_async(label_bound(), "the leader ready in the slice", || async {
+        shows(true)
+    })
+    .await;
+    let [r0] = &mut first;
+    let mut r1 = Controller::start_with(&bed.api, &bed.redis, "leasehold-1", &flags);
+    eventually_async(Duration::from_secs(10), "leasehold-1 up", || async {
+        r1.serves().await
+    })
+    .await;
+
+    // leasehold-1 takes over and writes the leader unready.
+    r0.signal(Signal::SIGSTOP);
+    eventually_async(Duration::from_secs(5), "leasehold-1 active", || async {
+        r1.active().await
+    })
+    .await;
+    set_ready(&bed.admin, &leader, false).await;
+    eventually_async(label_bound(), "the leader unready in the slice", || async {
+        shows(false)
+    })
+    .await;
+    r0.signal(Signal::SIGCONT);
+    eventually_async(Duration::from_secs(5), "leasehold-0 a standby", || async {
+        r0.serves().await
+    })
+    .await;
+
+    // leasehold-1 stops; the leader is ready again before leasehold-0
+    // takes over.
+    r1.signal(Signal::SIGSTOP);
+    set_ready(&bed.admin, &leader, true).await;
+    eventually_async(Duration::from_secs(5), "leasehold-0 active", || async {
+        r0.active().await
+    })
+    .await;
+    let active_at = Instant::now();
+    eventually_async(
+        label_bound(),
+        "the leader ready in the slice again",
+        || async { shows(true) },
+    )
+    .await;
+    println!(
+        "ready in the slice {:?} after leasehold-0 took over",
+        active_at.elapsed()
+    );
+    assert_eq!(slices.current().map(|s| s.term), Some(term));
+    r1.signal(Signal::SIGCONT);
+    slices.assert_fenced(3);
+    for r in [&*r0, &r1] {
+        assert_eq!(r.forbidden(), Vec::<String>::new(), "{}", r.name);
     }
 }
 
@@ -1977,6 +2103,7 @@ fn the_slice_checker_sees_each_broken_rule() {
         leader: leader.map(str::to_owned),
         unconfirmed: false,
         addresses: addresses.iter().map(|a| a.to_string()).collect(),
+        ready: None,
     };
     let unconfirmed = |term| SliceSeen {
         unconfirmed: true,

@@ -26,8 +26,8 @@ use testkit::proxy::Proxy;
 use testkit::{eventually_async, free_port, Signal};
 
 use crate::apiserver::{
-    create_group, create_pod, kubectl, label_bound, prepared_api_server, Controller, LabelWatch,
-    SliceWatch, NS, RETRY, TTL,
+    create_group, create_pod, kubectl, label_bound, one_active, prepared_api_server, Controller,
+    LabelWatch, SliceWatch, NS, RETRY, TTL,
 };
 
 /// The group's renew interval (ttl 1000, renew 300, retry 200 ms).
@@ -93,9 +93,15 @@ impl Cluster {
 
     fn start_controller(&mut self) {
         let name = format!("leasehold-{}", self.name);
-        let flags = ["--cluster", self.name, "--leader-endpoints"];
-        let controller = Controller::start_at(&self.api, &self.store_url, &name, &flags, &[]);
+        let controller = self.replica(&name, &self.store_url);
         self.controller = Some(controller);
+    }
+
+    /// A controller replica `name` of this cluster, reaching the store at
+    /// `store_url`.
+    fn replica(&self, name: &str, store_url: &str) -> Controller {
+        let flags = ["--cluster", self.name, "--leader-endpoints"];
+        Controller::start_at(&self.api, store_url, name, &flags, &[])
     }
 
     /// Starts the agent of pod `pod` at `priority` (a new process; one
@@ -357,7 +363,7 @@ on_both_stores! {
         east.watch.assert_never_two_leaders();
         west.watch.assert_never_two_leaders();
         for c in [&east, &west] {
-            c.slices.assert_fenced();
+            c.slices.assert_fenced(4);
             let forbidden = c.controller.as_ref().map(|c| c.forbidden()).unwrap_or_default();
             assert_eq!(forbidden, Vec::<String>::new(), "{}", c.name);
         }
@@ -443,5 +449,72 @@ on_both_stores! {
                 && agreed(east.condition("SpecConflict").await)
         })
         .await;
+    }
+}
+
+on_both_stores! {
+    /// One controller replica of east is cut off from the store while the
+    /// other, and east's agents, still reach it: the leader keeps its lease
+    /// and its term. The cut-off replica may take the label and the slice's
+    /// address off once, a lease after its last read (it cannot tell this
+    /// case from its whole cluster being cut off); the replica that is
+    /// active then puts both back at the same term, and they stay.
+    async fn a_replica_cut_off_alone_leaves_the_leader_labelled_and_in_its_slice(server) {
+        let test = "clusters: one replica cut off";
+        let proxy = Proxy::start(server.port()).await;
+        let Some(mut east) = Cluster::start(test, "east", server.url(), &["web-0", "web-1"]).await
+        else {
+            return;
+        };
+        east.start_agent("web-0", 10).await;
+        east.start_agent("web-1", 5).await;
+        // The replica that reaches the store through the proxy starts
+        // first, so that it is the active one when it is cut off.
+        let cut_off = east.replica("leasehold-0", &server.url_at(proxy.port));
+        let active = [cut_off];
+        assert_eq!(one_active(&active, Duration::from_secs(20)).await, 0);
+        let [cut_off] = active;
+        let (leader, term, _) = east.slices.next_leader(None, Duration::from_secs(20)).await;
+        eventually_async(Duration::from_secs(5), "the slice recorded in the status", || async {
+            east.status().await["endpoint"]["address"].is_string()
+                && east.watch.leader().as_deref() == Some(leader.as_str())
+        })
+        .await;
+        let replicas = [cut_off, east.replica("leasehold-1", &server.url())];
+        eventually_async(Duration::from_secs(10), "leasehold-1 serves as a standby", || async {
+            replicas[1].serves().await
+        })
+        .await;
+
+        let cut = Instant::now();
+        proxy.pause();
+        // The other replica takes over within the replicas' lease and
+        // retry; the label and the address may go once, and are back within
+        // the group's lease, a look (half a lease) and the label bound.
+        eventually_async(Duration::from_secs(5), "leasehold-1 takes over", || async {
+            replicas[1].active().await
+        })
+        .await;
+        println!("cut: leasehold-1 active {:?} after the cut", cut.elapsed());
+        tokio::time::sleep(TTL).await;
+        let bound = TTL / 2 + label_bound();
+        eventually_async(bound, "the leader labelled and in its slice again", || async {
+            let slice = east.slices.current();
+            east.watch.leader().as_deref() == Some(leader.as_str())
+                && slice.is_some_and(|s| s.leader.as_deref() == Some(leader.as_str()) && s.term == term)
+        })
+        .await;
+        let unconfirmed = east.slices.seen_unconfirmed();
+        println!("cut: back {:?} after the cut; the slice was unconfirmed meanwhile: {unconfirmed}", cut.elapsed());
+        // And they stay.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let slice = east.slices.current().expect("east's slice");
+        assert_eq!((slice.leader.as_deref(), slice.term), (Some(leader.as_str()), term));
+        assert_eq!(east.watch.leader().as_deref(), Some(leader.as_str()));
+        east.watch.assert_never_two_leaders();
+        east.slices.assert_fenced(2);
+        for r in &replicas {
+            assert_eq!(r.forbidden(), Vec::<String>::new(), "{}", r.name);
+        }
     }
 }

@@ -79,6 +79,21 @@ impl LeaderEndpoint {
         }
     }
 
+    /// What is written into a slice of rank `slice` (`None`: there is none).
+    /// An unconfirmed endpoint takes the address off at the term the slice
+    /// holds when that is newer than the plan's record of it (a status
+    /// write that lagged the slice's): whatever term the address was
+    /// written for, nobody can confirm it now.
+    pub fn aimed_at(&self, slice: Option<Rank>) -> LeaderEndpoint {
+        match slice {
+            Some(r) if self.unconfirmed && !r.vacated && r.term > self.term => LeaderEndpoint {
+                term: r.term,
+                ..self.clone()
+            },
+            _ => self.clone(),
+        }
+    }
+
     /// The slice's name: the Service's, with a suffix no EndpointSlice
     /// controller uses (theirs end in a random suffix).
     pub fn slice_name(&self) -> String {
@@ -284,7 +299,9 @@ pub fn held(slice: &Value) -> Value {
 /// What to do with the slice.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SliceWrite {
-    /// It is further on than this view (a newer term was written): nothing.
+    /// It is further on than this view (a newer term was written), or there
+    /// is none and the view is unconfirmed (no address to take off):
+    /// nothing.
     Stale,
     /// As read, it holds what is desired already: nothing.
     Unchanged {
@@ -317,6 +334,9 @@ pub fn slice_write(
     // `None` while vacated: no address, no family to change to.
     let family = desired.leader.as_ref().map(|a| address_type(Some(&a.ip)));
     let Some(c) = current else {
+        if desired.unconfirmed {
+            return SliceWrite::Stale;
+        }
         let family = family.unwrap_or("IPv4");
         return SliceWrite::Create { family };
     };
@@ -516,6 +536,26 @@ mod tests {
             write(known(8, Some("web-2"), "IPv4"), &unconfirmed(7)),
             SliceWrite::Stale
         );
+        // No slice: none is made to hold no address.
+        assert_eq!(
+            slice_write(None, &unconfirmed(7), &group(), V1),
+            SliceWrite::Stale
+        );
+        // A slice further on than the plan's record, with an address: it
+        // comes off at the slice's term; a vacated one is left.
+        let slice = |term, leader| Some(endpoint(term, leader).rank());
+        assert_eq!(
+            unconfirmed(7).aimed_at(slice(8, Some("web-2"))),
+            unconfirmed(8)
+        );
+        assert_eq!(unconfirmed(7).aimed_at(slice(9, None)), unconfirmed(7));
+        assert_eq!(
+            unconfirmed(7).aimed_at(slice(6, Some("web-0"))),
+            unconfirmed(7)
+        );
+        assert_eq!(unconfirmed(7).aimed_at(None), unconfirmed(7));
+        let confirmed = endpoint(7, Some("web-1"));
+        assert_eq!(confirmed.aimed_at(slice(8, Some("web-2"))), confirmed);
         // As read, the same unconfirmed slice is left as it is.
         let read = Current {
             read: Some(held(&body)),

@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use kube::discovery::ApiResource;
 use kube::ResourceExt;
 
-use crate::crd::{LeaderGroup, LeaderService};
+use crate::crd::{EndpointStatus, LeaderGroup, LeaderService};
 use crate::endpoint::{
     held, owned, rank_of, service_write, slice_body, slice_name, slice_write, Current,
     LeaderEndpoint, ServiceWrite, SliceWrite,
@@ -237,16 +237,41 @@ impl EndpointWriter {
             .then_some(known)
     }
 
+    /// Forgets what this replica wrote into the group's slice of Service
+    /// `service` when the group's status records something else (`recorded`):
+    /// another replica wrote the slice since. Across clusters, a replica
+    /// cut off from the store takes the address off without the lease, and
+    /// the active one must read the slice again, not trust its memory.
+    pub fn doubt(&self, group: &LeaderGroup, service: &str, recorded: Option<&EndpointStatus>) {
+        let key = service_key(group, service);
+        let mut slices = locked(&self.slices);
+        let Some(w) = slices.get(&key) else {
+            return;
+        };
+        let address = w.endpoint.leader.as_ref().map(|a| a.ip.as_str());
+        let agrees = recorded.is_some_and(|r| {
+            r.service == service
+                && r.term == w.endpoint.term as i64
+                && r.address.as_deref() == address
+        });
+        if !agrees {
+            slices.remove(&key);
+        }
+    }
+
     /// Writes `desired` into the group's slice, fenced by its rank, while
-    /// `active` says this replica is the active one. The Service is made
-    /// sure of before the first write, and after every write behind it
-    /// (it may have been deleted or replaced since it was last looked at).
+    /// `may_write` says so (the active replica; across clusters, a replica
+    /// cut off from the store for an unconfirmed endpoint). The Service is
+    /// made sure of before the first write, and after every write behind
+    /// it (it may have been deleted or replaced since it was last looked
+    /// at); not for an unconfirmed endpoint, which only takes an address
+    /// off an existing slice.
     pub async fn write(
         &self,
         client: &kube::Client,
         group: &LeaderGroup,
         desired: &LeaderEndpoint,
-        active: impl Fn() -> bool,
+        may_write: impl Fn() -> bool,
     ) -> Result<Outcome, EndpointError> {
         if !self.enabled {
             return Err(EndpointError::Disabled);
@@ -254,20 +279,28 @@ impl EndpointWriter {
         let namespace = group.namespace().unwrap_or_default();
         let key = service_key(group, &desired.service.name);
         let known = self.written(&key, group, &desired.service);
-        if known.as_ref().is_some_and(|w| &w.endpoint == desired) {
+        if (known.as_ref()).is_some_and(|w| w.endpoint == desired.aimed_at(Some(w.endpoint.rank())))
+        {
             return Ok(Outcome::Unchanged);
         }
         let resource = self.resource(client).await?;
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &namespace, resource);
-        let checked = self.service_known(group, &desired.service);
-        let service = || self.ensure_service(client, &api, group, &desired.service, &active);
+        let checked = desired.unconfirmed || self.service_known(group, &desired.service);
+        let service = || self.ensure_service(client, &api, group, &desired.service, &may_write);
         if !checked {
             service().await?;
         }
         let outcome = self
-            .put(&api, &resource.api_version, group, desired, known, &active)
+            .put(
+                &api,
+                &resource.api_version,
+                group,
+                desired,
+                known,
+                &may_write,
+            )
             .await?;
-        if outcome == Outcome::Written && checked {
+        if outcome == Outcome::Written && checked && !desired.unconfirmed {
             service().await.inspect_err(|_| {
                 locked(&self.slices).remove(&key);
             })?;
@@ -284,7 +317,7 @@ impl EndpointWriter {
         group: &LeaderGroup,
         desired: &LeaderEndpoint,
         known: Option<Written>,
-        active: &impl Fn() -> bool,
+        may_write: &impl Fn() -> bool,
     ) -> Result<Outcome, EndpointError> {
         let key = &service_key(group, &desired.service.name);
         let name = desired.slice_name();
@@ -296,7 +329,7 @@ impl EndpointWriter {
         });
         let mut read = current.is_none();
         let params = PostParams::default();
-        let body = |family: &str| {
+        let body = |desired: &LeaderEndpoint, family: &str| {
             let body = slice_body(desired, group, api_version, family);
             serde_json::from_value::<DynamicObject>(body).expect("a slice body")
         };
@@ -305,6 +338,7 @@ impl EndpointWriter {
                 current = read_slice(api, &name).await?;
             }
             read = true;
+            let desired = &desired.aimed_at(current.as_ref().map(|c| c.rank));
             let answer = match slice_write(current.as_ref(), desired, group, api_version) {
                 SliceWrite::Stale => {
                     locked(&self.slices).remove(key);
@@ -315,10 +349,10 @@ impl EndpointWriter {
                     self.remember(key, group, version, &family, desired);
                     return Ok(Outcome::Unchanged);
                 }
-                _ if !active() => return Ok(Outcome::NotActive),
-                SliceWrite::Create { family } => api.create(&params, &body(family)).await,
+                _ if !may_write() => return Ok(Outcome::NotActive),
+                SliceWrite::Create { family } => api.create(&params, &body(desired, family)).await,
                 SliceWrite::Update { version, family } => {
-                    let mut update = body(&family);
+                    let mut update = body(desired, &family);
                     update.metadata.resource_version = version;
                     api.replace(&name, &params, &update).await
                 }
@@ -332,7 +366,7 @@ impl EndpointWriter {
                         ..Default::default()
                     };
                     match api.delete(&name, &at).await {
-                        Ok(_) => api.create(&params, &body(family)).await,
+                        Ok(_) => api.create(&params, &body(desired, family)).await,
                         // Changed or gone since: decide again.
                         Err(e) if conflict(&e) || not_found(&e) => continue,
                         Err(e) => return Err(api_error("replacing the EndpointSlice")(e)),

@@ -240,7 +240,7 @@ pub async fn reconcile(
     let ctx = ctx.as_ref();
     if !ctx.leadership.is_leader() {
         if ctx.cluster.is_some() {
-            return unlabel_while_cut_off(&group, ctx).await;
+            return unconfirm_while_cut_off(&group, ctx).await;
         }
         // A standby keeps its caches warm and writes nothing.
         return Ok(Action::requeue(ctx.resync));
@@ -275,7 +275,7 @@ pub async fn reconcile(
     let active = || ctx.leadership.is_leader();
     // Across clusters, a replica cut off from the store loses its lease
     // about when the lease it last saw runs out: what the plan takes off
-    // then needs none (see `unlabel_while_cut_off`).
+    // then needs none (see `unconfirm_while_cut_off`).
     let anyone = || true;
     let cut_off = ctx.cluster.is_some() && matches!(world.store, StoreView::Unavailable(_));
     let may_write: &(dyn Fn() -> bool + Sync) = if cut_off { &anyone } else { &active };
@@ -380,7 +380,7 @@ fn note_read(
 
 /// When a replica that stopped being the active one looks again: at the
 /// resync, or across clusters when the plan asked (see
-/// [`unlabel_while_cut_off`]).
+/// [`unconfirm_while_cut_off`]).
 fn requeue_as_standby(
     plan: &Plan,
     world: &World,
@@ -410,13 +410,18 @@ fn read_bound(group: &LeaderGroup, ctx: &Context) -> Duration {
 /// replica of the cluster is active. The rule of
 /// `plan::while_store_is_unavailable` is then kept by a replica that read
 /// the group while it was active, once: when the store does not answer it
-/// either, it takes this cluster's leader label off when the lease it last
-/// saw must have run out, and says so in the status and an Event. Taking a
-/// leader label off never makes two leaders, so it needs no lease. A
-/// replica that can read the store leaves the group to the active one, and
-/// forgets; so does one whose memory is a lease older than itself (it has
-/// been a standby since: another replica looks after the group).
-async fn unlabel_while_cut_off(
+/// either, it takes this cluster's leader label, and the leader slice's
+/// address, off when the lease it last saw must have run out, and says so
+/// in the status and an Event. Taking a leader away never makes two
+/// leaders, so it needs no lease; nothing else is written without it (no
+/// Service, no slice made). A replica that can read the store leaves the
+/// group to the active one, and forgets; so does one whose memory is a
+/// lease older than itself (it has been a standby since: another replica
+/// looks after the group). When another replica is active after all (only
+/// this one cut off), it puts the label and the address back at its next
+/// look: the status this one wrote tells it the slice changed
+/// (`EndpointWriter::doubt`).
+async fn unconfirm_while_cut_off(
     group: &LeaderGroup,
     ctx: &Context,
 ) -> Result<Action, ReconcileError> {
@@ -497,7 +502,10 @@ const STALE_AGAIN: Duration = Duration::from_millis(200);
 /// `LeaderEndpoint` condition says why; the labels and the status are
 /// written all the same, and an error the next try may not meet again is
 /// returned once they are. A slice further on than this replica's read of
-/// the store (`Stale`) stops the reconcile: what it planned is behind.
+/// the store (`Stale`) stops the reconcile: what it planned is behind;
+/// except across clusters while the store does not answer, where the
+/// planned write only takes an address off, and a slice further on holds
+/// none (see `LeaderEndpoint::aimed_at`).
 async fn write_endpoint(
     plan: &mut Plan,
     group: &LeaderGroup,
@@ -505,9 +513,9 @@ async fn write_endpoint(
     ctx: &Context,
 ) -> Result<Option<Outcome>, ReconcileError> {
     let previous = group.status.clone().unwrap_or_default();
-    let (active, endpoints) = (may_write, &ctx.memory.endpoints);
+    let endpoints = &ctx.memory.endpoints;
     if let Some(old) = &plan.retire_service {
-        if let Err(e) = endpoints.retire(&ctx.client, group, old, active).await {
+        if let Err(e) = endpoints.retire(&ctx.client, group, old, may_write).await {
             // Owned by the group, it goes with it at the latest.
             tracing::warn!(service = %old, error = %e, "could not remove the Service the group no longer names");
         }
@@ -515,7 +523,10 @@ async fn write_endpoint(
     let Some(desired) = &plan.endpoint else {
         return Ok(None);
     };
-    let result = endpoints.write(&ctx.client, group, desired, active).await;
+    endpoints.doubt(group, &desired.service.name, previous.endpoint.as_ref());
+    let result = endpoints
+        .write(&ctx.client, group, desired, may_write)
+        .await;
     let not_written = |plan: &mut Plan, reason: &str, message: String| {
         let now = crate::plan::time_of(wall_clock_ms());
         conditions::replace(
@@ -597,6 +608,7 @@ pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, Recon
         return Err(ReconcileError::NotActive);
     }
     let namespace = namespace.as_str();
+    withdraw_timings(group, namespace, ctx).await;
     let pods = cached_pods(namespace, ctx, |_, _| true)?;
     let others = other_groups(group, namespace, ctx);
     let changes = role_labels_to_remove(group, &pods, &others);
@@ -617,15 +629,29 @@ pub async fn clean_up(group: &LeaderGroup, ctx: &Context) -> Result<usize, Recon
             "group deleted: role labels removed"
         );
     }
-    if let Some(cluster) = &ctx.cluster {
-        let store_group = NamespacedName::new(namespace, group.name_any()).to_string();
-        let withdrawn = ctx.node.store().withdraw_spec(&store_group, cluster);
-        if let Err(e) = bounded(STORE_READ, withdrawn).await {
-            // It stops counting once stale.
-            tracing::warn!(error = %e, "could not withdraw this cluster's timings of the deleted group");
-        }
-    }
     Ok(changes.len())
+}
+
+/// Across clusters, this cluster's record of a deleted group's timings is
+/// removed, unless a group of the same name was made anew meanwhile (its
+/// record is its own).
+async fn withdraw_timings(group: &LeaderGroup, namespace: &str, ctx: &Context) {
+    let Some(cluster) = &ctx.cluster else {
+        return;
+    };
+    let name = group.name_any();
+    let found = ctx
+        .groups
+        .get(&kube::runtime::reflector::ObjectRef::new(&name).within(namespace));
+    if found.is_some_and(|g| g.metadata.uid != group.metadata.uid) {
+        return;
+    }
+    let store_group = NamespacedName::new(namespace, &name).to_string();
+    let withdrawn = ctx.node.store().withdraw_spec(&store_group, cluster);
+    if let Err(e) = bounded(STORE_READ, withdrawn).await {
+        // It stops counting once stale.
+        tracing::warn!(error = %e, "could not withdraw this cluster's timings of the deleted group");
+    }
 }
 
 /// The namespace's pods from the cache, those `wanted` by their name and

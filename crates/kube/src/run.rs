@@ -27,6 +27,7 @@ use crate::event_log::EventLog;
 use crate::memory::Memory;
 use crate::metrics::ControllerMetrics;
 use crate::neighbourhood::Neighbours;
+use crate::pods::Locality;
 use crate::reconcile::{error_policy, reconcile, Context};
 use crate::selector;
 use leasehold_daemon::election_args::election_config;
@@ -222,7 +223,7 @@ pub async fn run_with(
         triggers_tx,
     );
     let (became_active_tx, became_active) = mpsc::unbounded_channel::<()>();
-    let activity = follow_activity(leadership.role(), became_active_tx, controller_metrics);
+    let activity = follow_activity(leadership.role(), became_active_tx, ctx.clone());
     let deletions = follow_deletions(groups, ctx.clone());
     let forgotten = forget_missed_deletions(ctx.clone());
     // Probes answer until the rest has stopped and the lease is handed over.
@@ -330,20 +331,26 @@ fn groups_of_pod(
         .state()
         .into_iter()
         .filter(|g| g.namespace().as_deref() == Some(ns.as_str()))
-        .filter(|g| names_pod(g, &name, cluster) || selector::matches(&g.spec.selector, &labels))
+        .filter(|g| {
+            let here = Locality {
+                cluster,
+                namespace: &ns,
+            };
+            names_pod(g, &name, &here) || selector::matches(&g.spec.selector, &labels)
+        })
         .map(|g| ObjectRef::from_obj(&*g))
         .collect()
 }
 
-/// Whether the group's status names `pod` of this cluster (`cluster`, when
-/// groups span clusters) as its leader or a member's pod: a pod of the
-/// same name in another cluster is not this one.
-fn names_pod(group: &LeaderGroup, pod: &str, cluster: Option<&str>) -> bool {
-    let leader = cluster.map_or_else(|| pod.to_owned(), |c| format!("{c}/{pod}"));
+/// Whether the group's status names `pod` of this cluster (`here`) as its
+/// leader or a member's pod: a pod of the same name in another cluster is
+/// not this one.
+fn names_pod(group: &LeaderGroup, pod: &str, here: &Locality<'_>) -> bool {
+    let leader = here.shown(&here.node_id(pod));
     group.status.as_ref().is_some_and(|s| {
-        s.leader.as_deref() == Some(leader.as_str())
+        s.leader.is_some() && s.leader == leader
             || (s.members.iter())
-                .any(|m| m.pod.as_deref() == Some(pod) && m.cluster.as_deref() == cluster)
+                .any(|m| m.pod.as_deref() == Some(pod) && m.cluster.as_deref() == here.cluster)
     })
 }
 
@@ -527,12 +534,16 @@ fn remember_sweep(ctx: &Context, nodes: &[String]) -> bool {
 }
 
 /// Becoming the active replica reconciles every group at once (a standby
-/// skipped them); the state is also a metric.
+/// skipped them); the state is also a metric. What this replica wrote into
+/// leader slices in an earlier spell as the active one is forgotten then:
+/// the other replica may have written them since, and a memory that
+/// matched what is wanted would keep this one from looking.
 async fn follow_activity(
     mut role: tokio::sync::watch::Receiver<leasehold_engine::Role>,
     became_active: mpsc::UnboundedSender<()>,
-    metrics: Arc<ControllerMetrics>,
+    ctx: Arc<Context>,
 ) {
+    let metrics = &ctx.memory.metrics;
     let mut was_active = false;
     loop {
         let active = matches!(
@@ -542,6 +553,7 @@ async fn follow_activity(
         metrics.set_active(active);
         if active && !was_active {
             tracing::info!("this replica is now the active controller");
+            ctx.memory.endpoints.retain(|_| false);
             let _ = became_active.send(());
         }
         was_active = active;
@@ -573,19 +585,26 @@ mod tests {
         g
     }
 
+    fn at(cluster: Option<&str>) -> Locality<'_> {
+        Locality {
+            cluster,
+            namespace: "shop",
+        }
+    }
+
     #[test]
     fn a_pod_is_named_by_its_own_cluster_s_members_not_by_another_s_of_the_same_name() {
         let one = led("web-0", vec![member(None, "web-0"), member(None, "web-1")]);
-        assert!(names_pod(&one, "web-0", None) && names_pod(&one, "web-1", None));
-        assert!(!names_pod(&one, "web-2", None));
+        assert!(names_pod(&one, "web-0", &at(None)) && names_pod(&one, "web-1", &at(None)));
+        assert!(!names_pod(&one, "web-2", &at(None)));
         // West leads with its web-0; east has a web-1 of its own.
         let across = led(
             "west/web-0",
             vec![member(Some("west"), "web-0"), member(Some("east"), "web-1")],
         );
-        assert!(names_pod(&across, "web-0", Some("west")));
-        assert!(!names_pod(&across, "web-0", Some("east")));
-        assert!(names_pod(&across, "web-1", Some("east")));
-        assert!(!names_pod(&across, "web-1", Some("west")));
+        assert!(names_pod(&across, "web-0", &at(Some("west"))));
+        assert!(!names_pod(&across, "web-0", &at(Some("east"))));
+        assert!(names_pod(&across, "web-1", &at(Some("east"))));
+        assert!(!names_pod(&across, "web-1", &at(Some("west"))));
     }
 }
