@@ -433,11 +433,16 @@ on_both_stores! {
         // West's LeaderGroup is deleted: its record goes with it, so east's
         // next timings are written at once, with no conflict (a record left
         // behind would count for ten minutes).
+        assert!(server.keeps_timings_of("shop/web", "west"));
         groups
             .delete("web", &Default::default())
             .await
             .expect("delete west's LeaderGroup");
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        eventually_async(Duration::from_secs(5), "west's record withdrawn", || async {
+            !server.keeps_timings_of("shop/web", "west")
+        })
+        .await;
+        assert!(server.keeps_timings_of("shop/web", "east"));
         let east_groups: Api<LeaderGroup> = Api::namespaced(east.admin.clone(), NS);
         let patch = json!({ "spec": { "ttlMs": 1500, "renewIntervalMs": 400 } });
         east_groups

@@ -384,6 +384,23 @@ impl StoreServer {
         }
     }
 
+    /// Whether the store keeps cluster `cluster`'s record of `group`'s
+    /// timings (groups across clusters).
+    pub fn keeps_timings_of(&self, group: &str, cluster: &str) -> bool {
+        match self {
+            Self::Redis(r) => {
+                r.cli(&["HEXISTS", &format!("lh:g:{{{group}}}:specs"), cluster]) == "1"
+            }
+            Self::Postgres(_) => {
+                self.sql(&format!(
+                    "SELECT count(*) FROM lh.specs WHERE grp = {} AND cluster = {}",
+                    quote(group),
+                    quote(cluster)
+                )) == "1"
+            }
+        }
+    }
+
     /// Whether someone holds `group`'s lease now (store clock).
     pub fn lease_held(&self, group: &str) -> bool {
         match self {
