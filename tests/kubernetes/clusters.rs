@@ -460,14 +460,19 @@ on_both_stores! {
 on_both_stores! {
     /// One controller replica of east is cut off from the store while the
     /// other, and east's agents, still reach it: the leader keeps its lease
-    /// and its term. The cut-off replica may take the label and the slice's
+    /// and its term. The cut-off replica takes the label and the slice's
     /// address off once, a lease after its last read (it cannot tell this
-    /// case from its whole cluster being cut off); the replica that is
-    /// active then puts both back at the same term, and they stay.
+    /// case from its whole cluster being cut off); the other replica, active
+    /// by then, puts both back at the same term at its next look, and they
+    /// stay. The group's ttl (3 s) is longer than the replicas' (1 s), so
+    /// the other replica is active, and has written the slice, before the
+    /// cut-off one acts: its memory of the slice is then behind.
     async fn a_replica_cut_off_alone_leaves_the_leader_labelled_and_in_its_slice(server) {
         let test = "clusters: one replica cut off";
+        let ttl = Duration::from_secs(3);
         let proxy = Proxy::start(server.port()).await;
-        let Some(mut east) = Cluster::start(test, "east", server.url(), &["web-0", "web-1"]).await
+        let Some(mut east) =
+            Cluster::start_with_ttl(test, "east", server.url(), &["web-0", "web-1"], 3000).await
         else {
             return;
         };
@@ -493,31 +498,36 @@ on_both_stores! {
 
         let cut = Instant::now();
         proxy.pause();
-        // The other replica takes over within the replicas' lease and
-        // retry; the label and the address may go once, and are back within
-        // the group's lease, a look (half a lease) and the label bound.
         eventually_async(Duration::from_secs(5), "leasehold-1 takes over", || async {
             replicas[1].active().await
         })
         .await;
-        println!("cut: leasehold-1 active {:?} after the cut", cut.elapsed());
-        tokio::time::sleep(TTL).await;
-        let bound = TTL / 2 + label_bound();
-        eventually_async(bound, "the leader labelled and in its slice again", || async {
+        let took_over = cut.elapsed();
+        // The cut-off replica acts a lease after its last read, which came
+        // at most half a lease before the cut.
+        eventually_async(ttl + 2 * RETRY, "the slice unconfirmed", || async {
+            east.slices.seen_unconfirmed()
+        })
+        .await;
+        let unconfirmed = cut.elapsed();
+        // Back within a look (half a lease) and the label bound.
+        eventually_async(ttl / 2 + label_bound(), "the leader labelled and in its slice again", || async {
             let slice = east.slices.current();
             east.watch.leader().as_deref() == Some(leader.as_str())
                 && slice.is_some_and(|s| s.leader.as_deref() == Some(leader.as_str()) && s.term == term)
         })
         .await;
-        let unconfirmed = east.slices.seen_unconfirmed();
-        println!("cut: back {:?} after the cut; the slice was unconfirmed meanwhile: {unconfirmed}", cut.elapsed());
-        // And they stay.
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        println!(
+            "cut: leasehold-1 active {took_over:?}, the slice unconfirmed {unconfirmed:?}, both back {:?} after the cut",
+            cut.elapsed()
+        );
+        // And they stay: the cut-off replica does not act again.
+        tokio::time::sleep(ttl).await;
         let slice = east.slices.current().expect("east's slice");
         assert_eq!((slice.leader.as_deref(), slice.term), (Some(leader.as_str()), term));
         assert_eq!(east.watch.leader().as_deref(), Some(leader.as_str()));
         east.watch.assert_never_two_leaders();
-        east.slices.assert_fenced(2);
+        east.slices.assert_fenced(3);
         for r in &replicas {
             assert_eq!(r.forbidden(), Vec::<String>::new(), "{}", r.name);
         }

@@ -88,6 +88,7 @@ impl LeaderEndpoint {
         match slice {
             Some(r) if self.unconfirmed && !r.vacated && r.term > self.term => LeaderEndpoint {
                 term: r.term,
+                leader: None,
                 ..self.clone()
             },
             _ => self.clone(),

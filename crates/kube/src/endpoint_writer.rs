@@ -245,7 +245,10 @@ impl EndpointWriter {
     pub fn doubt(&self, group: &LeaderGroup, service: &str, recorded: Option<&EndpointStatus>) {
         let key = service_key(group, service);
         let mut slices = locked(&self.slices);
-        let Some(w) = slices.get(&key) else {
+        let Some(w) = slices
+            .get(&key)
+            .filter(|w| w.group_uid == group.metadata.uid)
+        else {
             return;
         };
         let address = w.endpoint.leader.as_ref().map(|a| a.ip.as_str());

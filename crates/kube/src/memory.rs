@@ -33,6 +33,10 @@ pub struct GroupMemory {
     /// Across clusters only: when (ms, local clock) the lease last read
     /// from the store must have run out (`plan::Observed::lease_seen_until_ms`).
     pub lease_seen_until_ms: Option<u64>,
+    /// Across clusters only: the `lease_seen_until_ms` whose lapse this
+    /// replica acted on while active (it took the leader off): once it is
+    /// a standby, it does not act on the same lapse again.
+    pub acted_on_ms: Option<u64>,
     /// The status this replica last wrote, with the resourceVersion the
     /// group had when it was written. A reconcile triggered before the
     /// watch brings that write back would otherwise plan from the older

@@ -288,6 +288,7 @@ pub async fn reconcile(
     };
     apply_to_store(&plan, &store_group, ctx).await?;
     match apply_labels(&plan.labels, &world.pods, &namespace, may_write, ctx).await {
+        Ok(true) if cut_off => acted_on(&plan, lease_seen_until_ms, &store_group, ctx),
         Ok(true) => {}
         // No longer the active replica: the rest is the new one's to write
         // (across clusters, perhaps this one's once cut off: looked at again
@@ -323,6 +324,17 @@ pub async fn reconcile(
     Ok(Action::requeue(next_look(
         &plan, &world, read_took, &group, ctx,
     )))
+}
+
+/// Across clusters, cut off from the store: when the plan took the leader
+/// off (the lease last seen has run out), the lapse it acted on, which
+/// `unconfirm_while_cut_off` does not act on again.
+fn acted_on(plan: &Plan, lapse_ms: Option<u64>, store_group: &str, ctx: &Context) {
+    let unconfirmed = (plan.status.condition(types::READY))
+        .is_some_and(|c| c.reason == reasons::LEADER_UNCONFIRMED);
+    if unconfirmed {
+        ctx.memory.of(store_group, |m| m.acted_on_ms = lapse_ms);
+    }
 }
 
 /// When the plan asks to look again (the resync at the latest). Across
@@ -432,8 +444,10 @@ async fn unconfirm_while_cut_off(
         return standby;
     };
     let forget = || {
-        ctx.memory
-            .of(&store_group, |m| m.lease_seen_until_ms = None)
+        ctx.memory.of(&store_group, |m| {
+            m.lease_seen_until_ms = None;
+            m.acted_on_ms = None;
+        })
     };
     let ttl_ms = group.spec.election_config().unwrap_or_default().ttl_ms;
     // The store is asked a read's bound before the lease last seen runs
@@ -444,7 +458,8 @@ async fn unconfirm_while_cut_off(
     if now_ms < ask_ms {
         return Ok(Action::requeue(Duration::from_millis(ask_ms - now_ms)));
     }
-    if now_ms > due_ms + ttl_ms {
+    let acted = ctx.memory.of(&store_group, |m| m.acted_on_ms);
+    if now_ms > due_ms + ttl_ms || acted == Some(due_ms) {
         forget();
         return standby;
     }
@@ -484,9 +499,14 @@ async fn unconfirm_while_cut_off(
     // What the slice says (perhaps a newer term, written before the cut)
     // does not hold back the labels.
     let endpoint = write_endpoint(&mut plan, &group, &anyone, ctx).await;
-    apply_labels(&plan.labels, &pods, &namespace, &anyone, ctx).await?;
-    record_events(&plan, &group, ctx).await;
+    let labels = apply_labels(&plan.labels, &pods, &namespace, &anyone, ctx).await;
+    if labels.is_ok() {
+        record_events(&plan, &group, ctx).await;
+    }
+    // Written even when a label was not: it tells the active replica, if
+    // there is one after all, that the slice changed (`EndpointWriter::doubt`).
     write_status(&plan, &group, &namespace, &anyone, ctx).await?;
+    labels?;
     endpoint?;
     standby
 }
@@ -504,8 +524,9 @@ const STALE_AGAIN: Duration = Duration::from_millis(200);
 /// returned once they are. A slice further on than this replica's read of
 /// the store (`Stale`) stops the reconcile: what it planned is behind;
 /// except across clusters while the store does not answer, where the
-/// planned write only takes an address off, and a slice further on holds
-/// none (see `LeaderEndpoint::aimed_at`).
+/// planned write only takes an address off (at the slice's own term if
+/// newer, see `LeaderEndpoint::aimed_at`), and `Stale` means there is
+/// none to take: the slice is vacated, or there is no slice.
 async fn write_endpoint(
     plan: &mut Plan,
     group: &LeaderGroup,

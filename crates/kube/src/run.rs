@@ -543,20 +543,21 @@ async fn follow_activity(
     became_active: mpsc::UnboundedSender<()>,
     ctx: Arc<Context>,
 ) {
-    let metrics = &ctx.memory.metrics;
-    let mut was_active = false;
+    // The term of this replica's spell as the active one: a spell lost and
+    // won again between two looks at the role is a new term.
+    let mut spell = None;
     loop {
-        let active = matches!(
-            *role.borrow_and_update(),
-            leasehold_engine::Role::Leader { .. }
-        );
-        metrics.set_active(active);
-        if active && !was_active {
+        let term = match *role.borrow_and_update() {
+            leasehold_engine::Role::Leader { term } => Some(term),
+            _ => None,
+        };
+        ctx.memory.metrics.set_active(term.is_some());
+        if term.is_some() && term != spell {
             tracing::info!("this replica is now the active controller");
             ctx.memory.endpoints.retain(|_| false);
             let _ = became_active.send(());
         }
-        was_active = active;
+        spell = term;
         if role.changed().await.is_err() {
             break;
         }
