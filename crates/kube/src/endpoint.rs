@@ -527,8 +527,8 @@ mod tests {
         ] {
             assert_eq!(write(from_unconfirmed(), &next), update("IPv4"), "{next:?}");
         }
-        // Never over a vacated term or a newer one: the cut-off view is
-        // behind them.
+        // Never over a vacated term, nor, as planned, over a newer one: the
+        // writer first aims it at the slice's own term (`aimed_at`, below).
         assert_eq!(
             write(known(7, None, "IPv4"), &unconfirmed(7)),
             SliceWrite::Stale
